@@ -1,0 +1,228 @@
+"""Training configuration: one typed dataclass, loaded from a recipe YAML and ``-o key=value`` overrides.
+
+A recipe file is a flat YAML mapping whose keys are the fields of :class:`TrainConfig`. Unknown keys and
+wrong types are reported as :class:`~areal_cli.errors.UserError` with ``file:line: field 'key'``.
+This module imports no torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from areal_cli.errors import UserError
+
+
+@dataclass
+class TrainConfig:
+    """Every setting of an ``areal train`` run. Names follow AReaL where one exists."""
+
+    # --- identity / model -------------------------------------------------------------------
+    recipe: str = "tiny-arith"
+    seed: int = 1
+    task: str = "tiny-arith"
+    model_path: str | None = None  # None: build the embedded tiny Qwen3 (no download)
+    model_hidden_size: int = 128
+    model_num_layers: int = 2
+    model_vocab_size: int = 512
+
+    # --- supervised warm start (part of the recipe) -------------------------------------------
+    sft_n_examples: int = 4000
+    sft_batch_size: int = 64
+    sft_lr: float = 1e-3
+    sft_max_steps: int = 400
+    sft_eval_every: int = 10
+    sft_stop_accuracy: float = 0.4  # stop as soon as held-out greedy accuracy reaches this (<= 0.5)
+
+    # --- rollout ------------------------------------------------------------------------------
+    n_servers: int = 1
+    batch_size: int = 16  # prompt groups consumed per training step
+    group_size: int = 8  # samples per prompt (n)
+    max_head_offpolicyness: int = 4  # eta; 0 = synchronous PPO
+    max_concurrent_rollouts: int = 0  # 0: batch_size * (eta + 1)
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 8
+    success_rate_lb: float = 0.0  # groups with success rate < lb are dropped (counted)
+    success_rate_ub: float = 1.0  # groups with success rate > ub are dropped (counted)
+    reward_timeout_s: float = 5.0
+    reward_workers: int = 1
+    server_max_running_requests: int = 256
+    server_max_total_tokens: int = 65536  # KV-cache cap per server, tokens
+
+    # --- trainer ------------------------------------------------------------------------------
+    lr: float = 3e-4
+    weight_decay: float = 0.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    grad_clip: float = 1.0
+    eps_clip: float = 0.2
+    behav_imp_weight_cap: float = 5.0
+    adv_norm: str = "group"  # "group" (GRPO) or "global" (all valid tokens of the batch)
+    ppo_n_minibatches: int = 1
+    recompute_proximal: bool = True  # decoupled PPO; False: proximal := behaviour (standard PPO)
+
+    # --- loop / evaluation --------------------------------------------------------------------
+    max_steps: int = 200
+    target_accuracy: float = 0.9  # stop early once held-out accuracy reaches it (0 disables)
+    eval_every: int = 1
+    eval_n_prompts: int = 128
+    time_limit_s: float = 0.0  # 0: no limit
+    torch_threads: int = 1
+
+    extra: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def validate(self, source: str = "config") -> None:
+        """Check value ranges.
+
+        Raises:
+            UserError: naming the field and the bad value.
+        """
+        def bad(name: str, why: str) -> UserError:
+            return UserError(f"{source}: field '{name}': {why} (got {getattr(self, name)!r})")
+
+        for name in ("batch_size", "group_size", "max_new_tokens", "n_servers", "sft_batch_size",
+                     "ppo_n_minibatches", "eval_n_prompts", "torch_threads", "reward_workers"):
+            if getattr(self, name) <= 0:
+                raise bad(name, "must be > 0")
+        for name in ("max_head_offpolicyness", "max_steps", "sft_max_steps", "max_concurrent_rollouts",
+                     "eval_every", "time_limit_s"):
+            if getattr(self, name) < 0:
+                raise bad(name, "must be >= 0")
+        for name in ("lr", "sft_lr", "grad_clip", "eps_clip", "behav_imp_weight_cap", "reward_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise bad(name, "must be > 0")
+        if not 0.0 <= self.sft_stop_accuracy <= 0.5:
+            raise bad("sft_stop_accuracy", "the warm start must stop at or below 0.5 accuracy")
+        if not 0.0 <= self.success_rate_lb <= self.success_rate_ub <= 1.0:
+            raise bad("success_rate_lb", "need 0 <= success_rate_lb <= success_rate_ub <= 1")
+        if self.adv_norm not in ("group", "global"):
+            raise bad("adv_norm", "must be 'group' or 'global'")
+        if self.temperature < 0:
+            raise bad("temperature", "must be >= 0")
+        if self.batch_size % self.ppo_n_minibatches:
+            raise bad("ppo_n_minibatches", f"must divide batch_size={self.batch_size}")
+
+    @property
+    def effective_max_concurrent(self) -> int:
+        """Concurrency cap on running groups: the configured value, or batch_size * (eta + 1)."""
+        return self.max_concurrent_rollouts or self.batch_size * (self.max_head_offpolicyness + 1)
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d.pop("extra")
+        return d
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig) if f.name != "extra"}
+_TYPES = typing.get_type_hints(TrainConfig)
+
+
+def recipes_dir() -> Path:
+    """The recipes folder: ``$AREAL_RECIPES_DIR`` or ``recipes/`` at the repository root."""
+    env = os.environ.get("AREAL_RECIPES_DIR")
+    return Path(env) if env else Path(__file__).resolve().parents[1] / "recipes"
+
+
+def known_recipes() -> list[str]:
+    d = recipes_dir()
+    return sorted(p.stem for p in d.glob("*.yaml")) if d.is_dir() else []
+
+
+def _coerce(name: str, value: object, where: str) -> object:
+    """Convert ``value`` to the declared type of field ``name`` or raise UserError."""
+    tp = _TYPES[name]
+    allowed = typing.get_args(tp) if isinstance(tp, types.UnionType) else (tp,)
+    if value is None:
+        if type(None) in allowed:
+            return None
+        raise UserError(f"{where}: field '{name}': must not be null")
+    for t in allowed:
+        if t is type(None):
+            continue
+        if t is bool:
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+                return value.lower() in ("true", "1", "yes")
+            continue
+        if t is int and isinstance(value, bool):
+            continue
+        if t is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, t):
+            return value
+        if isinstance(value, str):
+            try:
+                return t(value)
+            except (TypeError, ValueError):
+                continue
+    names = "/".join(t.__name__ for t in allowed)
+    raise UserError(f"{where}: field '{name}': expected {names}, got {value!r}")
+
+
+def load_recipe(name_or_path: str) -> tuple[TrainConfig, Path]:
+    """Load a recipe by name (``recipes/NAME.yaml``) or by path.
+
+    Raises:
+        UserError: unknown recipe name, unreadable/invalid YAML, unknown key, wrong type (file:line).
+    """
+    p = Path(name_or_path)
+    if p.suffix not in (".yaml", ".yml"):
+        p = recipes_dir() / f"{name_or_path}.yaml"
+        if not p.is_file():
+            known = ", ".join(known_recipes()) or "none"
+            raise UserError(f"unknown recipe '{name_or_path}' (known: {known})")
+    if not p.is_file():
+        raise UserError(f"{p}: recipe file not found")
+    try:
+        text = p.read_text()
+        node = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark else ""
+        raise UserError(f"{p}{line}: invalid YAML: {getattr(e, 'problem', e)}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict) or node is None or not isinstance(node, yaml.MappingNode):
+        raise UserError(f"{p}:1: a recipe must be a mapping of key: value")
+    lines = {k.value: k.start_mark.line + 1 for k, _ in node.value}
+    cfg = TrainConfig()
+    for key, value in data.items():
+        where = f"{p}:{lines.get(key, 1)}"
+        if key not in _FIELDS:
+            raise UserError(f"{where}: field '{key}': unknown key")
+        setattr(cfg, key, _coerce(key, value, where))
+    cfg.validate(str(p))
+    return cfg, p
+
+
+def apply_overrides(cfg: TrainConfig, overrides: list[str]) -> TrainConfig:
+    """Apply ``key=value`` overrides (value parsed as YAML scalar) to a copy of ``cfg``.
+
+    Raises:
+        UserError: malformed override, unknown key, wrong type or out-of-range value.
+    """
+    cfg = dataclasses.replace(cfg)
+    for item in overrides:
+        where = f"-o {item}"
+        if "=" not in item:
+            raise UserError(f"{where}: expected key=value")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        if key not in _FIELDS:
+            raise UserError(f"{where}: field '{key}': unknown key")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        setattr(cfg, key, _coerce(key, value, where))
+    cfg.validate("overrides")
+    return cfg

@@ -1,0 +1,57 @@
+"""Evaluation prompts: one user message through the model's own chat template.
+
+The user message is the Qwen-style boxed-answer instruction used by AReaL's math evaluation
+(``evaluation/utils.py`` PROMPT_TEMPLATES ``qwen3-think`` / ``r1-distilled-qwen``, and the
+Qwen2.5-Math ``qwen-boxed`` template)::
+
+    {problem}
+    Please reason step by step, and put your final answer within \\boxed{}.
+
+AReaL hard-codes the chat wrapping per model family; here the model's tokenizer applies its own
+``chat_template`` with ``add_generation_prompt=True``, so any chat model (the tiny default, Qwen3,
+R1-Distill) gets its native format.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from areal_cli.errors import UserError
+
+#: The user message; ``{problem}`` is replaced by the problem text.
+USER_TEMPLATE = "{problem}\nPlease reason step by step, and put your final answer within \\boxed{{}}."
+
+
+def user_message(problem: str) -> str:
+    """The user message for one problem (see :data:`USER_TEMPLATE`)."""
+    return USER_TEMPLATE.format(problem=problem)
+
+
+def prompt_text(tokenizer: Any, problem: str) -> str:
+    """The full prompt string: the tokenizer's chat template applied to one user message, with the
+    assistant generation prompt appended.
+
+    Raises:
+        UserError: the tokenizer has no chat template.
+    """
+    if not getattr(tokenizer, "chat_template", None):
+        name = getattr(tokenizer, "name_or_path", "") or "tokenizer"
+        raise UserError(f"{name}: tokenizer has no chat_template; cannot build evaluation prompts")
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": user_message(problem)}], tokenize=False, add_generation_prompt=True
+    )
+
+
+def prompt_ids(tokenizer: Any, problem: str) -> list[int]:
+    """Token ids of :func:`prompt_text` (no extra special tokens: the template already has them).
+
+    Returns:
+        list[int] of length = prompt tokens.
+    """
+    return tokenize_prompt(tokenizer, prompt_text(tokenizer, problem))
+
+
+def tokenize_prompt(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of an already templated prompt string (``add_special_tokens=False``)."""
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    return [int(i) for i in ids]

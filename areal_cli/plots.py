@@ -1,0 +1,66 @@
+"""PNG plots of run metrics (matplotlib, Agg backend; imported only when a plot is written)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+
+def _atomic_savefig(fig, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".png", dir=path.parent)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=110, bbox_inches="tight")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def plot_learning_curve(metrics_jsonl: Path, out_png: Path, *, target: float | None = None,
+                        others: dict[str, Path] | None = None) -> Path:
+    """Held-out accuracy and batch reward vs RL step and vs wall-clock seconds.
+
+    Args:
+        metrics_jsonl: a run's metrics.jsonl (first line = state after the warm start).
+        out_png: where to write the PNG (atomically).
+        target: draw a horizontal line at this accuracy.
+        others: extra runs {label: metrics.jsonl} drawn on the same axes (e.g. eta=0 vs eta=4).
+    Returns:
+        ``out_png``.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = {"this run": metrics_jsonl, **(others or {})}
+    fig, (ax_step, ax_time) = plt.subplots(1, 2, figsize=(11, 4))
+    for label, path in runs.items():
+        rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+        steps = [r["step"] for r in rows]
+        secs = [r["elapsed_s"] for r in rows]
+        acc = [r["accuracy"] for r in rows]
+        ax_step.plot(steps, acc, marker=".", label=f"{label}: held-out accuracy")
+        ax_time.plot(secs, acc, marker=".", label=f"{label}: held-out accuracy")
+        rew = [(r["step"], r["reward_mean"]) for r in rows if r.get("reward_mean") is not None]
+        if rew:
+            ax_step.plot([s for s, _ in rew], [v for _, v in rew], alpha=0.5, label=f"{label}: batch reward")
+        if rows:
+            ax_time.axvline(rows[0]["elapsed_s"], color="grey", ls=":", lw=1)
+    for ax, xlabel in ((ax_step, "RL step (policy version)"), (ax_time, "wall-clock seconds (warm start + RL)")):
+        if target:
+            ax.axhline(target, color="red", ls="--", lw=1, label=f"target {target}")
+        ax.set_xlabel(xlabel)
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+    ax_step.set_ylabel("accuracy / reward")
+    ax_step.legend(fontsize=7, loc="lower right")
+    ax_time.set_title("dotted: end of warm start", fontsize=8)
+    fig.tight_layout()
+    _atomic_savefig(fig, Path(out_png))
+    plt.close(fig)
+    return Path(out_png)

@@ -1,0 +1,1 @@
+"""areal_cli.rollout"""

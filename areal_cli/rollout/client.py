@@ -1,0 +1,334 @@
+"""Asyncio client for SGLang-protocol servers (real SGLang or the embedded server).
+
+- Routing: round robin over ``urls``; a request id (``rid``) sticks to the server it first went to (LRU of
+  4096 ids), so the resubmissions of one sample go back to the same server.
+- Interruptible generation (AReaL v1 ``RemoteInfEngine.agenerate``, reference §2.3, without its bugs): when a
+  server answers ``finish_reason: abort`` (a pause or a weight update aborted the request), the client waits
+  until it is not paused, then resubmits ``prompt + tokens so far`` with the *remaining* budget
+  (``original max_new_tokens - generated``; AReaL's PR #858 bug was comparing against the decremented
+  budget) and accumulates tokens, logprobs and versions.
+- Per-token policy versions come from the server's ``meta_info.weight_versions`` spans (the weights that
+  actually produced each token), falling back to ``meta_info.weight_version``; ``"default"`` -> 0. AReaL
+  instead stamped each chunk with the client's version when the chunk returned (its §2.7 label race).
+- Token ids are range-checked against ``vocab_size`` before sending: a real SGLang 0.5.23 server crashes on
+  an out-of-range id (fixtures/sglang/errors.json).
+- A request that hangs while a server is paused is expected (SGLang holds new requests until continue),
+  so the per-request timeout is long (``request_timeout_s``, default 1 h).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+from typing import Any
+
+import httpx
+
+from areal_cli.rollout.protocol import (
+    GenerateRequest, GenerateResponse, ProtocolError, SamplingParams, ServerError,
+    build_continue_payload, build_pause_payload, build_update_weights_from_disk_payload,
+    parse_error_message, parse_generate_response, version_to_int, versions_from_spans,
+)
+
+
+_CLOSED = object()
+
+
+@dataclass
+class Completion:
+    """One finished sample.
+
+    Attributes:
+        prompt_ids: the prompt as given.
+        output_ids: generated ids (a matched stop/EOS token is the last one), across all resubmissions.
+        output_logprobs: behaviour logprob of each output token (as reported by the server that sampled it).
+        output_versions: policy version that produced each output token.
+        finish_reason: "stop" | "length" ("abort" only when the client was closed mid-request).
+        n_interruptions: how many times the request was aborted and resubmitted.
+        server_url: the server that produced the last chunk.
+        matched_stop: (added) the matched stop id/string when finish_reason is "stop".
+        rid: (added) the request id used on the wire.
+    """
+
+    prompt_ids: list[int]
+    output_ids: list[int]
+    output_logprobs: list[float]
+    output_versions: list[int]
+    finish_reason: str
+    n_interruptions: int
+    server_url: str
+    matched_stop: int | str | None = None
+    rid: str = ""
+
+
+class RolloutClient:
+    """Client for one or more SGLang-protocol servers (see module docstring).
+
+    Args:
+        urls: server base URLs, e.g. ``["http://127.0.0.1:30000"]``.
+        vocab_size: ids must lie in ``[0, vocab_size)``.
+        request_timeout_s: per HTTP request (a request held by a paused server waits this long).
+        max_retries: (added) retries of a request that failed to connect / lost its connection.
+        transport: (added) an ``httpx.AsyncBaseTransport`` (tests use ``httpx.MockTransport``).
+    Raises:
+        ValueError: no urls, vocab_size < 1.
+    """
+
+    def __init__(self, urls: list[str], *, vocab_size: int, request_timeout_s: float = 3600,
+                 max_retries: int = 3, transport: httpx.AsyncBaseTransport | None = None):
+        if not urls:
+            raise ValueError("RolloutClient needs at least one server url")
+        if vocab_size < 1:
+            raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")
+        self.urls = [u.rstrip("/") for u in urls]
+        self.vocab_size = int(vocab_size)
+        self.request_timeout_s = float(request_timeout_s)
+        self.max_retries = int(max_retries)
+        self._transport = transport
+        self._http: httpx.AsyncClient | None = None
+        self._http_loop: asyncio.AbstractEventLoop | None = None
+        self._closing: asyncio.Event | None = None  # set by aclose(); bound to the client's loop
+        self._rr = 0
+        self._sticky: OrderedDict[str, str] = OrderedDict()
+        self._paused = False
+        self._closed = False
+        self._sticky_max = 4096
+
+    # -- plumbing -------------------------------------------------------------------------------------------
+
+    @property
+    def paused(self) -> bool:
+        """True between :meth:`pause` and :meth:`resume` (resubmissions wait)."""
+        return self._paused
+
+    def _client(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        if self._http is None or self._http_loop is not loop or self._http.is_closed:
+            # One AsyncClient per event loop (an httpx client cannot be shared across loops).
+            self._http = httpx.AsyncClient(
+                timeout=httpx.Timeout(self.request_timeout_s, connect=10.0),
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
+                transport=self._transport,
+            )
+            self._http_loop = loop
+            self._closing = asyncio.Event()
+        return self._http
+
+    def choose_server(self, rid: str | None) -> str:
+        """Server URL for ``rid``: the sticky one if known, else the next in round-robin order."""
+        if rid is not None and rid in self._sticky:
+            self._sticky.move_to_end(rid)
+            return self._sticky[rid]
+        url = self.urls[self._rr % len(self.urls)]
+        self._rr += 1
+        if rid is not None:
+            self._sticky[rid] = url
+            while len(self._sticky) > self._sticky_max:
+                self._sticky.popitem(last=False)
+        return url
+
+    async def _post(self, url: str, path: str, body: Any, *, retries: int | None = None) -> Any:
+        """POST JSON, return the decoded JSON (or text) body; raise :class:`ServerError` on HTTP >= 400.
+
+        Connection failures are retried ``max_retries`` times with exponential backoff (0.5 s, 1 s, 2 s).
+        """
+        retries = self.max_retries if retries is None else retries
+        attempt = 0
+        while True:
+            try:
+                resp = await self._client().post(url + path, json=body)
+                break
+            except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError) as e:
+                if self._closed or attempt >= retries:
+                    raise ServerError(None, f"{type(e).__name__}: {e}", url) from e
+                await asyncio.sleep(0.5 * 2 ** attempt)
+                attempt += 1
+        try:
+            data: Any = resp.json()
+        except ValueError:
+            data = resp.text
+        if resp.status_code >= 400:
+            raise ServerError(resp.status_code, parse_error_message(data), url)
+        return data
+
+    async def _post_or_closed(self, url: str, path: str, body: Any) -> Any:
+        """:meth:`_post`, or ``_CLOSED`` as soon as :meth:`aclose` is called (the request is cancelled)."""
+        self._client()
+        closing = self._closing
+        post = asyncio.ensure_future(self._post(url, path, body))
+        stop = asyncio.ensure_future(closing.wait())
+        try:
+            await asyncio.wait({post, stop}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            post.cancel()
+            raise
+        finally:
+            stop.cancel()
+        if post.done():
+            return post.result()
+        post.cancel()
+        return _CLOSED
+
+    async def _wait_not_paused(self) -> None:
+        while self._paused and not self._closed:
+            await asyncio.sleep(0.02)
+
+    def _check_ids(self, ids: list[int]) -> None:
+        if not isinstance(ids, (list, tuple)) or len(ids) == 0:
+            raise ValueError("prompt_ids must be a non-empty list of int")
+        V = self.vocab_size
+        for j, t in enumerate(ids):
+            if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < V:
+                raise ValueError(f"prompt_ids[{j}] = {t!r} is outside the vocabulary [0, {V}) "
+                                 f"(a real SGLang server crashes on such ids)")
+
+    # -- generation -----------------------------------------------------------------------------------------
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams, rid: str | None = None
+                       ) -> Completion:
+        """Generate one sample, resubmitting after aborts until it stops or the budget is used.
+
+        Args:
+            prompt_ids: prompt token ids in ``[0, vocab_size)``.
+            params: sampling parameters; ``max_new_tokens`` is the total budget over all resubmissions.
+            rid: request id (sticky routing key, also sent to the server); default a fresh uuid.
+        Returns:
+            :class:`Completion` with per-token logprobs and versions.
+        Raises:
+            ValueError: ids out of range or invalid sampling parameters.
+            ServerError: the server answered an HTTP error, or could not be reached after retries.
+            ProtocolError: a malformed response.
+        """
+        self._check_ids(prompt_ids)
+        params.validate()
+        prompt = [int(t) for t in prompt_ids]
+        rid = rid or uuid.uuid4().hex
+        budget = int(params.max_new_tokens)
+        out_ids: list[int] = []
+        out_lps: list[float] = []
+        out_vers: list[int] = []
+        n_int = 0
+        url = self.choose_server(rid)
+        idle_backoff = 0.0
+        while True:
+            await self._wait_not_paused()
+            if self._closed:
+                return Completion(prompt, out_ids, out_lps, out_vers, "abort", n_int, url, None, rid)
+            remaining = budget - len(out_ids)
+            sp = replace(params, max_new_tokens=remaining,
+                         min_new_tokens=max(0, params.min_new_tokens - len(out_ids)))
+            # Each attempt has its own wire id (a server may still be releasing the aborted one).
+            wire_rid = rid if n_int == 0 else f"{rid}.r{n_int}"
+            req = GenerateRequest(prompt + out_ids, sp, return_logprob=True, rid=wire_rid)
+            url = self.choose_server(rid)
+            try:
+                body = await self._post_or_closed(url, "/generate", req.to_json())
+            except Exception:
+                if self._closed:
+                    return Completion(prompt, out_ids, out_lps, out_vers, "abort", n_int, url, None, rid)
+                raise
+            if body is _CLOSED:
+                return Completion(prompt, out_ids, out_lps, out_vers, "abort", n_int, url, None, rid)
+            resp = parse_generate_response(body)
+            if isinstance(resp, list):
+                raise ProtocolError("single /generate returned a list")
+            self._accumulate(resp, out_ids, out_lps, out_vers)
+            if resp.finish_reason != "abort":
+                if len(out_ids) > budget:
+                    raise ProtocolError(f"server returned {len(out_ids)} tokens for a budget of {budget}")
+                return Completion(prompt, out_ids, out_lps, out_vers, resp.finish_reason, n_int, url,
+                                  resp.matched_stop, rid)
+            if len(out_ids) >= budget:  # aborted exactly at the end of the budget
+                return Completion(prompt, out_ids, out_lps, out_vers, "length", n_int, url, None, rid)
+            n_int += 1
+            # An abort that produced nothing while we are not paused (e.g. someone's abort_all, or a
+            # request aborted before prefill): back off a little so we never spin.
+            if not resp.output_ids and not self._paused:
+                idle_backoff = min(1.0, idle_backoff * 2 or 0.05)
+                await asyncio.sleep(idle_backoff)
+            else:
+                idle_backoff = 0.0
+
+    @staticmethod
+    def _accumulate(resp: GenerateResponse, ids: list[int], lps: list[float], vers: list[int]) -> None:
+        n = len(resp.output_ids)
+        if len(resp.output_logprobs) != n:
+            raise ProtocolError(f"response has {n} output ids but {len(resp.output_logprobs)} logprobs")
+        labels = versions_from_spans(resp.weight_version_spans, n, resp.weight_version)
+        ids.extend(resp.output_ids)
+        lps.extend(resp.output_logprobs)
+        vers.extend(version_to_int(v) for v in labels)
+
+    # -- control --------------------------------------------------------------------------------------------
+
+    async def _all(self, path: str, body: Any) -> list[Any]:
+        results = await asyncio.gather(*(self._post(u, path, body) for u in self.urls),
+                                       return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            raise errors[0]
+        return results
+
+    async def pause(self) -> None:
+        """Stop resubmissions and pause every server (mode abort: in-flight requests return partial)."""
+        self._paused = True
+        await self._all("/pause_generation", build_pause_payload("abort"))
+
+    async def resume(self) -> None:
+        """Continue every server, then let resubmissions go."""
+        try:
+            await self._all("/continue_generation", build_continue_payload())
+        finally:
+            self._paused = False
+
+    async def update_weights_from_disk(self, model_path: str, version: int) -> None:
+        """Pause all servers, load ``model_path`` with ``weight_version = str(version)`` on all, continue.
+
+        Servers are always continued, even when a load fails; the first failure is then raised.
+
+        Raises:
+            ServerError: a server refused the update (e.g. bad path) or could not be reached.
+        """
+        await self.pause()
+        err: BaseException | None = None
+        try:
+            res = await self._all("/update_weights_from_disk", build_update_weights_from_disk_payload(
+                model_path, weight_version=str(int(version)), abort_all_requests=True))
+            for url, r in zip(self.urls, res):
+                if isinstance(r, dict) and r.get("success") is False:
+                    raise ServerError(200, parse_error_message(r), url)
+        except BaseException as e:  # noqa: BLE001 - re-raised after the servers are continued
+            err = e
+        await self.resume()
+        if err is not None:
+            raise err
+
+    async def health(self) -> dict[str, bool]:
+        """(added) ``GET /health`` on every server -> {url: healthy}. Never raises."""
+        async def one(u: str) -> bool:
+            try:
+                r = await self._client().get(u + "/health", timeout=5.0)
+                return r.status_code == 200
+            except httpx.HTTPError:
+                return False
+        return dict(zip(self.urls, await asyncio.gather(*(one(u) for u in self.urls))))
+
+    async def model_info(self, url: str | None = None) -> dict:
+        """(added) ``GET /model_info`` of one server (default the first)."""
+        u = url or self.urls[0]
+        r = await self._client().get(u + "/model_info")
+        if r.status_code >= 400:
+            raise ServerError(r.status_code, parse_error_message(r.text), u)
+        return r.json()
+
+    async def aclose(self) -> None:
+        """Close the HTTP client; pending :meth:`generate` calls return with finish_reason "abort"."""
+        self._closed = True
+        if self._closing is not None:
+            self._closing.set()
+            await asyncio.sleep(0)  # let pending generate() calls see it before the pool closes
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None

@@ -1,0 +1,768 @@
+"""Embedded inference server: SGLang's native HTTP protocol on top of :class:`InferenceEngine`.
+
+One child process per server (``python -m areal_cli.rollout.server --model-path DIR --port N``) on
+127.0.0.1: FastAPI + uvicorn answer HTTP on the main thread's event loop while one background thread owns
+the engine and steps the running batch. The two talk through a command queue (engine thread) and
+``loop.call_soon_threadsafe`` (results back to the waiting HTTP handlers); torch releases the GIL in its
+kernels, so ``/health`` answers at once even while the engine computes.
+
+Endpoints (shapes as recorded from SGLang 0.5.23, ``/work/shared/fixtures/sglang``):
+
+- ``POST /generate`` single or batch ``input_ids``; SGLang response shape (protocol.build_generate_response).
+  Out-of-range ids, bad sampling values and requests that can never fit -> 400 ``{"error": {"message"}}``
+  (a real SGLang server crashes on out-of-range ids).
+- ``POST /pause_generation`` ``{mode}``: "abort" (default) aborts every in-flight request (they return
+  finish_reason abort with partial tokens + logprobs), "retract" drops their KV and keeps them queued,
+  "in_place" just stops stepping. New ``/generate`` requests wait until ``/continue_generation``.
+- ``POST /continue_generation``.
+- ``POST /update_weights_from_disk`` ``{model_path, weight_version?, abort_all_requests?}``: without
+  abort and while not paused it waits for in-flight requests to finish (new ones wait), like SGLang.
+  Every output token records the version that produced it (``meta_info.weight_versions`` spans).
+- ``POST /update_weight_version`` ``{new_version}``: label only.
+- ``GET /health``, ``/health_generate``: 200 at once, also while paused (unlike SGLang 0.5.23, whose
+  /health blocks while paused). ``GET /ready``: 503 while paused.
+- ``GET /model_info`` (alias ``/get_model_info``), ``GET /server_info`` (alias ``/get_server_info``).
+- ``POST|GET /flush_cache``: 200 text when idle, 400 ``"Flush cache failed.\\n"`` while requests run.
+- ``POST /abort_request`` ``{rid}`` or ``{abort_all: true}``: 200, empty body.
+
+:class:`EmbeddedServer` launches such a child, waits until it is ready, and kills its process group on
+``stop()``, on context exit, at interpreter exit, and (watchdog in the child) when the parent dies.
+"""
+
+import argparse
+import asyncio
+import atexit
+import contextlib
+import json
+import logging
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+import weakref
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, Callable
+
+log = logging.getLogger("areal.rollout.server")
+
+FLUSH_OK = ("Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting "
+            "requests, the operation will not be performed.)\n")
+FLUSH_FAILED = "Flush cache failed.\n"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Engine thread
+# ----------------------------------------------------------------------------------------------------------
+
+
+class EngineWorker:
+    """Owns an :class:`InferenceEngine` in a background thread; everything else talks to it via commands.
+
+    Results of finished requests are delivered to ``on_result(EngineResult)`` from the engine thread.
+
+    Args:
+        engine: the engine (only this thread touches it after :meth:`start`).
+        on_result: callback for every finished/aborted request.
+        step_delay_s: sleep after every step (tests use it to make generation slow enough to interrupt).
+    """
+
+    def __init__(self, engine, on_result: Callable[[Any], None], step_delay_s: float = 0.0):
+        self.engine = engine
+        self.on_result = on_result
+        self.step_delay_s = float(step_delay_s)
+        self.stepping_paused = False
+        self._cmds: queue.Queue = queue.Queue()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="engine", daemon=True)
+        self.n_running = 0
+        self.n_waiting = 0
+        self.last_step_s = 0.0
+        self.error: BaseException | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._cmds.put(None)
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=5)
+
+    def call(self, fn: Callable[[Any], Any]) -> Future:
+        """Run ``fn(engine)`` on the engine thread between steps; returns a concurrent Future."""
+        fut: Future = Future()
+        self._cmds.put((fn, fut))
+        return fut
+
+    def busy(self) -> bool:
+        """True while requests are running or queued inside the engine (read without locking)."""
+        return self.n_running + self.n_waiting > 0 or not self._cmds.empty()
+
+    def _run_cmd(self, item) -> None:
+        fn, fut = item
+        if not fut.set_running_or_notify_cancel():
+            return
+        try:
+            fut.set_result(fn(self.engine))
+        except BaseException as e:  # delivered to the awaiting handler
+            fut.set_exception(e)
+
+    def _loop(self) -> None:
+        eng = self.engine
+        while not self._stop.is_set():
+            stepping = eng.has_work() and not self.stepping_paused
+            try:  # idle: block on the queue; stepping: only pick up what is already there
+                item = self._cmds.get_nowait() if stepping else self._cmds.get(timeout=0.5)
+            except queue.Empty:
+                item = _NOTHING
+            while item is not _NOTHING:  # run every pending command before the next step
+                if item is None:
+                    self._stop.set()
+                    break
+                self._run_cmd(item)
+                try:
+                    item = self._cmds.get_nowait()
+                except queue.Empty:
+                    item = _NOTHING
+            if self._stop.is_set():
+                break
+            if eng.has_work() and not self.stepping_paused:
+                t0 = time.perf_counter()
+                try:
+                    results = eng.step()
+                except Exception as e:  # a bug: fail every request instead of hanging them
+                    log.exception("engine step failed")
+                    self.error = e
+                    results = eng.abort_all(message=f"engine error: {e!r}")
+                self.last_step_s = time.perf_counter() - t0
+                for r in results:
+                    self.on_result(r)
+                if self.step_delay_s:
+                    time.sleep(self.step_delay_s)
+            self.n_running, self.n_waiting = len(eng.running), len(eng.waiting)
+
+
+_NOTHING = object()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# HTTP app
+# ----------------------------------------------------------------------------------------------------------
+
+
+class ServerState:
+    """Everything the HTTP handlers share (lives on the event loop thread, except ``worker``)."""
+
+    def __init__(self, engine, tokenizer, args: argparse.Namespace):
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.args = args
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.waiters: dict[str, tuple[asyncio.Future, float]] = {}
+        self.paused = False
+        self.updating = 0
+        self.unheld: asyncio.Event | None = None
+        self.update_lock: asyncio.Lock | None = None
+        self.worker = EngineWorker(engine, self._on_result, step_delay_s=args.step_delay_s)
+        self.started = time.time()
+
+    # results arrive on the engine thread
+    def _on_result(self, res) -> None:
+        loop = self.loop
+        if loop is None:
+            return
+
+        def deliver():
+            item = self.waiters.pop(res.rid, None)
+            if item is not None and not item[0].done():
+                item[0].set_result(res)
+
+        loop.call_soon_threadsafe(deliver)
+
+    def held(self) -> bool:
+        return self.paused or self.updating > 0
+
+    def refresh_hold(self) -> None:
+        if self.held():
+            self.unheld.clear()
+        else:
+            self.unheld.set()
+
+    def decode(self, ids: list[int]) -> str:
+        if self.tokenizer is None or not ids:
+            return ""
+        try:
+            return self.tokenizer.decode(ids, skip_special_tokens=True)
+        except Exception:  # a tokenizer that cannot decode some id: text is informational only
+            return ""
+
+    def token_text(self, t: int) -> str:
+        if self.tokenizer is None:
+            return ""
+        try:
+            return self.tokenizer.decode([t], skip_special_tokens=False)
+        except Exception:
+            return ""
+
+
+def _error(status: int, message: str):
+    from fastapi.responses import JSONResponse
+
+    from areal_cli.rollout.protocol import error_body
+
+    return JSONResponse(error_body(message), status_code=status)
+
+
+def build_app(state: ServerState):
+    """The FastAPI application serving ``state`` (see module docstring for the endpoints)."""
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse, PlainTextResponse, Response
+
+    from areal_cli.rollout.protocol import (
+        ProtocolError, build_generate_response, finish_reason_json, parse_generate_request,
+    )
+    from areal_cli.rollout.engine import EngineError
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        state.loop = asyncio.get_running_loop()
+        state.unheld = asyncio.Event()
+        state.unheld.set()
+        state.update_lock = asyncio.Lock()
+        state.worker.start()
+        yield
+        state.worker.stop()
+
+    app = FastAPI(title="areal embedded server (SGLang native protocol)", lifespan=lifespan)
+    eng = state.engine
+
+    async def read_json(request: Request) -> Any:
+        raw = await request.body()
+        if not raw:
+            raise ProtocolError("The request body is empty (expected a JSON object).")
+        try:
+            return json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise ProtocolError(f"JSON decode error: {e}") from e
+
+    def to_json(res, req, t_recv: float) -> dict:
+        fr = finish_reason_json(res.finish_reason, matched=res.matched_stop, length=res.max_new_tokens,
+                                message=res.abort_message or "Aborted")
+        text_ids = res.output_ids
+        if res.finish_reason == "stop" and text_ids:
+            text_ids = text_ids[:-1]  # the matched stop token is left out of text (as SGLang)
+        itl = res.input_logprobs if (req.return_logprob and res.input_logprobs is not None) else None
+        texts = [state.token_text(t) for t in res.output_ids] if req.return_text_in_logprobs else None
+        itexts = [state.token_text(t) for _, t in itl] if (itl and req.return_text_in_logprobs) else None
+        return build_generate_response(
+            rid=res.rid, text=state.decode(text_ids), output_ids=res.output_ids,
+            output_logprobs=res.output_logprobs, finish_reason=fr, prompt_tokens=len(res.prompt_ids),
+            weight_version=res.weight_version, token_versions=res.output_versions,
+            return_logprob=req.return_logprob, input_token_logprobs=itl, token_texts=texts,
+            input_token_texts=itexts, e2e_latency=time.monotonic() - t_recv,
+            num_retractions=res.num_retractions, sent_ts=time.time(),
+        )
+
+    @app.post("/generate")
+    async def generate(request: Request):
+        t_recv = time.monotonic()
+        try:
+            body = await read_json(request)
+            reqs, is_batch = parse_generate_request(body, vocab_size=eng.vocab_size,
+                                                    context_length=eng.context_length)
+            for r in reqs:
+                eng.validate(r.input_ids, r.sampling_params)  # pure checks; safe off the engine thread
+        except (ProtocolError, EngineError) as e:
+            return _error(400, str(e))
+        for r in reqs:
+            if r.rid is None:
+                r.rid = uuid.uuid4().hex
+        rids = [r.rid for r in reqs]
+        # Like SGLang: while paused (or while a weight update waits for a drain) new requests wait here.
+        while state.held():
+            await state.unheld.wait()
+        # From here to the enqueue there is no await: the checks and the registration are atomic.
+        if state.worker.error is not None:
+            return _error(500, f"The engine failed and is not serving: {state.worker.error!r}")
+        if len(set(rids)) != len(rids) or any(rid in state.waiters for rid in rids):
+            return _error(400, "Duplicate request id: a request with this rid is still running.")
+        futs = []
+        for r in reqs:
+            fut = state.loop.create_future()
+            state.waiters[r.rid] = (fut, t_recv)
+            futs.append(fut)
+
+        def add_all(engine, reqs=reqs):
+            errors = []
+            for r in reqs:
+                try:
+                    engine.add_request(r.rid, r.input_ids, r.sampling_params,
+                                       logprob_start_len=r.logprob_start_len if r.return_logprob else -1)
+                except EngineError as e:
+                    errors.append((r.rid, str(e)))
+            return errors
+
+        errors = await asyncio.wrap_future(state.worker.call(add_all))
+        if errors:
+            abort_rids = [r.rid for r in reqs if r.rid not in {e[0] for e in errors}]
+            for rid in abort_rids:
+                state.worker.call(lambda e, rid=rid: e.abort(rid))
+            for r in reqs:
+                state.waiters.pop(r.rid, None)
+            return _error(400, errors[0][1])
+        results = await asyncio.gather(*futs)
+        out = [to_json(res, r, t_recv) for res, r in zip(results, reqs)]
+        return JSONResponse(out if is_batch else out[0])
+
+    async def abort_all_and_wait() -> int:
+        results = await asyncio.wrap_future(state.worker.call(lambda e: e.abort_all()))
+        for res in results:
+            state._on_result(res)
+        await asyncio.sleep(0)  # let the deliveries run before answering
+        return len(results)
+
+    @app.post("/pause_generation")
+    async def pause_generation(request: Request):
+        try:
+            raw = await request.body()
+            body = json.loads(raw) if raw else {}
+            mode = (body or {}).get("mode", "abort") or "abort"
+        except (json.JSONDecodeError, AttributeError):
+            return _error(400, "pause_generation body must be a JSON object")
+        if mode not in ("abort", "retract", "in_place"):
+            return _error(400, f"Invalid mode {mode!r}: expected abort, retract or in_place.")
+        state.paused = True
+        state.refresh_hold()
+        if mode == "abort":
+            await abort_all_and_wait()
+        else:
+            def stop_stepping(e, mode=mode):
+                state.worker.stepping_paused = True
+                return e.retract_all() if mode == "retract" else 0
+            await asyncio.wrap_future(state.worker.call(stop_stepping))
+        return {"message": "Generation paused successfully.", "status": "ok"}
+
+    @app.post("/continue_generation")
+    async def continue_generation():
+        def resume(e):
+            state.worker.stepping_paused = False
+        await asyncio.wrap_future(state.worker.call(resume))
+        state.paused = False
+        state.refresh_hold()
+        return {"message": "Generation continued successfully.", "status": "ok"}
+
+    @app.post("/update_weights_from_disk")
+    async def update_weights_from_disk(request: Request):
+        try:
+            body = await read_json(request)
+            if not isinstance(body, dict) or not isinstance(body.get("model_path"), str):
+                raise ProtocolError("model_path (a string) is required.")
+        except ProtocolError as e:
+            return JSONResponse({"success": False, "message": str(e), "num_paused_requests": 0},
+                                status_code=400)
+        version = body.get("weight_version")
+        async with state.update_lock:
+            state.updating += 1
+            state.refresh_hold()
+            try:
+                if body.get("abort_all_requests"):
+                    await abort_all_and_wait()
+                elif not state.paused:
+                    while state.worker.busy():  # like SGLang: wait for in-flight requests to finish
+                        await asyncio.sleep(0.005)
+
+                def load(e, path=body["model_path"], v=version):
+                    e.load_weights(path, None if v is None else str(v))
+
+                try:
+                    await asyncio.wrap_future(state.worker.call(load))
+                except Exception as e:  # noqa: BLE001 - reported to the client, old weights stay
+                    return JSONResponse({"success": False, "message": f"Failed to update weights: {e}",
+                                         "num_paused_requests": 0}, status_code=400)
+            finally:
+                state.updating -= 1
+                state.refresh_hold()
+        msg = "Succeeded to update model weights."
+        if version is not None:
+            msg += f" Weight version updated to {version}."
+        return {"success": True, "message": msg, "num_paused_requests": 0}
+
+    @app.post("/update_weight_version")
+    async def update_weight_version(request: Request):
+        try:
+            body = await read_json(request)
+            new = body["new_version"]
+        except (ProtocolError, KeyError, TypeError) as e:
+            return _error(400, f"new_version is required ({e})")
+        if body.get("abort_all_requests"):
+            await abort_all_and_wait()
+
+        def setv(e, v=str(new)):
+            e.weight_version = v
+        await asyncio.wrap_future(state.worker.call(setv))
+        return {"success": True, "message": f"Weight version updated to {new}", "new_version": str(new)}
+
+    @app.get("/health")
+    @app.get("/health_generate")
+    async def health():
+        if state.worker.error is not None:
+            return Response(status_code=503)
+        return Response(status_code=200)
+
+    @app.get("/ready")
+    async def ready():
+        return Response(status_code=503 if (state.paused or state.worker.error is not None) else 200)
+
+    def model_info() -> dict:
+        s = eng.spec
+        return {
+            "model_path": eng.model_path, "served_model_name": state.args.model_path,
+            "tokenizer_path": state.args.model_path if state.tokenizer is not None else None,
+            "is_generation": True, "preferred_sampling_params": None, "weight_version": eng.weight_version,
+            "load_format": "auto", "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"],
+            "vocab_size": s.vocab_size, "context_length": eng.context_length,
+            "eos_token_ids": list(s.eos_token_ids), "max_total_tokens": eng.max_total_tokens,
+            "max_running_requests": eng.max_running_requests, "engine": "areal-embedded",
+        }
+
+    @app.get("/model_info")
+    @app.get("/get_model_info")
+    async def get_model_info():
+        return model_info()
+
+    @app.get("/server_info")
+    @app.get("/get_server_info")
+    async def server_info():
+        a = state.args
+        return {
+            **{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
+            "model_path": a.model_path, "weight_version": a.weight_version, "version": "areal-embedded",
+            "status": "ready", "startup_time": state.started, "paused": state.paused,
+            "internal_states": [{
+                "num_running_reqs": state.worker.n_running, "num_waiting_reqs": state.worker.n_waiting,
+                "num_http_waiting": len(state.waiters), "free_kv_tokens": eng.free_tokens,
+                "last_step_s": state.worker.last_step_s, **eng.stats,
+            }],
+        }
+
+    @app.post("/flush_cache")
+    @app.get("/flush_cache")
+    async def flush_cache():
+        if state.worker.busy():
+            return PlainTextResponse(FLUSH_FAILED, status_code=400)
+        return PlainTextResponse(FLUSH_OK, status_code=200)
+
+    @app.post("/abort_request")
+    async def abort_request(request: Request):
+        try:
+            body = await read_json(request)
+            if not isinstance(body, dict):
+                raise ProtocolError("body must be an object")
+        except ProtocolError as e:
+            return _error(400, str(e))
+        if body.get("abort_all"):
+            await abort_all_and_wait()
+        elif body.get("rid") is not None:
+            res = await asyncio.wrap_future(state.worker.call(lambda e, rid=str(body["rid"]): e.abort(rid)))
+            if res is not None:
+                state._on_result(res)
+        return Response(status_code=200)
+
+    @app.exception_handler(Exception)
+    async def on_error(request, exc):  # never a bare 500 traceback page
+        log.exception("unhandled error on %s", request.url.path)
+        return _error(500, f"{type(exc).__name__}: {exc}")
+
+    return app
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Child process entry point
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m areal_cli.rollout.server",
+                                description="Embedded inference server (SGLang native protocol).")
+    p.add_argument("--model-path", required=True)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--max-running-requests", type=int, default=64)
+    p.add_argument("--max-total-tokens", type=int, default=65536, help="KV-cache cap in tokens")
+    p.add_argument("--max-prefill-tokens", type=int, default=8192)
+    p.add_argument("--context-length", type=int, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--weight-version", default="0")
+    p.add_argument("--num-threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    p.add_argument("--step-delay-s", type=float, default=0.0,
+                   help="sleep after each engine step (testing: makes generation interruptible)")
+    p.add_argument("--parent-pid", type=int, default=None, help="exit when this process is gone")
+    p.add_argument("--log-level", default="info")
+    return p.parse_args(argv)
+
+
+def _watch_parent(pid: int) -> None:
+    def run():
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != pid:
+                log.warning("parent %d is gone: exiting", pid)
+                os._exit(0)
+
+    threading.Thread(target=run, name="parent-watchdog", daemon=True).start()
+
+
+def _precheck_model_dir(d: Path) -> str | None:
+    """A one-line problem with model directory ``d`` (no config.json / no safetensors), or None."""
+    if not (d / "config.json").is_file():
+        return f"{d}: not a model directory (no config.json)"
+    if not ((d / "model.safetensors").is_file() or (d / "model.safetensors.index.json").is_file()):
+        return f"{d}: no model.safetensors (or index) found"
+    return None
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run one embedded server until SIGTERM/SIGINT (the child process of :class:`EmbeddedServer`)."""
+    args = _parse_args(argv)
+    logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.parent_pid:
+        _watch_parent(args.parent_pid)
+    problem = _precheck_model_dir(Path(args.model_path))
+    if problem:  # fail fast, before the slow imports
+        log.error("%s", problem)
+        sys.exit(2)
+    import torch
+
+    torch.set_num_threads(max(1, args.num_threads))
+    import uvicorn
+
+    from areal_cli.rollout.engine import InferenceEngine
+
+    t0 = time.time()
+    engine = InferenceEngine(args.model_path, max_running_requests=args.max_running_requests,
+                             max_total_tokens=args.max_total_tokens, context_length=args.context_length,
+                             seed=args.seed, weight_version=args.weight_version,
+                             max_prefill_tokens=args.max_prefill_tokens)
+    tokenizer = None
+    tok_path = Path(args.model_path) / "tokenizer.json"
+    if tok_path.is_file():
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_file(str(tok_path))
+    s = engine.spec
+    log.info("loaded %s in %.2fs: %d layers, hidden %d, vocab %d, KV cap %d tokens (%.1f MiB), version %s",
+             args.model_path, time.time() - t0, s.num_layers, s.hidden_size, s.vocab_size,
+             engine.max_total_tokens, engine.k_pool.numel() * 2 * engine.k_pool.element_size() / 2**20,
+             engine.weight_version)
+    state = ServerState(engine, tokenizer, args)
+    app = build_app(state)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False,
+                            timeout_graceful_shutdown=2, lifespan="on")
+    server = uvicorn.Server(config)
+    server.run()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Launcher (parent side)
+# ----------------------------------------------------------------------------------------------------------
+
+_LIVE: "weakref.WeakSet[EmbeddedServer]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all_at_exit() -> None:
+    for s in list(_LIVE):
+        try:
+            s.stop()
+        except Exception:  # noqa: BLE001 - best effort at interpreter exit
+            pass
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago (bind to port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _tail(path: Path, n: int = 40) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join(lines[-n:])
+
+
+class EmbeddedServer:
+    """Handle on one embedded server child process (create with :meth:`launch`).
+
+    Attributes:
+        url: ``"http://HOST:PORT"``. host, port, model_path, log_path, proc (``subprocess.Popen``).
+    Usable as a context manager (``with EmbeddedServer.launch(...) as srv:``); :meth:`stop` is idempotent.
+    """
+
+    def __init__(self, proc: subprocess.Popen, host: str, port: int, model_path: str, log_path: Path,
+                 log_file):
+        self.proc = proc
+        self.host = host
+        self.port = port
+        self.url = f"http://{host}:{port}"
+        self.model_path = model_path
+        self.log_path = log_path
+        self._log_file = log_file
+        self._t_spawn = time.monotonic()
+        self._startup_timeout_s = 120.0
+        _LIVE.add(self)
+
+    @classmethod
+    def launch(cls, model_path: str | Path, *, host: str = "127.0.0.1", port: int | None = None,
+               max_running_requests: int = 64, max_total_tokens: int = 65536, seed: int = 0,
+               log_path: Path | None = None, weight_version: str = "0", startup_timeout_s: float = 120,
+               num_threads: int = 1, context_length: int | None = None, step_delay_s: float = 0.0,
+               extra_args: list[str] | None = None, wait: bool = True) -> "EmbeddedServer":
+        """Start ``python -m areal_cli.rollout.server`` and return once ``GET /health`` answers 200.
+
+        Args:
+            model_path: Hugging Face Qwen3 model directory.
+            port: None picks a free port (retried up to 3 times if another process takes it first).
+            max_running_requests, max_total_tokens, seed, weight_version, context_length: engine settings.
+            log_path: child stdout+stderr; default a temporary file (path in ``.log_path``).
+            startup_timeout_s: give up (kill the child, raise) after this many seconds.
+            num_threads: torch threads in the child (default 1: machines are shared).
+            step_delay_s: testing knob, sleep after each engine step.
+            wait: (added) False returns right after spawning; call :meth:`wait_until_ready` later (lets a
+                caller overlap the child's start-up with its own work).
+        Raises:
+            UserError: ``model_path`` is not a directory with config.json.
+            RuntimeError: the child exited or did not become ready in time; the message ends with the last
+                lines of its log.
+        """
+        from areal_cli.errors import UserError
+
+        mp = Path(model_path)
+        if not (mp / "config.json").is_file():
+            raise UserError(f"{mp}: not a model directory (no config.json)")
+        attempts = 3 if port is None else 1
+        last_err: Exception | None = None
+        for _ in range(attempts):
+            p = free_port(host) if port is None else port
+            try:
+                srv = cls._spawn(mp, host, p, max_running_requests, max_total_tokens, seed, log_path,
+                                 weight_version, num_threads, context_length, step_delay_s, extra_args or [])
+                srv._startup_timeout_s = startup_timeout_s
+                srv._t_spawn = time.monotonic()
+                if wait:
+                    srv.wait_until_ready()
+                return srv
+            except RuntimeError as e:
+                last_err = e
+                if "address already in use" not in str(e).lower():
+                    raise
+        raise last_err  # type: ignore[misc]
+
+    @classmethod
+    def _spawn(cls, mp, host, port, max_running_requests, max_total_tokens, seed, log_path, weight_version,
+               num_threads, context_length, step_delay_s, extra_args) -> "EmbeddedServer":
+        import tempfile
+
+        if log_path is None:
+            fd, name = tempfile.mkstemp(prefix=f"areal-server-{port}-", suffix=".log")
+            os.close(fd)
+            log_path = Path(name)
+        log_path = Path(log_path)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "areal_cli.rollout.server", "--model-path", str(mp), "--host", host,
+               "--port", str(port), "--max-running-requests", str(max_running_requests),
+               "--max-total-tokens", str(max_total_tokens), "--seed", str(seed),
+               "--weight-version", str(weight_version), "--num-threads", str(num_threads),
+               "--parent-pid", str(os.getpid())]
+        if context_length is not None:
+            cmd += ["--context-length", str(context_length)]
+        if step_delay_s:
+            cmd += ["--step-delay-s", str(step_delay_s)]
+        cmd += extra_args
+        env = dict(os.environ)
+        pkg_root = str(Path(__file__).resolve().parents[2])  # so the child imports this areal_cli
+        env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env.setdefault("OMP_NUM_THREADS", str(num_threads))
+        log_file = open(log_path, "ab")
+        proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, start_new_session=True)
+        return cls(proc, host, port, str(mp), log_path, log_file)
+
+    def wait_until_ready(self, timeout_s: float | None = None) -> "EmbeddedServer":
+        """Poll ``GET /health`` until 200 (every 0.1 s).
+
+        Args:
+            timeout_s: default the ``startup_timeout_s`` given to :meth:`launch`, counted from the spawn.
+        Raises:
+            RuntimeError: the child exited, or was not ready in time (it is then killed); the message ends
+                with the last lines of its log.
+        """
+        import httpx
+
+        if timeout_s is None:
+            deadline = self._t_spawn + self._startup_timeout_s
+        else:
+            deadline = time.monotonic() + timeout_s
+        with httpx.Client(timeout=2.0) as c:
+            while True:
+                rc = self.proc.poll()
+                if rc is not None:
+                    self.stop()
+                    raise RuntimeError(f"embedded server exited with code {rc} during startup "
+                                       f"(log {self.log_path}); last lines:\n{_tail(self.log_path)}")
+                try:
+                    if c.get(self.url + "/health").status_code == 200:
+                        return self
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"embedded server not ready after {deadline - self._t_spawn:.0f} s "
+                                       f"(log {self.log_path}); last lines:\n{_tail(self.log_path)}")
+                time.sleep(0.1)
+
+    def alive(self) -> bool:
+        """True while the child process runs."""
+        return self.proc.poll() is None
+
+    def stop(self) -> None:
+        """Terminate the child's process group (SIGTERM, then SIGKILL after 5 s). Idempotent."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.proc.wait(timeout=5)
+        if self._log_file is not None and not self._log_file.closed:
+            self._log_file.close()
+        _LIVE.discard(self)
+
+    def __enter__(self) -> "EmbeddedServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "running" if self.alive() else f"exited({self.proc.returncode})"
+        return f"EmbeddedServer({self.url}, {self.model_path}, {state})"
+
+
+if __name__ == "__main__":
+    main()

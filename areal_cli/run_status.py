@@ -1,0 +1,103 @@
+"""Live terminal status of a training run (rich), or plain log lines when not on a terminal."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+
+class RunStatus:
+    """Shows step, version, reward, accuracy, batch staleness, tokens/s and dropped groups.
+
+    Args:
+        cfg: the run's TrainConfig (for the header).
+        out: run directory (shown in the header).
+        live: use a live-updating panel when stdout is a terminal; otherwise one line per event.
+    """
+
+    def __init__(self, cfg, out: Path, *, live: bool = True, console: Console | None = None) -> None:
+        self.cfg = cfg
+        self.out = out
+        self.console = console or Console()
+        self.use_live = live and self.console.is_terminal
+        self._live: Live | None = None
+        self._t0 = time.monotonic()
+        self._phase = "starting"
+        self._phase_info: dict = {}
+        self._last: dict = {}
+        self._counters: dict = {}
+        self._messages: list[str] = []
+
+    def __enter__(self) -> "RunStatus":
+        if self.use_live:
+            self._live = Live(self._render(), console=self.console, refresh_per_second=4, transient=False)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._live is not None:
+            self._live.update(self._render())
+            self._live.__exit__(*exc)
+            self._live = None
+
+    # --- events ---------------------------------------------------------------------------
+    def log(self, message: str) -> None:
+        stamp = f"[{time.monotonic() - self._t0:7.1f}s]"
+        self._messages = (self._messages + [f"{stamp} {message}"])[-4:]
+        if self._live is not None:
+            self._live.update(self._render())
+        else:
+            self.console.print(f"{stamp} {message}", highlight=False)
+
+    def phase(self, name: str, **info) -> None:
+        self._phase, self._phase_info = name, info
+        self.log(name + " " + " ".join(f"{k}={_fmt(v)}" for k, v in info.items()))
+
+    def step(self, line: dict, counters: dict) -> None:
+        self._phase = "rl" if line.get("phase") == "rl" else "warm start done"
+        self._last, self._counters = line, counters
+        if self._live is not None:
+            self._live.update(self._render())
+        else:
+            keys = ("step", "version", "reward_mean", "accuracy", "staleness_max", "gen_tokens_per_s",
+                    "groups_dropped", "elapsed_s")
+            self.console.print(
+                f"[{time.monotonic() - self._t0:7.1f}s] " + " ".join(f"{k}={_fmt(line.get(k))}" for k in keys),
+                highlight=False,
+            )
+
+    # --- rendering ------------------------------------------------------------------------
+    def _render(self):
+        cfg, l, c = self.cfg, self._last, self._counters
+        head = Text(
+            f"areal train {cfg.recipe} | eta={cfg.max_head_offpolicyness} batch={cfg.batch_size}x{cfg.group_size} "
+            f"| out={self.out} | {time.monotonic() - self._t0:.0f}s | phase: {self._phase}",
+            style="bold",
+        )
+        t = Table(show_header=True, header_style="cyan", box=None)
+        for col in ("step", "version", "reward", "accuracy", "staleness max/mean", "gen tok/s",
+                    "train tok/s", "dropped groups", "reward err/timeout", "interrupts"):
+            t.add_column(col, justify="right")
+        if l:
+            t.add_row(
+                _fmt(l.get("step")), _fmt(l.get("version")), _fmt(l.get("reward_mean")), _fmt(l.get("accuracy")),
+                f"{_fmt(l.get('staleness_max'))}/{_fmt(l.get('staleness_mean'))}",
+                _fmt(l.get("gen_tokens_per_s")), _fmt(l.get("train_tokens_per_s")),
+                _fmt(l.get("groups_dropped", 0)),
+                f"{c.get('reward_error', 0)}/{c.get('reward_timeout', 0)}", _fmt(c.get("interruptions", 0)),
+            )
+        msgs = Text("\n".join(self._messages), style="dim")
+        return Group(head, t, msgs)
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.3f}" if abs(v) < 100 else f"{v:.0f}"
+    return str(v)

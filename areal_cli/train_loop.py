@@ -1,0 +1,369 @@
+"""The asynchronous RL loop of ``areal train``, top to bottom.
+
+Processes (DESIGN §3): this process runs the rollout controller (asyncio) and the Megatron-core trainer
+(its steps in a worker thread, so rollouts keep streaming while it trains); ``n_servers`` embedded rollout
+servers run as child processes; rewards are computed in a worker-process pool.
+
+1. Build the embedded tiny Qwen3 (or use ``model_path``), start the servers and the reward pool.
+2. Supervised warm start (part of the recipe): train on the task's training split until held-out greedy
+   accuracy reaches ``sft_stop_accuracy`` (<= 0.5). That policy is version 0.
+3. RL steps: wait for ``batch_size`` accepted groups (admitted under the staleness bound eta), recompute
+   proximal logprobs, compute advantages, one decoupled-PPO update per minibatch, publish version v+1 in
+   HF format, pause -> load -> continue every server (interrupted samples resume with their prefix), measure
+   held-out accuracy, append one line to ``metrics.jsonl``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from areal_cli.config import TrainConfig
+from areal_cli.errors import UserError
+from areal_cli.rollout.client import RolloutClient
+from areal_cli.rollout.controller import Group, PromptItem, RolloutController
+from areal_cli.rollout.protocol import SamplingParams
+from areal_cli.rollout.server import EmbeddedServer
+from areal_cli.rollout.staleness import StalenessManager
+from areal_cli.reward.pool import RewardPool
+from areal_cli.run_status import RunStatus
+from areal_cli.tasks import registry
+from areal_cli.trainer.advantages import (
+    broadcast_to_tokens,
+    global_normalized_token_advantages,
+    group_normalized_advantages,
+)
+from areal_cli.trainer.batch import TrainBatch, build_train_batch
+from areal_cli.trainer.decoupled_ppo import DecoupledPPOConfig, decoupled_ppo_loss
+
+
+@dataclass
+class RunContext:
+    """Everything a running job holds: config, output dir, task, tokenizer, engine, client, servers."""
+
+    cfg: TrainConfig
+    out: Path
+    task: Any
+    tokenizer: Any
+    engine: Any
+    client: RolloutClient
+    servers: list[EmbeddedServer]
+    reward_pool: RewardPool
+    eval_items: list[PromptItem]
+    status: RunStatus
+    t0: float
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+
+def prepare_out_dir(out: Path) -> None:
+    """Refuse to write over an earlier run (nothing is overwritten).
+
+    Raises:
+        UserError: ``out`` already holds a ``metrics.jsonl``.
+    """
+    if (out / "metrics.jsonl").exists():
+        raise UserError(f"{out}: already holds a run (metrics.jsonl); choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def run_training(cfg: TrainConfig, out: Path, *, live: bool = True) -> dict:
+    """Run warm start + asynchronous RL for ``cfg``; return the summary (also written to summary.json).
+
+    Raises:
+        UserError: unknown task, existing run directory, or bad model path.
+    """
+    task = registry.get_task(cfg.task, seed=cfg.seed)
+    if cfg.model_path is not None and not (Path(cfg.model_path) / "config.json").is_file():
+        raise UserError(f"model_path '{cfg.model_path}': not a model directory (no config.json)")
+    prepare_out_dir(out)
+    torch.set_num_threads(cfg.torch_threads)
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
+    status = RunStatus(cfg, out, live=live)
+    with status:
+        return asyncio.run(_run(cfg, out, task, status))
+
+
+async def _run(cfg: TrainConfig, out: Path, task, status: RunStatus) -> dict:
+    from areal_cli.models.tiny import build_tiny_model, load_tokenizer
+    from areal_cli.trainer.megatron_engine import MegatronEngine
+
+    t0 = time.monotonic()
+    if cfg.model_path is None:
+        status.log("building the embedded tiny Qwen3 model and tokenizer")
+        base = build_tiny_model(out / "model" / "base", seed=cfg.seed, corpus=task.tokenizer_corpus(),
+                                vocab_size=cfg.model_vocab_size, hidden_size=cfg.model_hidden_size,
+                                num_layers=cfg.model_num_layers)
+    else:
+        base = Path(cfg.model_path)
+    tokenizer = load_tokenizer(base)
+    status.log(f"starting {cfg.n_servers} embedded rollout server(s)")
+    servers = [
+        EmbeddedServer.launch(base, max_running_requests=cfg.server_max_running_requests,
+                              max_total_tokens=cfg.server_max_total_tokens, seed=cfg.seed + i,
+                              log_path=out / "logs" / f"server{i}.log", weight_version="0", wait=False)
+        for i in range(cfg.n_servers)
+    ]
+    pool = None
+    client = None
+    try:
+        pool = RewardPool(task.reward_fn, n_workers=cfg.reward_workers, timeout_s=cfg.reward_timeout_s)
+        engine = await asyncio.to_thread(
+            MegatronEngine, base, lr=cfg.sft_lr, weight_decay=cfg.weight_decay,
+            betas=(cfg.adam_beta1, cfg.adam_beta2), grad_clip=cfg.grad_clip, seed=cfg.seed)
+        for s in servers:
+            await asyncio.to_thread(s.wait_until_ready)
+        client = RolloutClient([s.url for s in servers], vocab_size=engine.vocab_size)
+        eval_items = [_prompt_item(tokenizer, p) for p in task.heldout(cfg.eval_n_prompts)]
+        ctx = RunContext(cfg, out, task, tokenizer, engine, client, servers, pool, eval_items, status, t0)
+        warm = await warm_start(ctx)
+        summary = await rl_loop(ctx, warm)
+    finally:
+        if client is not None:
+            await client.aclose()
+        if pool is not None:
+            pool.close()
+        for s in servers:
+            s.stop()
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def _prompt_item(tokenizer, problem) -> PromptItem:
+    from areal_cli.models.tiny import chat_prompt_ids
+
+    return PromptItem(problem.id, chat_prompt_ids(tokenizer, problem.prompt), problem.answer)
+
+
+# --------------------------------------------------------------------------------------------------
+# Held-out accuracy
+# --------------------------------------------------------------------------------------------------
+async def evaluate(ctx: RunContext) -> tuple[float, int]:
+    """Greedy held-out accuracy through the rollout servers.
+
+    Returns:
+        (accuracy in [0, 1], the lowest policy version that produced any evaluated token).
+    """
+    params = SamplingParams(max_new_tokens=ctx.cfg.max_new_tokens, temperature=0.0)
+    comps = await asyncio.gather(*(ctx.client.generate(it.prompt_ids, params, rid=f"eval-{it.prompt_id}-{time.monotonic_ns()}")
+                                   for it in ctx.eval_items))
+    texts = [ctx.tokenizer.decode(c.output_ids, skip_special_tokens=True) for c in comps]
+    results = await asyncio.gather(*(ctx.reward_pool.score(t, it.answer) for t, it in zip(texts, ctx.eval_items)))
+    failed = [r for r in results if r.status != "ok"]
+    if failed:
+        raise RuntimeError(f"{len(failed)} held-out rewards failed, e.g. {failed[0].status}: {failed[0].message}")
+    versions = [v for c in comps for v in c.output_versions]
+    return sum(r.reward > 0 for r in results) / len(results), (min(versions) if versions else -1)
+
+
+async def publish(ctx: RunContext, version: int, tag: str) -> Path:
+    """Write the trainer's weights in HF format and load them on every server as ``version``."""
+    path = await asyncio.to_thread(ctx.engine.save_hf, ctx.out / "weights" / tag)
+    await ctx.client.update_weights_from_disk(str(path.resolve()), version)
+    return path
+
+
+# --------------------------------------------------------------------------------------------------
+# Phase 1: supervised warm start
+# --------------------------------------------------------------------------------------------------
+async def warm_start(ctx: RunContext) -> dict:
+    """Supervised fine-tuning on the task's training split until held-out accuracy reaches
+    ``sft_stop_accuracy``; rolls back one eval interval if accuracy overshoots 0.5.
+
+    Loss: mean negative log-likelihood over response tokens only (prompt tokens masked).
+    Returns:
+        {"steps", "accuracy", "seconds"} of the warm start.
+    """
+    cfg, eng = ctx.cfg, ctx.engine
+    examples = ctx.task.sft_examples(cfg.sft_n_examples)
+    eos = ctx.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    encoded = [(_prompt_item(ctx.tokenizer, p).prompt_ids, ctx.tokenizer.encode(target, add_special_tokens=False) + [eos])
+               for p, target in examples]
+    rng = random.Random(cfg.seed)
+    order = list(range(len(encoded)))
+    acc, step, t_start = 0.0, 0, time.monotonic()
+    acc, _ = await evaluate(ctx)
+    ctx.status.phase("warm start", acc=acc)
+    prev_state = None
+
+    def nll(lp: torch.Tensor, mb: TrainBatch, n_valid: float) -> torch.Tensor:
+        return -(lp * mb.loss_mask).sum() / n_valid
+
+    while step < cfg.sft_max_steps and acc < cfg.sft_stop_accuracy:
+        rng.shuffle(order)
+        for i in range(0, len(order) - cfg.sft_batch_size + 1, cfg.sft_batch_size):
+            idx = order[i : i + cfg.sft_batch_size]
+            batch = build_train_batch([(p, t, [0.0] * len(t), [0] * len(t)) for p, t in (encoded[j] for j in idx)],
+                                      pad_id=ctx.tokenizer.pad_token_id)
+            n_valid = batch.n_loss_tokens
+            stats = await asyncio.to_thread(eng.train_step, [batch], lambda lp, mb: nll(lp, mb, n_valid))
+            step += 1
+            if step % cfg.sft_eval_every == 0 or step >= cfg.sft_max_steps:
+                prev_state = {k: v.clone() for k, v in eng.model.state_dict().items() if "_extra_state" not in k}
+                await publish(ctx, 0, f"sft-step{step}")
+                acc, _ = await evaluate(ctx)
+                ctx.status.phase("warm start", step=step, acc=acc, loss=stats["loss"])
+                if acc >= cfg.sft_stop_accuracy or step >= cfg.sft_max_steps:
+                    break
+        else:
+            continue
+        break
+    if acc > 0.5 and prev_state is not None:
+        # Overshot the 0.5 bound between two evaluations: keep the previous evaluated weights.
+        ctx.status.log(f"warm start overshot ({acc:.3f} > 0.5): rolling back {cfg.sft_eval_every} steps")
+        eng.model.load_state_dict(prev_state, strict=False)
+        step -= cfg.sft_eval_every
+        await publish(ctx, 0, f"sft-step{step}")
+        acc, _ = await evaluate(ctx)
+    for p in (ctx.out / "weights").glob("sft-step*"):
+        if p.name != f"sft-step{step}":
+            shutil.rmtree(p, ignore_errors=True)
+    return {"steps": step, "accuracy": acc, "seconds": time.monotonic() - t_start}
+
+
+# --------------------------------------------------------------------------------------------------
+# Phase 2: asynchronous RL
+# --------------------------------------------------------------------------------------------------
+def make_train_batch(groups: list[Group], cfg: TrainConfig, pad_id: int) -> TrainBatch:
+    """Pack groups into a right-padded TrainBatch with per-token advantages.
+
+    Advantages: group normalisation (GRPO) of the 0/1 rewards, or rewards broadcast to tokens and
+    normalised over all valid tokens of the batch (``adv_norm = global``).
+    """
+    samples = [s for g in groups for s in g.samples]
+    batch = build_train_batch(
+        [(s.prompt_ids, s.output_ids, s.behaviour_logprobs, s.versions) for s in samples], pad_id=pad_id
+    )
+    rewards = torch.tensor([[s.reward for s in g.samples] for g in groups], dtype=torch.float32)
+    if cfg.adv_norm == "group":
+        adv = broadcast_to_tokens(group_normalized_advantages(rewards).flatten(), batch.loss_mask)
+    else:
+        adv = global_normalized_token_advantages(broadcast_to_tokens(rewards.flatten(), batch.loss_mask), batch.loss_mask)
+    batch.advantages = adv
+    return batch
+
+
+def ppo_update(engine, batch: TrainBatch, cfg: TrainConfig) -> dict[str, float]:
+    """Recompute proximal logprobs, then one decoupled-PPO optimiser step per minibatch (runs in a thread)."""
+    if cfg.recompute_proximal:
+        batch.proximal_logprobs = engine.logprobs(batch) * batch.loss_mask
+    else:
+        batch.proximal_logprobs = batch.behaviour_logprobs.clone()
+    loss_cfg = DecoupledPPOConfig(cfg.eps_clip, cfg.behav_imp_weight_cap)
+    totals: dict[str, float] = {"n_tokens": 0.0, "n_clipped": 0.0, "n_iw_capped": 0.0}
+    out: dict[str, float] = {}
+    for mb in batch.split(cfg.ppo_n_minibatches):
+        n_valid = max(mb.n_loss_tokens, 1)
+
+        def loss_fn(lp: torch.Tensor, m: TrainBatch) -> torch.Tensor:
+            loss, st = decoupled_ppo_loss(lp, m.proximal_logprobs, m.behaviour_logprobs, m.advantages,
+                                          m.loss_mask, n_valid, loss_cfg)
+            for k in totals:
+                totals[k] += st[k]
+            return loss
+
+        out = engine.train_step([mb], loss_fn)
+    n = max(totals["n_tokens"], 1.0)
+    return {"loss": out["loss"], "grad_norm": out["grad_norm"], "clip_frac": totals["n_clipped"] / n,
+            "iw_capped_frac": totals["n_iw_capped"] / n}
+
+
+async def rl_loop(ctx: RunContext, warm: dict) -> dict:
+    """Asynchronous RL until ``max_steps``, the target accuracy or the time limit."""
+    cfg = ctx.cfg
+    staleness = StalenessManager(cfg.batch_size, cfg.max_head_offpolicyness, cfg.effective_max_concurrent)
+    train_items = (_prompt_item(ctx.tokenizer, p) for p in ctx.task.train_stream())
+    controller = RolloutController(
+        ctx.client, staleness, train_items, ctx.reward_pool,
+        lambda ids: ctx.tokenizer.decode(ids, skip_special_tokens=True),
+        group_size=cfg.group_size,
+        sampling=SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p),
+        success_rate_lb=cfg.success_rate_lb, success_rate_ub=cfg.success_rate_ub,
+    )
+    ctx.engine.set_lr(cfg.lr)
+    ctx.engine.optimizer.state.clear()  # fresh AdamW moments for the RL phase
+    metrics_path = ctx.out / "metrics.jsonl"
+    version, acc = 0, warm["accuracy"]
+    t_rl = time.monotonic()
+    time_to_target = None
+    first = {"step": 0, "version": 0, "phase": "warm_start_end", "reward_mean": None, "accuracy": acc,
+             "staleness_max": 0, "staleness_mean": 0.0, "elapsed_s": round(ctx.elapsed(), 3),
+             "rl_elapsed_s": 0.0, "warm_start_steps": warm["steps"], "warm_start_s": round(warm["seconds"], 3)}
+    with metrics_path.open("w") as mf:
+        mf.write(json.dumps(first) + "\n")
+        mf.flush()
+        ctx.status.step(first, controller.stats.as_dict())
+        controller.start()
+        try:
+            last_tokens, last_t = 0, time.monotonic()
+            trained_tokens = 0
+            for step in range(1, cfg.max_steps + 1):
+                t_wait = time.monotonic()
+                groups = await controller.get_batch(cfg.batch_size)
+                wait_s = time.monotonic() - t_wait
+                batch = make_train_batch(groups, cfg, ctx.tokenizer.pad_token_id)
+                t_train = time.monotonic()
+                train_stats = await asyncio.to_thread(ppo_update, ctx.engine, batch, cfg)
+                train_s = time.monotonic() - t_train
+                trained_tokens += int(batch.attention_mask.sum())
+                samples = [s for g in groups for s in g.samples]
+                stale = [version - s.head_version for s in samples if s.versions]
+                version += 1
+                t_sync = time.monotonic()
+                await publish(ctx, version, f"v{version}")
+                controller.notify_version(version)
+                sync_s = time.monotonic() - t_sync
+                old = ctx.out / "weights" / f"v{version - 2}"
+                if old.exists():
+                    shutil.rmtree(old, ignore_errors=True)
+                if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.max_steps):
+                    acc, _ = await evaluate(ctx)
+                now = time.monotonic()
+                cs = controller.stats.as_dict()
+                line = {
+                    "step": step, "version": version, "phase": "rl",
+                    "reward_mean": sum(s.reward for s in samples) / len(samples),
+                    "accuracy": acc,
+                    "staleness_max": max(stale, default=0), "staleness_mean": sum(stale) / max(len(stale), 1),
+                    "elapsed_s": round(ctx.elapsed(), 3), "rl_elapsed_s": round(now - t_rl, 3),
+                    "gen_tokens_per_s": (cs["tokens_generated"] - last_tokens) / max(now - last_t, 1e-9),
+                    "train_tokens_per_s": trained_tokens / max(now - t_rl, 1e-9),
+                    "wait_s": round(wait_s, 4), "train_s": round(train_s, 4), "sync_s": round(sync_s, 4),
+                    "groups_dropped": cs["groups_dropped_filter"] + cs["groups_dropped_reward_failure"],
+                    "truncated_frac": sum(s.finish_reason == "length" for s in samples) / len(samples),
+                    **{k: round(v, 6) for k, v in train_stats.items()}, **cs,
+                }
+                last_tokens, last_t = cs["tokens_generated"], now
+                mf.write(json.dumps(line) + "\n")
+                mf.flush()
+                ctx.status.step(line, cs)
+                if time_to_target is None and cfg.target_accuracy and acc >= cfg.target_accuracy:
+                    time_to_target = {"step": step, "elapsed_s": line["elapsed_s"], "rl_elapsed_s": line["rl_elapsed_s"]}
+                    break
+                if cfg.time_limit_s and ctx.elapsed() > cfg.time_limit_s:
+                    ctx.status.log(f"time limit {cfg.time_limit_s}s reached")
+                    break
+        finally:
+            await controller.stop()
+    final = ctx.out / "weights" / f"v{version}"
+    from areal_cli.plots import plot_learning_curve
+
+    plot_learning_curve(metrics_path, ctx.out / "learning_curve.png", target=cfg.target_accuracy)
+    return {
+        "recipe": cfg.recipe, "ok": True, "final_version": version, "final_accuracy": acc,
+        "warm_start": warm, "time_to_target": time_to_target, "elapsed_s": round(ctx.elapsed(), 3),
+        "final_weights": str(final), "controller": controller.stats.as_dict(),
+        "reward_failures": controller.stats.reward_failure_examples,
+    }
+

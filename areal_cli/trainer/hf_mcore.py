@@ -1,0 +1,385 @@
+"""Hugging Face Qwen3 <-> megatron-core GPTModel: config translation and weight conversion.
+
+The name mapping is DATA: :data:`RULES` is a table of :class:`Rule` (HF name patterns -> one mcore name
+pattern + a transform name). ``{i}`` in a pattern stands for the decoder layer index. Transforms
+(:data:`TRANSFORMS`) are pairs of pure functions (HF tensors -> mcore tensor, mcore tensor -> HF tensors):
+
+- ``copy``     identity (same layout in both libraries);
+- ``qkv``      megatron's fused ``linear_qkv`` weight packs rows per query group ``g``:
+               ``[q_g (heads/groups x head_dim rows), k_g (head_dim rows), v_g (head_dim rows)]`` for
+               ``g = 0..groups-1`` (megatron/core/transformer/attention.py ``get_query_key_value_tensors``
+               views the output as ``[s, b, groups, (heads/groups + 2) * head_dim]`` and splits it as
+               ``[q, k, v]``); HF keeps ``q_proj``/``k_proj``/``v_proj`` separate;
+- ``gate_up``  ``linear_fc1 = cat(gate_proj, up_proj)`` on rows (megatron's gated MLP computes
+               ``silu(x1) * x2`` with ``x1, x2 = chunk(fc1(x), 2)``; HF: ``silu(gate(x)) * up(x)``).
+
+``_extra_state`` entries (Transformer Engine FP8 metadata, ``None`` here) are ignored. Conversion is exact
+(pure reshapes/concatenations): HF -> mcore -> HF reproduces every tensor bit for bit.
+
+Supported: ``Qwen3ForCausalLM`` configs (GQA, q/k RMSNorm, SwiGLU, RoPE with the default rope type, no
+attention bias), tied or untied output layer, tensor/pipeline parallel size 1.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = [
+    "Rule",
+    "RULES",
+    "TRANSFORMS",
+    "ConversionError",
+    "check_supported",
+    "architecture_signature",
+    "rope_theta_of",
+    "transformer_config_from_hf",
+    "build_gpt_model",
+    "hf_to_mcore",
+    "mcore_to_hf",
+    "mcore_param_state_dict",
+    "load_hf_into_model",
+]
+
+
+class ConversionError(ValueError):
+    """A state dict or config that does not match the conversion table (missing/extra names, bad shapes)."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One row of the name table.
+
+    Attributes:
+        hf: HF parameter name patterns (several when the transform fuses tensors, in fusion order).
+        mcore: the megatron-core parameter name pattern.
+        transform: key of :data:`TRANSFORMS`.
+        per_layer: the patterns contain ``{i}`` and expand over ``range(num_hidden_layers)``.
+        tied: ``None`` = always present; ``False`` = only when the output layer is NOT tied to the
+            embedding (the ``lm_head`` row).
+    """
+
+    hf: tuple[str, ...]
+    mcore: str
+    transform: str = "copy"
+    per_layer: bool = False
+    tied: bool | None = None
+
+
+_L = "model.layers.{i}."
+_D = "decoder.layers.{i}."
+
+RULES: tuple[Rule, ...] = (
+    Rule(("model.embed_tokens.weight",), "embedding.word_embeddings.weight"),
+    Rule((_L + "input_layernorm.weight",), _D + "input_layernorm.weight", per_layer=True),
+    Rule(
+        (_L + "self_attn.q_proj.weight", _L + "self_attn.k_proj.weight", _L + "self_attn.v_proj.weight"),
+        _D + "self_attention.linear_qkv.weight",
+        "qkv",
+        per_layer=True,
+    ),
+    Rule((_L + "self_attn.q_norm.weight",), _D + "self_attention.q_layernorm.weight", per_layer=True),
+    Rule((_L + "self_attn.k_norm.weight",), _D + "self_attention.k_layernorm.weight", per_layer=True),
+    Rule((_L + "self_attn.o_proj.weight",), _D + "self_attention.linear_proj.weight", per_layer=True),
+    Rule((_L + "post_attention_layernorm.weight",), _D + "pre_mlp_layernorm.weight", per_layer=True),
+    Rule(
+        (_L + "mlp.gate_proj.weight", _L + "mlp.up_proj.weight"),
+        _D + "mlp.linear_fc1.weight",
+        "gate_up",
+        per_layer=True,
+    ),
+    Rule((_L + "mlp.down_proj.weight",), _D + "mlp.linear_fc2.weight", per_layer=True),
+    Rule(("model.norm.weight",), "decoder.final_layernorm.weight"),
+    Rule(("lm_head.weight",), "output_layer.weight", tied=False),
+)
+
+
+@dataclass(frozen=True)
+class _Dims:
+    heads: int
+    groups: int
+    head_dim: int
+
+
+def _qkv_to_mcore(ts: list[Tensor], d: _Dims) -> Tensor:
+    q, k, v = ts
+    hidden = q.shape[-1]
+    per = d.heads // d.groups
+    q = q.reshape(d.groups, per * d.head_dim, hidden)
+    k = k.reshape(d.groups, d.head_dim, hidden)
+    v = v.reshape(d.groups, d.head_dim, hidden)
+    return torch.cat([q, k, v], dim=1).reshape(d.groups * (per + 2) * d.head_dim, hidden)
+
+
+def _qkv_to_hf(t: Tensor, d: _Dims) -> list[Tensor]:
+    hidden = t.shape[-1]
+    per = d.heads // d.groups
+    t = t.reshape(d.groups, (per + 2) * d.head_dim, hidden)
+    q, k, v = torch.split(t, [per * d.head_dim, d.head_dim, d.head_dim], dim=1)
+    return [
+        q.reshape(d.heads * d.head_dim, hidden).contiguous(),
+        k.reshape(d.groups * d.head_dim, hidden).contiguous(),
+        v.reshape(d.groups * d.head_dim, hidden).contiguous(),
+    ]
+
+
+def _gate_up_to_mcore(ts: list[Tensor], d: _Dims) -> Tensor:
+    return torch.cat(ts, dim=0)
+
+
+def _gate_up_to_hf(t: Tensor, d: _Dims) -> list[Tensor]:
+    return [c.contiguous() for c in torch.chunk(t, 2, dim=0)]
+
+
+TRANSFORMS: dict[str, tuple[Callable[[list[Tensor], _Dims], Tensor], Callable[[Tensor, _Dims], list[Tensor]]]] = {
+    "copy": (lambda ts, d: ts[0], lambda t, d: [t]),
+    "qkv": (_qkv_to_mcore, _qkv_to_hf),
+    "gate_up": (_gate_up_to_mcore, _gate_up_to_hf),
+}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# config
+# ---------------------------------------------------------------------------------------------------------
+
+
+def rope_theta_of(hf_config) -> float:
+    """RoPE base of an HF config: ``rope_parameters["rope_theta"]`` (transformers 5) or ``rope_theta``.
+
+    Raises:
+        ConversionError: neither present, or a rope type other than ``"default"`` (scaling not supported).
+    """
+    rp = getattr(hf_config, "rope_parameters", None) or getattr(hf_config, "rope_scaling", None) or {}
+    rope_type = rp.get("rope_type", rp.get("type", "default")) if isinstance(rp, Mapping) else "default"
+    if rope_type not in ("default", None):
+        raise ConversionError(f"rope type {rope_type!r} is not supported (only 'default')")
+    theta = rp.get("rope_theta") if isinstance(rp, Mapping) else None
+    if theta is None:
+        theta = getattr(hf_config, "rope_theta", None)
+    if theta is None:
+        raise ConversionError("HF config has no rope_theta")
+    return float(theta)
+
+
+def check_supported(hf_config) -> None:
+    """Raise :class:`ConversionError` unless ``hf_config`` is a Qwen3 dense config this module converts.
+
+    Checks: model_type ``qwen3``, ``hidden_act == "silu"``, no attention bias, no sliding window,
+    heads divisible by KV heads, default RoPE.
+    """
+    if getattr(hf_config, "model_type", None) != "qwen3":
+        raise ConversionError(f"model_type {getattr(hf_config, 'model_type', None)!r} is not supported (qwen3)")
+    if getattr(hf_config, "hidden_act", "silu") != "silu":
+        raise ConversionError(f"hidden_act {hf_config.hidden_act!r} is not supported (silu)")
+    if getattr(hf_config, "attention_bias", False):
+        raise ConversionError("attention_bias=True is not supported")
+    if getattr(hf_config, "use_sliding_window", False):
+        raise ConversionError("use_sliding_window=True is not supported")
+    if hf_config.num_attention_heads % hf_config.num_key_value_heads != 0:
+        raise ConversionError("num_attention_heads must be a multiple of num_key_value_heads")
+    rope_theta_of(hf_config)
+
+
+def architecture_signature(hf_config) -> dict:
+    """The config fields that determine tensor shapes and the forward function (for compatibility checks)."""
+    return {
+        "vocab_size": int(hf_config.vocab_size),
+        "hidden_size": int(hf_config.hidden_size),
+        "intermediate_size": int(hf_config.intermediate_size),
+        "num_hidden_layers": int(hf_config.num_hidden_layers),
+        "num_attention_heads": int(hf_config.num_attention_heads),
+        "num_key_value_heads": int(hf_config.num_key_value_heads),
+        "head_dim": _head_dim(hf_config),
+        "rms_norm_eps": float(hf_config.rms_norm_eps),
+        "rope_theta": rope_theta_of(hf_config),
+        "tie_word_embeddings": _tied(hf_config),
+    }
+
+
+def _head_dim(hf_config) -> int:
+    hd = getattr(hf_config, "head_dim", None)
+    return int(hd) if hd else hf_config.hidden_size // hf_config.num_attention_heads
+
+
+def _dims(hf_config) -> _Dims:
+    return _Dims(hf_config.num_attention_heads, hf_config.num_key_value_heads, _head_dim(hf_config))
+
+
+def _tied(hf_config) -> bool:
+    return bool(getattr(hf_config, "tie_word_embeddings", False))
+
+
+def transformer_config_from_hf(hf_config, *, params_dtype: torch.dtype = torch.float32, **overrides):
+    """megatron ``TransformerConfig`` equivalent to an HF Qwen3 config.
+
+    Fixed choices: ``use_cpu_initialization=True``, ``normalization="RMSNorm"`` (eps = ``rms_norm_eps``),
+    ``gated_linear_unit=True`` + ``activation_func=F.silu`` (SwiGLU), ``qk_layernorm=True``,
+    ``add_bias_linear=False``, ``kv_channels=head_dim``, ``num_query_groups=num_key_value_heads``,
+    hidden dropout 0, attention dropout from the config, all fusions off (plain PyTorch kernels).
+    ``overrides`` are passed on to ``TransformerConfig`` (e.g. ``recompute_granularity``).
+
+    Raises:
+        ConversionError: unsupported config (see :func:`check_supported`).
+    """
+    from megatron.core.transformer import TransformerConfig
+
+    check_supported(hf_config)
+    kw = dict(
+        num_layers=hf_config.num_hidden_layers,
+        hidden_size=hf_config.hidden_size,
+        ffn_hidden_size=hf_config.intermediate_size,
+        num_attention_heads=hf_config.num_attention_heads,
+        num_query_groups=hf_config.num_key_value_heads,
+        kv_channels=_head_dim(hf_config),
+        layernorm_epsilon=float(hf_config.rms_norm_eps),
+        normalization="RMSNorm",
+        gated_linear_unit=True,
+        activation_func=F.silu,
+        qk_layernorm=True,
+        add_bias_linear=False,
+        add_qkv_bias=False,
+        hidden_dropout=0.0,
+        attention_dropout=float(getattr(hf_config, "attention_dropout", 0.0) or 0.0),
+        init_method_std=float(getattr(hf_config, "initializer_range", 0.02)),
+        use_cpu_initialization=True,
+        params_dtype=params_dtype,
+        bf16=params_dtype == torch.bfloat16,
+        fp16=params_dtype == torch.float16,
+        bias_activation_fusion=False,
+        bias_dropout_fusion=False,
+        masked_softmax_fusion=False,
+        persist_layer_norm=False,
+        apply_rope_fusion=False,
+        gradient_accumulation_fusion=False,
+        cross_entropy_loss_fusion=False,
+    )
+    kw.update(overrides)
+    return TransformerConfig(**kw)
+
+
+def build_gpt_model(hf_config, *, params_dtype: torch.dtype = torch.float32, **config_overrides):
+    """A randomly initialised megatron ``GPTModel`` with the architecture of ``hf_config``.
+
+    Layer spec: ``get_gpt_layer_local_spec(qk_layernorm=True, normalization="RMSNorm")``; RoPE with the
+    config's theta; output layer shared with the embedding iff ``tie_word_embeddings``. Requires
+    megatron ``parallel_state`` to be initialised (see ``cpu_compat.setup_megatron``). Parameter count
+    equals the HF model's.
+    """
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+
+    cfg = transformer_config_from_hf(hf_config, params_dtype=params_dtype, **config_overrides)
+    spec = get_gpt_layer_local_spec(qk_layernorm=True, normalization="RMSNorm")
+    return GPTModel(
+        config=cfg,
+        transformer_layer_spec=spec,
+        vocab_size=hf_config.vocab_size,
+        max_sequence_length=hf_config.max_position_embeddings,
+        pre_process=True,
+        post_process=True,
+        share_embeddings_and_output_weights=_tied(hf_config),
+        position_embedding_type="rope",
+        rotary_percent=1.0,
+        rotary_base=rope_theta_of(hf_config),
+        parallel_output=True,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# weights
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _expanded_rules(hf_config):
+    """Yield ``(hf_names, mcore_name, transform)`` for every concrete tensor of the model."""
+    tied = _tied(hf_config)
+    for r in RULES:
+        if r.tied is not None and r.tied != tied:
+            continue
+        layers = range(hf_config.num_hidden_layers) if r.per_layer else [None]
+        for i in layers:
+            fmt = (lambda p: p.format(i=i)) if r.per_layer else (lambda p: p)
+            yield tuple(fmt(p) for p in r.hf), fmt(r.mcore), r.transform
+
+
+def _check_names(given: set[str], expected: set[str], side: str) -> None:
+    missing = sorted(expected - given)
+    extra = sorted(given - expected)
+    if missing or extra:
+        raise ConversionError(f"{side} state dict mismatch: missing {missing[:5]}, unexpected {extra[:5]}")
+
+
+_IGNORED_HF = re.compile(r".*rotary_emb\.inv_freq$")
+
+
+def hf_to_mcore(hf_state: Mapping[str, Tensor], hf_config) -> dict[str, Tensor]:
+    """Convert an HF Qwen3 state dict to megatron-core GPTModel parameter names/layouts.
+
+    Args:
+        hf_state: ``{hf_name: tensor}`` as in ``model.safetensors`` (``lm_head.weight`` may be absent or
+            present-and-equal when embeddings are tied; it is then ignored).
+    Returns:
+        ``{mcore_name: tensor}`` without ``_extra_state`` entries (new tensors for fused rules; copies
+        share storage with the input for ``copy`` rules).
+    Raises:
+        ConversionError: missing or unexpected names.
+    """
+    d = _dims(hf_config)
+    names = {k for k in hf_state if not _IGNORED_HF.match(k)}
+    if _tied(hf_config):
+        names.discard("lm_head.weight")
+    expected: set[str] = set()
+    out: dict[str, Tensor] = {}
+    for hf_names, mname, tr in _expanded_rules(hf_config):
+        expected.update(hf_names)
+        if all(n in hf_state for n in hf_names):
+            out[mname] = TRANSFORMS[tr][0]([hf_state[n] for n in hf_names], d)
+    _check_names(names, expected, "HF")
+    return out
+
+
+def mcore_to_hf(mcore_state: Mapping[str, Tensor], hf_config) -> dict[str, Tensor]:
+    """Convert megatron-core GPTModel parameters to HF Qwen3 names/layouts (inverse of :func:`hf_to_mcore`).
+
+    ``_extra_state`` keys are ignored. With tied embeddings no ``lm_head.weight`` is emitted (HF ties it).
+    Returns ``{hf_name: tensor}`` (contiguous). Raises :class:`ConversionError` on missing/extra names.
+    """
+    d = _dims(hf_config)
+    names = {k for k in mcore_state if not k.endswith("._extra_state")}
+    expected: set[str] = set()
+    out: dict[str, Tensor] = {}
+    for hf_names, mname, tr in _expanded_rules(hf_config):
+        expected.add(mname)
+        if mname in mcore_state:
+            for n, t in zip(hf_names, TRANSFORMS[tr][1](mcore_state[mname], d)):
+                out[n] = t
+    _check_names(names, expected, "mcore")
+    return out
+
+
+def mcore_param_state_dict(model: torch.nn.Module) -> dict[str, Tensor]:
+    """``{name: detached parameter}`` of a GPTModel (no ``_extra_state``, no buffers)."""
+    return {n: p.detach() for n, p in model.named_parameters()}
+
+
+def load_hf_into_model(model: torch.nn.Module, hf_state: Mapping[str, Tensor], hf_config) -> None:
+    """Copy HF weights into an existing GPTModel in place (parameters keep their identity, so an optimizer
+    holding them stays valid).
+
+    Raises:
+        ConversionError: name mismatch, or a shape that differs from the model's parameter.
+    """
+    conv = hf_to_mcore(hf_state, hf_config)
+    params = dict(model.named_parameters())
+    _check_names(set(conv), set(params), "converted")
+    with torch.no_grad():
+        for n, p in params.items():
+            src = conv[n]
+            if tuple(src.shape) != tuple(p.shape):
+                raise ConversionError(f"{n}: shape {tuple(src.shape)} != model {tuple(p.shape)}")
+            p.copy_(src.to(dtype=p.dtype, device=p.device))

@@ -1,0 +1,54 @@
+"""Claims: evaluation prompts are the model's own chat template around the Qwen-style boxed-answer
+instruction, tokenised without extra special tokens; a tokenizer without a chat template is a UserError."""
+
+from __future__ import annotations
+
+import pytest
+
+from areal_cli.errors import UserError
+from areal_cli.eval.prompts import USER_TEMPLATE, prompt_ids, prompt_text, user_message
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    from transformers import AutoTokenizer
+
+    from areal_cli.models.tiny import build_tiny_model
+
+    model_dir = build_tiny_model(tmp_path_factory.mktemp("tiny"), seed=0)
+    return AutoTokenizer.from_pretrained(str(model_dir))
+
+
+def test_user_message_is_qwen_boxed_instruction():
+    assert user_message("What is 1+1?") == (
+        "What is 1+1?\nPlease reason step by step, and put your final answer within \\boxed{}."
+    )
+    assert "{problem}" in USER_TEMPLATE
+
+
+def test_prompt_uses_the_model_chat_template_with_generation_prompt(tokenizer):
+    text = prompt_text(tokenizer, "What is $1+1$?")
+    assert text == (
+        "<|im_start|>user\nWhat is $1+1$?\nPlease reason step by step, and put your final answer within "
+        "\\boxed{}.<|im_end|>\n<|im_start|>assistant\n"
+    )
+    ids = prompt_ids(tokenizer, "What is $1+1$?")
+    assert tokenizer.decode(ids) == text
+    assert ids[0] == tokenizer.convert_tokens_to_ids("<|im_start|>") and ids.count(ids[0]) == 2
+
+
+def test_prompt_ids_match_the_tiny_model_helper(tokenizer):
+    from areal_cli.models.tiny import chat_prompt_ids
+
+    problem = "Find $\\frac{14}{3} + \\sqrt{2}$."
+    assert prompt_ids(tokenizer, problem) == chat_prompt_ids(tokenizer, user_message(problem))
+
+
+def test_tokenizer_without_chat_template_is_a_user_error(tokenizer):
+    saved = tokenizer.chat_template
+    tokenizer.chat_template = None
+    try:
+        with pytest.raises(UserError, match="tokenizer has no chat_template"):
+            prompt_ids(tokenizer, "x")
+    finally:
+        tokenizer.chat_template = saved

@@ -1,0 +1,338 @@
+"""Claims about areal_cli.rollout.client: against replayed real SGLang responses and against the embedded
+server, an interrupted sample resumes to exactly the uninterrupted result, every token carries the version
+of the weights that produced it, and bad ids never reach a server."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+
+from areal_cli.rollout.client import Completion, RolloutClient
+from areal_cli.rollout.protocol import SamplingParams, ServerError
+from areal_cli.rollout.server import EmbeddedServer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # shared helpers live in test_rollout_engine
+from test_rollout_engine import hf_logits, hf_logprobs, tiny_dirs  # noqa: E402
+
+torch.set_num_threads(1)
+FIXTURES = Path("/work/shared/fixtures/sglang")
+
+
+def _fixture(name: str, role: str | None = None) -> dict:
+    d = json.loads((FIXTURES / name).read_text())
+    if role is None:
+        return d
+    for ex in d.get("related_exchanges", []) + d.get("exchanges", []) + d.get("cases", []):
+        if ex.get("role") == role or ex.get("name") == role:
+            return ex
+    raise KeyError(role)
+
+
+class Replay:
+    """A fake SGLang server (httpx.MockTransport) answering /generate from a list of recorded bodies."""
+
+    def __init__(self, generate_bodies: list[tuple[int, object]]):
+        self.bodies = list(generate_bodies)
+        self.calls: list[tuple[str, str, dict | None]] = []  # (host, path, json body)
+        self.pause_seen = asyncio.Event()
+
+    async def handler(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content) if request.content else None
+        self.calls.append((request.url.host, request.url.path, body))
+        path = request.url.path
+        if path == "/generate":
+            status, resp = self.bodies.pop(0)
+            if callable(resp):
+                resp = await resp()
+            return httpx.Response(status, json=resp)
+        if path == "/pause_generation":
+            self.pause_seen.set()
+            return httpx.Response(200, json={"message": "Generation paused successfully.", "status": "ok"})
+        if path == "/continue_generation":
+            return httpx.Response(200, json={"message": "Generation continued successfully.", "status": "ok"})
+        if path == "/update_weights_from_disk":
+            if body["model_path"] == "/nonexistent/model":
+                return httpx.Response(400, json=_fixture("errors.json", "update_weights_bad_path")["response"])
+            return httpx.Response(200, json={"success": True, "message": "Succeeded to update model weights.",
+                                             "num_paused_requests": 0})
+        return httpx.Response(404, text="not found")
+
+    def client(self, urls=("http://a:1",), vocab_size=1024) -> RolloutClient:
+        return RolloutClient(list(urls), vocab_size=vocab_size, transport=httpx.MockTransport(self.handler))
+
+
+def test_client_resumes_recorded_abort_with_prefix_and_remaining_budget():
+    aborted = _fixture("pause_abort.json", "aborted_generate")  # real SGLang: 80 partial tokens, abort
+    final = _fixture("generate_single.json")["response"]  # real SGLang: 16 tokens, length
+    prompt = aborted["request"]["input_ids"]
+    part = aborted["response"]["output_ids"]
+    replay = Replay([(200, aborted["response"]), (200, final)])
+
+    async def run() -> Completion:
+        c = replay.client()
+        try:
+            return await c.generate(prompt, SamplingParams(max_new_tokens=96, temperature=1.0), rid="s1")
+        finally:
+            await c.aclose()
+
+    comp = asyncio.run(run())
+    (_, _, first), (_, _, second) = replay.calls
+    assert first["input_ids"] == prompt and first["sampling_params"]["max_new_tokens"] == 96
+    assert second["input_ids"] == prompt + part and second["sampling_params"]["max_new_tokens"] == 16
+    assert comp.output_ids == part + final["output_ids"]
+    lps = [t[0] for t in aborted["response"]["meta_info"]["output_token_logprobs"]]
+    assert comp.output_logprobs == lps + [t[0] for t in final["meta_info"]["output_token_logprobs"]]
+    assert comp.output_versions == [0] * 96  # SGLang's "default" -> 0
+    assert (comp.finish_reason, comp.n_interruptions, comp.server_url) == ("length", 1, "http://a:1")
+
+
+def test_budget_is_counted_from_the_original_max_new_tokens():
+    # AReaL v1 bug (PR #858): the loop compared against the decremented budget. Two aborts that together
+    # use the whole budget must end as "length" without a third request.
+    ab = _fixture("pause_abort.json", "aborted_generate")["response"]  # 80 tokens
+    ab2 = copy.deepcopy(ab)
+    ab2["output_ids"] = ab2["output_ids"][:20]
+    ab2["meta_info"]["output_token_logprobs"] = ab2["meta_info"]["output_token_logprobs"][:20]
+    ab2["meta_info"]["weight_versions"] = [{"version": "default", "start": 0, "end": 20}]
+    replay = Replay([(200, ab), (200, ab2)])
+
+    async def run():
+        c = replay.client()
+        return await c.generate([1, 2, 3], SamplingParams(max_new_tokens=100))
+
+    comp = asyncio.run(run())
+    assert len(replay.calls) == 2 and replay.calls[1][2]["sampling_params"]["max_new_tokens"] == 20
+    assert (len(comp.output_ids), comp.finish_reason, comp.n_interruptions) == (100, "length", 1)
+
+
+def test_per_token_versions_come_from_server_spans_with_fallback():
+    r1 = copy.deepcopy(_fixture("generate_single.json")["response"])
+    r1["meta_info"]["weight_versions"] = [{"version": "3", "start": 0, "end": 10},
+                                          {"version": "4", "start": 10, "end": 16}]
+    r1["meta_info"]["weight_version"] = "4"
+    r2 = copy.deepcopy(_fixture("generate_stop.json")["response"])  # stop, matched 179
+    del r2["meta_info"]["weight_versions"]  # an older server: only weight_version
+    r2["meta_info"]["weight_version"] = "v7"
+    replay = Replay([(200, r1), (200, r2)])
+
+    async def run():
+        c = replay.client()
+        return await c.generate([1], SamplingParams(16)), await c.generate([1], SamplingParams(16))
+
+    a, b = asyncio.run(run())
+    assert a.output_versions == [3] * 10 + [4] * 6
+    assert b.output_versions == [7] * 7 and (b.finish_reason, b.matched_stop) == ("stop", 179)
+
+
+def test_out_of_range_ids_raise_value_error_before_any_request():
+    replay = Replay([])
+    c = replay.client(vocab_size=1024)
+    for bad in ([1, 2, 10_000_000], [1024], [-5, 1], [], [1, "2"], [True]):
+        with pytest.raises(ValueError):
+            asyncio.run(c.generate(bad, SamplingParams(4)))
+    with pytest.raises(ValueError):
+        asyncio.run(c.generate([1], SamplingParams(4, top_p=0.0)))
+    assert replay.calls == []  # nothing reached the (crash-prone) server
+
+
+def test_http_errors_raise_server_error_with_the_parsed_message():
+    case = _fixture("errors.json", "temperature_negative")
+    replay = Replay([(400, case["response"])])
+    with pytest.raises(ServerError) as ei:
+        asyncio.run(replay.client().generate([1, 2], SamplingParams(4)))
+    assert ei.value.status == 400
+    assert ei.value.message == "temperature must be a non-negative finite number, got -1."
+
+
+def test_aclose_releases_pending_requests_with_abort():
+    async def never():
+        await asyncio.Event().wait()
+
+    ab = _fixture("pause_abort.json", "aborted_generate")["response"]
+    replay = Replay([(200, ab), (200, never)])
+
+    async def run():
+        c = replay.client()
+        task = asyncio.create_task(c.generate([1, 2], SamplingParams(500), rid="z"))
+        while len(replay.calls) < 2:
+            await asyncio.sleep(0.01)
+        await c.aclose()
+        return await asyncio.wait_for(task, 5)
+
+    comp = asyncio.run(run())
+    assert comp.finish_reason == "abort" and len(comp.output_ids) == 80 and comp.n_interruptions == 1
+
+
+def test_round_robin_routing_and_sticky_rids():
+    c = RolloutClient(["http://a:1", "http://b:1", "http://c:1"], vocab_size=10)
+    assert [c.choose_server(None) for _ in range(4)] == ["http://a:1", "http://b:1", "http://c:1", "http://a:1"]
+    first = c.choose_server("x")
+    assert [c.choose_server("x") for _ in range(5)] == [first] * 5
+    assert c.choose_server("y") != first
+
+
+def test_weight_update_fans_out_pause_update_continue_and_resubmits_after_continue():
+    aborted = _fixture("pause_abort.json", "aborted_generate")["response"]
+    final = _fixture("generate_single.json")["response"]
+    replay = Replay([])
+
+    async def abort_when_paused():  # the in-flight request returns "abort" once the pause arrives
+        await replay.pause_seen.wait()
+        return aborted
+
+    replay.bodies = [(200, abort_when_paused), (200, final)]
+
+    async def run():
+        c = replay.client(urls=("http://a:1", "http://b:1"))
+        task = asyncio.create_task(c.generate([1, 2], SamplingParams(96), rid="r"))
+        await asyncio.sleep(0.05)
+        await c.update_weights_from_disk("/ckpt/v5", 5)
+        comp = await task
+        with pytest.raises(ServerError, match="Failed to get weights iterator"):
+            await c.update_weights_from_disk("/nonexistent/model", 6)
+        assert not c.paused  # servers are continued even when the load failed
+        await c.aclose()
+        return comp
+
+    comp = asyncio.run(run())
+    seq = [(h, p) for h, p, _ in replay.calls]
+    gen = [i for i, (_, p) in enumerate(seq) if p == "/generate"]
+    cont = [i for i, (_, p) in enumerate(seq) if p == "/continue_generation"]
+    assert [p for _, p in seq[1:7]] == ["/pause_generation"] * 2 + ["/update_weights_from_disk"] * 2 + \
+        ["/continue_generation"] * 2
+    assert {h for h, p in seq[1:7]} == {"a", "b"}
+    updates = [b for _, p, b in replay.calls if p == "/update_weights_from_disk"]
+    assert updates[0] == {"model_path": "/ckpt/v5", "weight_version": "5", "abort_all_requests": True}
+    assert gen[1] > cont[0]  # the resubmission waited for continue
+    assert comp.n_interruptions == 1 and len(comp.output_ids) == 96
+    assert seq[gen[0]][0] == seq[gen[1]][0]  # sticky: resubmitted to the same server
+
+
+# ---------------------------------------------------------------- against the embedded server (real HTTP)
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    return tiny_dirs(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def _spawned(dirs, tmp_path_factory):
+    log = tmp_path_factory.mktemp("srv") / "server.log"
+    srv = EmbeddedServer.launch(dirs[0], max_total_tokens=4096, step_delay_s=0.01, log_path=log, wait=False)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def hf_models(dirs, _spawned):  # loaded while the server starts
+    from transformers import AutoModelForCausalLM
+
+    return [AutoModelForCausalLM.from_pretrained(str(d), dtype=torch.float32).eval() for d in dirs]
+
+
+@pytest.fixture(scope="module")
+def server(_spawned, hf_models):
+    return _spawned.wait_until_ready()
+
+
+async def _wait_generating(url: str, at_least: int = 5) -> None:
+    async with httpx.AsyncClient() as h:
+        async def n():
+            return (await h.get(url + "/server_info")).json()["internal_states"][0]["decode_tokens"]
+        base, t0 = await n(), time.monotonic()
+        while await n() < base + at_least:
+            assert time.monotonic() - t0 < 20
+            await asyncio.sleep(0.01)
+
+
+PROMPT = [40, 41, 42, 43, 44, 45, 46, 47]
+
+
+def test_resumed_sample_matches_uninterrupted_greedy(server, hf_models):
+    V = hf_models[0].config.vocab_size
+    sp = SamplingParams(max_new_tokens=120, temperature=0.0, ignore_eos=True)
+
+    async def run():
+        c = RolloutClient([server.url], vocab_size=V)
+        ref = await c.generate(PROMPT, sp)
+        task = asyncio.create_task(c.generate(PROMPT, sp))
+        await _wait_generating(server.url)  # >= 5 tokens in, far from 120
+        await c.pause()
+        await asyncio.sleep(0.2)
+        await c.resume()
+        got = await task
+        await c.aclose()
+        return ref, got
+
+    ref, got = asyncio.run(run())
+    assert ref.n_interruptions == 0 and got.n_interruptions == 1
+    assert got.output_ids == ref.output_ids
+    assert max(abs(a - b) for a, b in zip(got.output_logprobs, ref.output_logprobs)) <= 1e-4
+    hf = hf_logprobs(hf_models[0], PROMPT, got.output_ids, 0.0)
+    assert max(abs(a - b) for a, b in zip(got.output_logprobs, hf)) <= 1e-4
+    assert got.finish_reason == "length" and got.output_versions == [0] * 120
+
+
+def test_weight_update_mid_generation_labels_versions_and_matches_hf_with_new_weights(server, dirs,
+                                                                                       hf_models):
+    old, new = hf_models
+    V = old.config.vocab_size
+    sp = SamplingParams(max_new_tokens=100, temperature=0.0, ignore_eos=True)
+
+    async def run():
+        c = RolloutClient([server.url], vocab_size=V)
+        try:
+            task = asyncio.create_task(c.generate(PROMPT, sp))
+            await _wait_generating(server.url)
+            await c.update_weights_from_disk(str(dirs[1]), 1)
+            comp = await task
+            info = await c.model_info()
+            after = await c.generate(PROMPT, SamplingParams(max_new_tokens=10, temperature=0.0))
+            return comp, info, after
+        finally:
+            await c.update_weights_from_disk(str(dirs[0]), 0)  # leave the module server as it was
+            await c.aclose()
+
+    comp, info, after = asyncio.run(run())
+    assert info["weight_version"] == "1" and info["model_path"] == str(dirs[1])
+    k = comp.output_versions.index(1)
+    assert 0 < k < 100 and comp.output_versions == [0] * k + [1] * (100 - k)
+    assert comp.n_interruptions == 1 and len(comp.output_ids) == 100
+    seq = PROMPT + comp.output_ids
+    lp_old = hf_logprobs(old, PROMPT, comp.output_ids, 0.0)
+    lp_new = hf_logprobs(new, PROMPT, comp.output_ids, 0.0)
+    assert max(abs(a - b) for a, b in zip(comp.output_logprobs[:k], lp_old[:k])) <= 1e-4
+    assert max(abs(a - b) for a, b in zip(comp.output_logprobs[k:], lp_new[k:])) <= 1e-4
+    # greedy: before the update the old model's argmax, after it the new model's
+    lo, ln = hf_logits(old, seq), hf_logits(new, seq)
+    P = len(PROMPT)
+    for i, t in enumerate(comp.output_ids):
+        assert int((lo if i < k else ln)[P - 1 + i].argmax()) == t
+    assert after.output_versions == [1] * 10
+    assert max(abs(a - b) for a, b in zip(after.output_logprobs,
+                                          hf_logprobs(new, PROMPT, after.output_ids, 0.0))) <= 1e-4
+
+
+def test_embedded_server_rejects_what_the_client_would_not_send(server, hf_models):
+    V = hf_models[0].config.vocab_size
+
+    async def run():
+        c = RolloutClient([server.url], vocab_size=V + 10)  # a client with a wrong (too large) vocab
+        try:
+            with pytest.raises(ServerError) as ei:
+                await c.generate([1, V + 5], SamplingParams(4))
+            return ei.value
+        finally:
+            await c.aclose()
+
+    err = asyncio.run(run())
+    assert err.status == 400 and "out of the vocabulary" in err.message

@@ -1,0 +1,328 @@
+"""Claims about areal_cli.rollout.engine: our Qwen3 forward equals Hugging Face's, generation logprobs equal
+an HF recompute, continuous batching and the KV memory cap do not change results, aborts/retractions keep
+partial output, and weights can be swapped."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from areal_cli.errors import UserError
+from areal_cli.models.tiny import build_tiny_model
+from areal_cli.rollout.engine import EngineError, InferenceEngine
+from areal_cli.rollout.protocol import SamplingParams
+
+torch.set_num_threads(1)
+
+CORPUS = [f"{a}+{b}={a + b}" for a in range(40) for b in range(40)] + [
+    "Please reason step by step, and put your final answer within \\boxed{}.", "The answer is 42.",
+]
+
+
+def _perturb(src: Path, dst: Path, seed: int = 1, scale: float = 0.05) -> Path:
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(src, dst, dirs_exist_ok=True)
+    g = torch.Generator().manual_seed(seed)
+    sd = load_file(str(src / "model.safetensors"))
+    sd = {k: (v + scale * torch.randn(v.shape, generator=g)).contiguous() for k, v in sorted(sd.items())}
+    save_file(sd, str(dst / "model.safetensors"), metadata={"format": "pt"})
+    return dst
+
+
+def tiny_dirs(tmp_path_factory) -> tuple[Path, Path]:
+    """(model, same model with perturbed weights); built once per test session."""
+    base = tmp_path_factory.getbasetemp() / "rollout_tiny"
+    a, b = base / "seed0", base / "seed0_perturbed"
+    if not (a / "model.safetensors").is_file():
+        build_tiny_model(a, seed=0, corpus=CORPUS)
+    if not (b / "model.safetensors").is_file():
+        _perturb(a, b)
+    return a, b
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    return tiny_dirs(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def hf(dirs):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(dirs[0]), dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="module")
+def hf_new(dirs):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(dirs[1]), dtype=torch.float32).eval()
+
+
+def hf_logits(model, ids: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0].float()
+
+
+def hf_logprobs(model, prompt: list[int], output: list[int], temperature: float) -> list[float]:
+    """HF full-sequence recompute: log_softmax(logits / T)[token] (T = 1 for greedy)."""
+    lp = torch.log_softmax(hf_logits(model, prompt + output) / (temperature if temperature > 0 else 1.0), -1)
+    P = len(prompt)
+    return [float(lp[P - 1 + i, t]) for i, t in enumerate(output)]
+
+
+PROMPTS = [[5, 17, 33], [40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50], [7, 8, 9, 10, 11, 12], [3],
+           [60 + i for i in range(17)]]
+BUDGETS = [5, 40, 12, 25, 8]
+GREEDY = SamplingParams(max_new_tokens=1, temperature=0.0)
+
+
+def greedy(n: int, **kw) -> SamplingParams:
+    return SamplingParams(max_new_tokens=n, temperature=0.0, **kw)
+
+
+def _alone(model_dir, prompts=PROMPTS, budgets=BUDGETS, **kw):
+    eng = InferenceEngine(model_dir, max_total_tokens=1024, **kw)
+    return [eng.generate([p], greedy(m))[0] for p, m in zip(prompts, budgets)]
+
+
+def test_engine_logits_match_hf_float32(dirs, hf):
+    eng = InferenceEngine(dirs[0], max_total_tokens=256)
+    m, s = eng.model, eng.spec
+    seq = [int(x) for x in torch.randint(0, s.vocab_size, (24,), generator=torch.Generator().manual_seed(3))]
+    ref = hf_logits(hf, seq)
+    assert (m.full_logits(seq) - ref).abs().max().item() <= 1e-5
+    # KV-cache path: prefill 10 tokens, then feed the rest one at a time through the pool.
+    kp = torch.zeros(s.num_layers, 64, s.num_kv_heads, s.head_dim)
+    vp = torch.zeros_like(kp)
+    slots = torch.arange(1, len(seq) + 1)
+    ids = torch.tensor([seq])
+    got = [m.logits(m.forward(ids[:, :10], torch.arange(10)[None], kp, vp, slots[None, :10],
+                              slots[None, :10])[0])]
+    for t in range(10, len(seq)):
+        h = m.forward(ids[:, t:t + 1], torch.tensor([[t]]), kp, vp, slots[None, t:t + 1], slots[None, :t + 1])
+        got.append(m.logits(h[0]))
+    assert (torch.cat(got) - ref).abs().max().item() <= 1e-5
+    # Right-padded batch of different lengths: every sequence gets positions 0..L-1.
+    a, b = seq[:7], seq[3:20]
+    kp.zero_(), vp.zero_()
+    ids2 = torch.zeros(2, 17, dtype=torch.long)
+    ids2[0, :7], ids2[1] = torch.tensor(a), torch.tensor(b)
+    w = torch.zeros(2, 17, dtype=torch.long)
+    w[0, :7], w[1] = torch.arange(1, 8), torch.arange(20, 37)
+    h = m.forward(ids2, torch.arange(17).expand(2, 17), kp, vp, w, w)
+    assert (m.logits(h[0, :7]) - hf_logits(hf, a)).abs().max().item() <= 1e-5
+    assert (m.logits(h[1]) - hf_logits(hf, b)).abs().max().item() <= 1e-5
+
+
+def test_greedy_tokens_equal_hf_generate_and_logprobs_match_recompute(dirs, hf):
+    eng = InferenceEngine(dirs[0], max_total_tokens=1024)
+    res = eng.generate(PROMPTS[:3], [greedy(m) for m in BUDGETS[:3]])
+    for r, m in zip(res, BUDGETS):
+        with torch.no_grad():
+            g = hf.generate(torch.tensor([r.prompt_ids]), max_new_tokens=m, do_sample=False)
+        assert r.output_ids == g[0, len(r.prompt_ids):].tolist()
+        ref = hf_logprobs(hf, r.prompt_ids, r.output_ids, 0.0)
+        assert max(abs(a - b) for a, b in zip(ref, r.output_logprobs)) <= 1e-4
+        assert r.output_versions == ["0"] * len(r.output_ids)
+
+
+def test_sampled_logprobs_match_hf_recompute_and_respect_top_k_top_p(dirs, hf):
+    eng = InferenceEngine(dirs[0], max_total_tokens=2048, seed=5)
+    sp = SamplingParams(max_new_tokens=30, temperature=0.7, top_p=0.9, top_k=20)
+    res = eng.generate(PROMPTS, sp)
+    for r in res:
+        ref = hf_logprobs(hf, r.prompt_ids, r.output_ids, 0.7)
+        assert max(abs(a - b) for a, b in zip(ref, r.output_logprobs)) <= 1e-4
+        logits = hf_logits(hf, r.prompt_ids + r.output_ids)
+        P = len(r.prompt_ids)
+        for i, t in enumerate(r.output_ids):
+            probs = torch.softmax(logits[P - 1 + i] / 0.7, -1)
+            order = probs.argsort(descending=True).tolist()
+            rank = order.index(t)
+            assert rank < 20
+            assert float(probs[order[:rank]].sum()) <= 0.9 + 1e-6  # inside the nucleus
+
+
+def test_continuous_batching_gives_the_same_greedy_tokens_as_each_request_alone(dirs):
+    alone = _alone(dirs[0])
+    eng = InferenceEngine(dirs[0], max_total_tokens=1024)
+    sizes, results = [], []
+    eng.add_request("r0", PROMPTS[0], greedy(BUDGETS[0]))
+    eng.add_request("r1", PROMPTS[1], greedy(BUDGETS[1]))
+    for _ in range(3):
+        results += eng.step()
+        sizes.append(len(eng.running))
+    eng.add_request("r2", PROMPTS[2], greedy(BUDGETS[2]))  # joins while r0/r1 are mid-decode
+    for _ in range(4):
+        results += eng.step()
+        sizes.append(len(eng.running))
+    eng.add_request("r3", PROMPTS[3], greedy(BUDGETS[3]))
+    eng.add_request("r4", PROMPTS[4], greedy(BUDGETS[4]))
+    while eng.has_work():
+        results += eng.step()
+        sizes.append(len(eng.running))
+    by = {r.rid: r for r in results}
+    assert sizes[2] == 2 and 3 in sizes  # requests joined a running batch ...
+    assert sizes.index(3) > 0 and any(a > b > 0 for a, b in zip(sizes, sizes[1:]))  # ... and left it
+    for i, ref in enumerate(alone):
+        got = by[f"r{i}"]
+        assert got.output_ids == ref.output_ids, i
+        assert max(abs(a - b) for a, b in zip(got.output_logprobs, ref.output_logprobs)) <= 1e-5
+        assert got.finish_reason == ref.finish_reason == "length"
+    assert eng.free_tokens == eng.max_total_tokens  # every KV slot was returned
+
+
+def test_memory_cap_queues_requests_and_all_complete(dirs):
+    alone = _alone(dirs[0])
+    cap = 64  # the largest request needs 45 tokens: at most one or two fit at a time
+    eng = InferenceEngine(dirs[0], max_total_tokens=cap)
+    for i, (p, m) in enumerate(zip(PROMPTS, BUDGETS)):
+        eng.add_request(f"r{i}", p, greedy(m))
+    results, queued_while_running, max_reserved = [], False, 0
+    while eng.has_work():
+        results += eng.step()
+        queued_while_running |= bool(eng.running and eng.waiting)
+        max_reserved = max(max_reserved, cap - eng.free_tokens)
+        assert sum(len(r.prompt) + r.params.max_new_tokens for r in eng.running) <= cap
+    assert queued_while_running and max_reserved <= cap
+    by = {r.rid: r for r in results}
+    assert len(by) == len(PROMPTS)
+    for i, ref in enumerate(alone):
+        assert by[f"r{i}"].output_ids == ref.output_ids
+    assert eng.k_pool.shape[1] == cap + 1  # the pool itself is capped (one scratch slot)
+
+
+def test_requests_that_can_never_fit_or_bad_ids_are_rejected(dirs):
+    eng = InferenceEngine(dirs[0], max_total_tokens=32, context_length=64)
+    with pytest.raises(EngineError, match="max_total_tokens is 32"):
+        eng.add_request("big", [1] * 20, greedy(13))
+    with pytest.raises(EngineError, match="context length of 64"):
+        eng.add_request("long", [1] * 60, greedy(10))
+    with pytest.raises(EngineError, match="out of the vocabulary"):
+        eng.add_request("oov", [1, eng.vocab_size], greedy(2))
+    with pytest.raises(EngineError, match="out of the vocabulary"):
+        eng.add_request("neg", [-5, 1], greedy(2))
+    with pytest.raises(EngineError, match="empty"):
+        eng.add_request("empty", [], greedy(2))
+    eng.add_request("dup", [1, 2], greedy(2))
+    with pytest.raises(EngineError, match="Duplicate"):
+        eng.add_request("dup", [1, 2], greedy(2))
+    assert [r.rid for r in eng.run_until_done()] == ["dup"]
+    assert not eng.has_work()
+
+
+def test_abort_returns_partial_tokens_and_logprobs_and_frees_kv(dirs):
+    eng = InferenceEngine(dirs[0], max_total_tokens=256)
+    eng.add_request("a", PROMPTS[1], greedy(100))
+    eng.add_request("b", PROMPTS[0], greedy(100))
+    for _ in range(6):
+        eng.step()
+    eng.add_request("c", PROMPTS[2], greedy(10))  # still waiting: aborted with no tokens
+    res = {r.rid: r for r in eng.abort_all()}
+    assert res["a"].finish_reason == "abort" and res["a"].abort_message == "Aborted"
+    assert len(res["a"].output_ids) == len(res["a"].output_logprobs) == 6
+    assert res["c"].output_ids == []
+    assert eng.free_tokens == 256 and not eng.has_work()
+    full = _alone(dirs[0], [PROMPTS[1]], [100])[0]
+    assert res["a"].output_ids == full.output_ids[:6]
+
+
+def test_retracted_request_resumes_with_identical_greedy_tokens(dirs):
+    full = _alone(dirs[0], [PROMPTS[4]], [30])[0]
+    eng = InferenceEngine(dirs[0], max_total_tokens=256)
+    eng.add_request("x", PROMPTS[4], greedy(30))
+    for _ in range(9):
+        eng.step()
+    assert eng.retract_all() == 1 and eng.free_tokens == 256
+    (r,) = eng.run_until_done()
+    assert r.output_ids == full.output_ids and r.num_retractions == 1
+    assert max(abs(a - b) for a, b in zip(r.output_logprobs, full.output_logprobs)) <= 1e-5
+
+
+def _first_new_token(ids: list[int]) -> tuple[int, int]:
+    for k in range(1, len(ids)):
+        if ids[k] not in ids[:k]:
+            return k, ids[k]
+    return 0, ids[0]
+
+
+def test_stop_token_and_eos_end_generation_with_the_matched_token_last(dirs, tmp_path):
+    full = _alone(dirs[0], [PROMPTS[1]], [40])[0].output_ids
+    k, stop = _first_new_token(full)
+    eng = InferenceEngine(dirs[0], max_total_tokens=256)
+    (r,) = eng.generate([PROMPTS[1]], greedy(40, stop_token_ids=[stop]))
+    assert (r.finish_reason, r.matched_stop, r.output_ids) == ("stop", stop, full[:k + 1])
+    # the same token as the model's EOS: stops, unless ignore_eos
+    eos_dir = tmp_path / "eos"
+    shutil.copytree(dirs[0], eos_dir)
+    for name in ("config.json", "generation_config.json"):
+        cfg = json.loads((eos_dir / name).read_text())
+        cfg["eos_token_id"] = stop
+        (eos_dir / name).write_text(json.dumps(cfg))
+    eng2 = InferenceEngine(eos_dir, max_total_tokens=256)
+    (e,) = eng2.generate([PROMPTS[1]], greedy(40))
+    assert (e.finish_reason, e.matched_stop, e.output_ids) == ("stop", stop, full[:k + 1])
+    (f,) = eng2.generate([PROMPTS[1]], greedy(40, ignore_eos=True))
+    assert (f.finish_reason, f.output_ids) == ("length", full)
+    # min_new_tokens masks the stop token for the first tokens
+    (g,) = eng.generate([PROMPTS[1]], greedy(40, stop_token_ids=[full[0]], min_new_tokens=3))
+    assert full[0] not in g.output_ids[:3] and len(g.output_ids) >= 3
+    # max_new_tokens = 0: an immediate empty "length" result
+    (z,) = eng.generate([PROMPTS[0]], greedy(0))
+    assert (z.finish_reason, z.output_ids) == ("length", [])
+
+
+def test_seeded_sampling_is_reproducible_and_independent_of_the_batch(dirs):
+    sp = SamplingParams(max_new_tokens=20, temperature=1.0, seed=123)
+    a = InferenceEngine(dirs[0], max_total_tokens=1024).generate([PROMPTS[2]], sp)[0]
+    other = SamplingParams(max_new_tokens=15, temperature=1.0)
+    b = InferenceEngine(dirs[0], max_total_tokens=1024).generate(
+        [PROMPTS[0], PROMPTS[2], PROMPTS[4]], [other, sp, other])[1]
+    assert a.output_ids == b.output_ids
+    unseeded = SamplingParams(max_new_tokens=20, temperature=1.0)
+    c1 = InferenceEngine(dirs[0], max_total_tokens=1024, seed=7).generate(PROMPTS, unseeded)
+    c2 = InferenceEngine(dirs[0], max_total_tokens=1024, seed=7).generate(PROMPTS, unseeded)
+    assert [r.output_ids for r in c1] == [r.output_ids for r in c2]
+    top1 = InferenceEngine(dirs[0], max_total_tokens=1024).generate(
+        PROMPTS, SamplingParams(max_new_tokens=10, temperature=1.0, top_k=1))
+    ref = _alone(dirs[0], PROMPTS, [10] * len(PROMPTS))
+    assert [r.output_ids for r in top1] == [r.output_ids for r in ref]
+
+
+def test_load_weights_swaps_weights_and_versions_and_rejects_other_architectures(dirs, hf_new, tmp_path):
+    eng = InferenceEngine(dirs[0], max_total_tokens=256)
+    eng.add_request("x", PROMPTS[1], greedy(12))
+    for _ in range(4):
+        eng.step()
+    eng.load_weights(dirs[1], weight_version="1")  # the in-flight request continues with new weights
+    (r,) = eng.run_until_done()
+    assert r.output_versions == ["0"] * 4 + ["1"] * 8 and r.weight_version == "1"
+    seq = PROMPTS[2] + [9, 9, 1]
+    assert (eng.model.full_logits(seq) - hf_logits(hf_new, seq)).abs().max().item() <= 1e-5
+    bad = tmp_path / "bad"
+    shutil.copytree(dirs[0], bad)
+    cfg = json.loads((bad / "config.json").read_text())
+    cfg["intermediate_size"] += 8
+    (bad / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(UserError, match="intermediate_size"):
+        eng.load_weights(bad)
+    with pytest.raises(UserError, match="config.json"):
+        eng.load_weights(tmp_path / "missing")
+    assert eng.model_path == str(dirs[1])  # the failed loads changed nothing
+    assert (eng.model.full_logits(seq) - hf_logits(hf_new, seq)).abs().max().item() <= 1e-5
+
+
+def test_prompt_logprobs_have_a_leading_none_and_match_hf(dirs, hf):
+    eng = InferenceEngine(dirs[0], max_total_tokens=256)
+    eng.add_request("p", PROMPTS[1], greedy(3), logprob_start_len=0)
+    (r,) = eng.run_until_done()
+    assert r.input_logprobs[0] == (None, PROMPTS[1][0])
+    lp = torch.log_softmax(hf_logits(hf, PROMPTS[1]), -1)
+    for t in range(1, len(PROMPTS[1])):
+        assert abs(r.input_logprobs[t][0] - float(lp[t - 1, PROMPTS[1][t]])) <= 1e-5
