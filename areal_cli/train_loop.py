@@ -257,7 +257,7 @@ def make_train_batch(groups: list[Group], cfg: TrainConfig, pad_id: int) -> Trai
 def ppo_update(engine, batch: TrainBatch, cfg: TrainConfig) -> dict[str, float]:
     """Recompute proximal logprobs, then one decoupled-PPO optimiser step per minibatch (runs in a thread)."""
     if cfg.recompute_proximal:
-        batch.proximal_logprobs = engine.logprobs(batch) * batch.loss_mask
+        batch.proximal_logprobs = engine.logprobs(batch, temperature=cfg.temperature) * batch.loss_mask
     else:
         batch.proximal_logprobs = batch.behaviour_logprobs.clone()
     loss_cfg = DecoupledPPOConfig(cfg.eps_clip, cfg.behav_imp_weight_cap)
@@ -273,7 +273,7 @@ def ppo_update(engine, batch: TrainBatch, cfg: TrainConfig) -> dict[str, float]:
                 totals[k] += st[k]
             return loss
 
-        out = engine.train_step([mb], loss_fn)
+        out = engine.train_step([mb], loss_fn, temperature=cfg.temperature)
     n = max(totals["n_tokens"], 1.0)
     return {"loss": out["loss"], "grad_norm": out["grad_norm"], "clip_frac": totals["n_clipped"] / n,
             "iw_capped_frac": totals["n_iw_capped"] / n}

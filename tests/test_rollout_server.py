@@ -78,6 +78,14 @@ def _wait_generating(http, at_least: int = 5, timeout: float = 20) -> None:
         time.sleep(0.01)
 
 
+def _wait_running(http, n: int, timeout: float = 20) -> None:
+    """Block until `n` requests are in the engine's running batch."""
+    t0 = time.monotonic()
+    while http.get("/server_info").json()["internal_states"][0]["num_running_reqs"] < n:
+        assert time.monotonic() - t0 < timeout, f"{n} requests did not start"
+        time.sleep(0.01)
+
+
 def _long(http, rid, n=1500, temperature=1.0, prompt=PROMPTS[0]) -> httpx.Response:
     return _gen(http, prompt, n, temperature, rid=rid, sp={"ignore_eos": True})
 
@@ -178,7 +186,7 @@ def test_flush_cache_and_abort_request_behave_like_sglang(server, http):
     assert http.post("/abort_request", json={"rid": "no-such-request"}).status_code == 200
     with ThreadPoolExecutor(2) as ex:
         futs = [ex.submit(_long, http, f"all-{i}") for i in range(2)]
-        _wait_generating(http)
+        _wait_running(http, 2)
         assert http.post("/abort_request", json={"abort_all": True}).status_code == 200
         assert {parse_generate_response(f.result(timeout=30).json()).finish_reason for f in futs} == {"abort"}
 

@@ -34,7 +34,6 @@ Every output token records the weight version that produced it.
 from __future__ import annotations
 
 import json
-import math
 import random
 import time
 from collections import deque
@@ -314,11 +313,9 @@ class Qwen3Model:
             vp.index_copy_(0, w_flat, v.reshape(B * S, nkv, D))
             K = kp.index_select(0, r_flat).view(B, Lk, nkv, D).transpose(1, 2)  # [B, nkv, Lk, D]
             V = vp.index_select(0, r_flat).view(B, Lk, nkv, D).transpose(1, 2)
-            if nkv != nh:  # GQA: query head h uses kv head h // (nh // nkv) (HF repeat_kv)
-                K = K.repeat_interleave(nh // nkv, dim=1)
-                V = V.repeat_interleave(nh // nkv, dim=1)
-            o = F.scaled_dot_product_attention(q.transpose(1, 2), K, V, attn_mask=mask,
-                                               scale=D ** -0.5)  # [B, nh, S, D]
+            # GQA: query head h uses kv head h // (nh // nkv) (HF repeat_kv), without copying K/V
+            o = F.scaled_dot_product_attention(q.transpose(1, 2), K, V, attn_mask=mask, scale=D ** -0.5,
+                                               enable_gqa=nkv != nh)  # [B, nh, S, D]
             o = o.transpose(1, 2).reshape(B, S, nh * D)
             x = x + F.linear(o, w["o"], w["o_b"])
             h = _rms_norm(x, w["ln2"], eps)
@@ -385,7 +382,7 @@ class EngineResult:
     abort_message: str | None = None
 
 
-@dataclass
+@dataclass(eq=False)  # identity semantics: requests are compared/removed by object, never field-wise
 class _Req:
     rid: str
     prompt: list[int]
@@ -466,10 +463,12 @@ class InferenceEngine:
 
     @property
     def vocab_size(self) -> int:
+        """Number of token ids (valid ids are ``[0, vocab_size)``)."""
         return self.model.spec.vocab_size
 
     @property
     def eos_token_ids(self) -> tuple[int, ...]:
+        """Ids that end generation unless ``ignore_eos`` (config.json + generation_config.json)."""
         return self.model.spec.eos_token_ids
 
     @property

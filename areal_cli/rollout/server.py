@@ -86,9 +86,11 @@ class EngineWorker:
         self.error: BaseException | None = None
 
     def start(self) -> None:
+        """Start the engine thread."""
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop the engine thread after the current step (waits up to 5 s)."""
         self._stop.set()
         self._cmds.put(None)
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
@@ -186,15 +188,18 @@ class ServerState:
         loop.call_soon_threadsafe(deliver)
 
     def held(self) -> bool:
+        """True while new /generate requests must wait (paused, or an update waits for a drain)."""
         return self.paused or self.updating > 0
 
     def refresh_hold(self) -> None:
+        """Set/clear the ``unheld`` event to match :meth:`held` (event-loop thread only)."""
         if self.held():
             self.unheld.clear()
         else:
             self.unheld.set()
 
     def decode(self, ids: list[int]) -> str:
+        """Response ``text``: ids decoded without special tokens ("" without a tokenizer)."""
         if self.tokenizer is None or not ids:
             return ""
         try:
@@ -203,6 +208,7 @@ class ServerState:
             return ""
 
     def token_text(self, t: int) -> str:
+        """Text of one token (third element of a logprob triple with return_text_in_logprobs)."""
         if self.tokenizer is None:
             return ""
         try:
@@ -564,7 +570,8 @@ def main(argv: list[str] | None = None) -> None:
     state = ServerState(engine, tokenizer, args)
     app = build_app(state)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False,
-                            timeout_graceful_shutdown=2, lifespan="on")
+                            timeout_graceful_shutdown=2, lifespan="on",
+                            timeout_keep_alive=75)
     server = uvicorn.Server(config)
     server.run()
 

@@ -1,11 +1,180 @@
-"""placeholder during development"""
+"""``tiny-arith``: the built-in verifiable task that a tiny model learns on 2 CPU cores in minutes.
+
+Task: reverse a digit string. The user prompt is ``"reverse {digits}"``, e.g. ``"reverse 5303"``; the
+answer is the same digits in reverse order, leading zeros kept, e.g. ``"3035"``. The string length is drawn
+uniformly from ``MIN_DIGITS..MAX_DIGITS`` (3..6) and each digit uniformly from 0-9, so answers have VARYING
+length (3-6 tokens with the tiny model's one-token-per-digit tokenizer, plus the eos token).
+
+Why this task (measured with the plain-PyTorch prototype on one CPU core, 0.46 M-parameter tiny Qwen3):
+a supervised warm start of ~40 steps x 64 distinct prompts (~15 s) brings held-out greedy accuracy to
+0.3-0.5, and GRPO then lifts it to >= 0.9 in ~100-200 steps. Alternatives that failed the time budget:
+two-digit addition ``a+b`` needed ~500-800 supervised steps (90-120 s) before held-out accuracy left ~0.05;
+sorting the digits reached 0.4 after ~45 supervised steps but RL then plateaued at 0.7-0.83 after 300-400
+steps (~3 min). Lengths start at 3 so that the trivial "echo the input" policy scores only 3 % (palindromes,
+see :func:`echo_accuracy`).
+
+Answer format (what :func:`reward` checks): the assistant completion is exactly the reversed digits
+followed by ``<|im_end|>``, e.g. ``"3035<|im_end|>"``. :func:`extract_answer` takes the text before the first
+``<|im_end|>`` or ``<|endoftext|>`` (the whole text when neither occurs; servers usually strip the stop
+token from ``text``) and strips surrounding whitespace. Reward 1.0 iff it equals the answer, else 0.0.
+Generation needs ``max_new_tokens >= MAX_DIGITS + 1`` (= 7) for the eos to fit.
+
+Splits: a prompt is held out iff ``sha256("tiny-arith:" + digits)`` mod 100 < ``HELDOUT_PERCENT`` (10),
+independent of any seed, so no held-out prompt can ever be drawn for training, whatever the seeds.
+
+Chance level (:func:`chance_accuracy`): a policy that knows the format and the length but guesses digits
+uniformly scores ``mean_L 10^-L`` = 2.8e-4 for L in 3..6. An untrained model does not even know the format:
+its greedy accuracy is 0 (tested). The strongest trivial policy, echoing the input, scores
+:func:`echo_accuracy` = 0.030.
+"""
+
 from __future__ import annotations
 
+import hashlib
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from fractions import Fraction
 
-def tokenizer_corpus():
-    out = []
-    for a in range(100):
-        for b in range(100):
-            out.append(f"{a}+{b}=")
-            out.append(str(a + b))
+TASK_NAME = "tiny-arith"
+MIN_DIGITS = 3
+MAX_DIGITS = 6
+HELDOUT_PERCENT = 10
+PROMPT_PREFIX = "reverse "
+MIN_MAX_NEW_TOKENS = MAX_DIGITS + 1
+STOP_STRINGS = ("<|im_end|>", "<|endoftext|>")
+SPLITS = ("train", "heldout")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One task instance: ``prompt`` is the user message text, ``answer`` the exact expected answer."""
+
+    prompt: str
+    answer: str
+
+
+def solve(digits: str) -> str:
+    """The answer for a digit string: its digits reversed (``"5303"`` -> ``"3035"``)."""
+    return digits[::-1]
+
+
+def make_problem(digits: str) -> Problem:
+    """Build the :class:`Problem` for ``digits``.
+
+    Raises:
+        ValueError: ``digits`` is not a string of ``MIN_DIGITS..MAX_DIGITS`` ASCII digits.
+    """
+    if not (MIN_DIGITS <= len(digits) <= MAX_DIGITS) or not all(c in "0123456789" for c in digits):
+        raise ValueError(f"expected {MIN_DIGITS}-{MAX_DIGITS} digits, got {digits!r}")
+    return Problem(prompt=PROMPT_PREFIX + digits, answer=solve(digits))
+
+
+def user_prompt(problem: Problem) -> str:
+    """The user message text for ``problem`` (to be wrapped by the chat template)."""
+    return problem.prompt
+
+
+def is_heldout(digits: str) -> bool:
+    """True iff the digit string belongs to the held-out split (hash rule in the module docstring)."""
+    h = int.from_bytes(hashlib.sha256(("tiny-arith:" + digits).encode()).digest()[:8], "big")
+    return h % 100 < HELDOUT_PERCENT
+
+
+def _split_of(digits: str) -> str:
+    return "heldout" if is_heldout(digits) else "train"
+
+
+def _check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+
+
+def _draw_digits(rng: random.Random) -> str:
+    n = rng.randint(MIN_DIGITS, MAX_DIGITS)
+    return "".join(rng.choice("0123456789") for _ in range(n))
+
+
+def iter_problems(split: str, seed: int) -> Iterator[Problem]:
+    """Endless i.i.d. stream of problems of one split (repeats possible), deterministic by ``seed``.
+
+    Distribution: length uniform in ``MIN_DIGITS..MAX_DIGITS``, digits uniform, conditioned on the split.
+    Raises:
+        ValueError: unknown ``split``.
+    """
+    _check_split(split)
+    rng = random.Random(f"tiny-arith/{split}/{seed}")
+    while True:
+        d = _draw_digits(rng)
+        if _split_of(d) == split:
+            yield make_problem(d)
+
+
+def sample_problems(split: str, n: int, seed: int) -> list[Problem]:
+    """``n`` DISTINCT problems of one split, deterministic by ``seed`` (same distribution as
+    :func:`iter_problems`, duplicates rejected).
+
+    Raises:
+        ValueError: unknown ``split``, or ``n`` < 0 or larger than 50 000 (the rejection sampler would
+            exhaust the short lengths and skew the length distribution far from uniform).
+    """
+    _check_split(split)
+    if not 0 <= n <= 50_000:
+        raise ValueError(f"n must be in [0, 50000], got {n}")
+    seen: set[str] = set()
+    out: list[Problem] = []
+    for p in iter_problems(split, seed):
+        if len(out) >= n:
+            break
+        if p.prompt not in seen:
+            seen.add(p.prompt)
+            out.append(p)
+    return out
+
+
+def extract_answer(completion_text: str) -> str:
+    """The final answer in a completion: text before the first stop string, whitespace-stripped."""
+    text = completion_text
+    for stop in STOP_STRINGS:
+        text = text.split(stop, 1)[0]
+    return text.strip()
+
+
+def reward(completion_text: str, answer: str) -> float:
+    """1.0 iff :func:`extract_answer` of ``completion_text`` equals ``answer`` exactly, else 0.0. Pure."""
+    return 1.0 if extract_answer(completion_text) == answer else 0.0
+
+
+def sft_example(problem: Problem) -> tuple[str, str]:
+    """Supervised pair ``(user prompt text, target completion text)``; the target is ``answer + "<|im_end|>"``.
+
+    The target's tokens (answer digits + the ``<|im_end|>`` eos token) are what a warm start trains on.
+    """
+    return problem.prompt, problem.answer + "<|im_end|>"
+
+
+def chance_accuracy() -> float:
+    """Accuracy of guessing uniformly random digits of the right length: ``mean_{L} 10^-L`` (2.78e-4).
+
+    An untrained model scores 0 (it does not know the format); this is the level a model that learned only
+    the format would score.
+    """
+    lengths = range(MIN_DIGITS, MAX_DIGITS + 1)
+    return float(sum(Fraction(1, 10**L) for L in lengths) / len(lengths))
+
+
+def echo_accuracy() -> float:
+    """Exact accuracy of echoing the input digits: P(a uniform digit string is a palindrome), averaged over
+    lengths: ``mean_L 10^ceil(L/2) / 10^L`` = 0.03025 for L in 3..6."""
+    lengths = range(MIN_DIGITS, MAX_DIGITS + 1)
+    return float(sum(Fraction(10 ** ((L + 1) // 2), 10**L) for L in lengths) / len(lengths))
+
+
+def tokenizer_corpus(n: int = 2000) -> list[str]:
+    """Texts for training the tiny tokenizer: ``n`` rendered turns ``"user\\n" + prompt`` and
+    ``"assistant\\n" + answer`` (so ``user``, ``assistant``, ``reverse`` become single tokens). Deterministic."""
+    out: list[str] = []
+    for p in sample_problems("train", n, seed=0):
+        out.append("user\n" + p.prompt)
+        out.append("assistant\n" + p.answer)
     return out

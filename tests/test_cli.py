@@ -1,0 +1,124 @@
+"""The command line: bad input gives one line, exit 2, no traceback, nothing half-written."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from areal_cli.cli import main
+from areal_cli.config import TrainConfig, apply_overrides, load_recipe
+
+
+def run(args):
+    res = CliRunner().invoke(main, args)
+    return res.exit_code, res.output
+
+
+def assert_one_line_error(code, out, *needles):
+    assert code == 2, out
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), out
+    assert "Traceback" not in out
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+
+
+def test_help_does_not_import_torch():
+    code = (
+        "import sys; from click.testing import CliRunner; from areal_cli.cli import main; "
+        "r = CliRunner().invoke(main, ['--help']); assert r.exit_code == 0; "
+        "assert 'train' in r.output and 'eval' in r.output; "
+        "bad = [m for m in ('torch', 'transformers', 'megatron') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_unknown_recipe(tmp_path):
+    assert_one_line_error(*run(["train", "no-such-recipe", "--out", str(tmp_path / "o")]),
+                          "unknown recipe 'no-such-recipe'", "tiny-arith")
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    "override,needles",
+    [
+        ("no_such_key=1", ["field 'no_such_key'", "unknown key"]),
+        ("batch_size=abc", ["field 'batch_size'", "expected int"]),
+        ("max_head_offpolicyness=-1", ["field 'max_head_offpolicyness'", ">= 0"]),
+        ("sft_stop_accuracy=0.7", ["field 'sft_stop_accuracy'", "0.5"]),
+        ("lr", ["expected key=value"]),
+    ],
+)
+def test_invalid_override(tmp_path, override, needles):
+    assert_one_line_error(*run(["train", "--out", str(tmp_path / "o"), "-o", override]), *needles)
+    assert not (tmp_path / "o").exists()
+
+
+def test_recipe_errors_name_file_and_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("recipe: x\nbatch_size: 4\nbogus: 1\n")
+    assert_one_line_error(*run(["train", str(bad), "--out", str(tmp_path / "o")]), f"{bad}:3", "field 'bogus'")
+    bad.write_text("recipe: x\ngroup_size: [1, 2]\n")
+    assert_one_line_error(*run(["train", str(bad), "--out", str(tmp_path / "o")]), f"{bad}:2", "field 'group_size'")
+    bad.write_text("recipe: x\n  : : :\n")
+    assert_one_line_error(*run(["train", str(bad), "--out", str(tmp_path / "o")]), str(bad), "invalid YAML")
+
+
+def test_existing_run_dir_is_not_overwritten(tmp_path):
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text('{"step": 0}\n')
+    assert_one_line_error(*run(["train", "--out", str(out), "--max-steps", "1"]), "already holds a run")
+    assert (out / "metrics.jsonl").read_text() == '{"step": 0}\n'
+
+
+def test_shipped_recipe_is_valid_and_overrides_apply():
+    cfg, path = load_recipe("tiny-arith")
+    assert path.name == "tiny-arith.yaml" and cfg.recipe == "tiny-arith"
+    cfg2 = apply_overrides(cfg, ["max_head_offpolicyness=0", "lr=1e-4", "recompute_proximal=false"])
+    assert (cfg2.max_head_offpolicyness, cfg2.lr, cfg2.recompute_proximal) == (0, 1e-4, False)
+    assert cfg.max_head_offpolicyness != 0 or cfg2 is not cfg  # the loaded recipe is not mutated
+    assert TrainConfig().effective_max_concurrent == TrainConfig().batch_size * (TrainConfig().max_head_offpolicyness + 1)
+
+
+def _eval(tmp_path, data_dir, *extra):
+    return run(["eval", "--data", "aime24", "--data-dir", str(data_dir), "--out", str(tmp_path / "out"), *extra])
+
+
+def test_eval_unknown_dataset(tmp_path):
+    code, out = run(["eval", "--data", "aime24,gsm9k", "--data-dir", str(tmp_path), "--out", str(tmp_path / "out")])
+    assert_one_line_error(code, out, "gsm9k", "aime24")
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_eval_missing_file(tmp_path):
+    assert_one_line_error(*_eval(tmp_path, tmp_path), "aime24.jsonl", "not found")
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_eval_malformed_jsonl_line(tmp_path):
+    d = tmp_path / "data"
+    d.mkdir()
+    (d / "aime24.jsonl").write_text(json.dumps({"id": 1, "problem": "p", "answer": "1"}) + "\n{not json\n")
+    assert_one_line_error(*_eval(tmp_path, d), f"{d / 'aime24.jsonl'}:2")
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_eval_record_without_answer(tmp_path):
+    d = tmp_path / "data"
+    d.mkdir()
+    (d / "aime24.jsonl").write_text(json.dumps({"id": 1, "problem": "p"}) + "\n")
+    assert_one_line_error(*_eval(tmp_path, d), f"{d / 'aime24.jsonl'}:1", "field 'answer'")
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_bad_input_via_console_script_has_no_traceback(tmp_path):
+    exe = Path(sys.executable).with_name("areal")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "areal_cli.cli"]
+    p = subprocess.run(cmd + ["train", "nope", "--out", str(tmp_path / "o")], capture_output=True, text=True)
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == [p.stderr.strip()] and "Traceback" not in p.stderr
