@@ -35,7 +35,7 @@ import httpx
 
 from areal_cli.rollout.protocol import (
     GenerateRequest, GenerateResponse, ProtocolError, SamplingParams, ServerError,
-    build_continue_payload, build_pause_payload, build_update_weights_from_disk_payload,
+    build_batch_generate_payload, build_continue_payload, build_pause_payload, build_update_weights_from_disk_payload,
     parse_error_message, parse_generate_response, version_to_int, versions_from_spans,
 )
 
@@ -266,13 +266,61 @@ class RolloutClient:
         """
         self._check_ids(prompt_ids)
         params.validate()
+        return await self._finish(list(map(int, prompt_ids)), [], [], [], 0, params, rid or uuid.uuid4().hex)
+
+    async def generate_group(self, prompt_ids: list[int], n: int, params: SamplingParams,
+                             rid: str | None = None) -> list[Completion]:
+        """Generate ``n`` independent samples of one prompt (a GRPO group) in one batched ``/generate``.
+
+        The first attempt is one SGLang batch request (``input_ids`` = n copies, one rid each) to one server,
+        which costs the server and the client far less than n separate requests; samples that come back
+        aborted are then resumed one by one exactly as in :meth:`generate`. Sample i has rid ``{rid}.{i}``.
+
+        Raises:
+            Same as :meth:`generate`.
+        """
+        self._check_ids(prompt_ids)
+        params.validate()
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
         prompt = [int(t) for t in prompt_ids]
         rid = rid or uuid.uuid4().hex
+        rids = [f"{rid}.{i}" for i in range(n)]
+        url = self.choose_server(rid)
+        for r in rids:  # the resumed samples stick to the same server
+            self._sticky[r] = url
+        await self._wait_not_paused()
+        if self._closed:
+            return [Completion(prompt, [], [], [], "abort", 0, url, None, r) for r in rids]
+        body = await self._post_or_closed(url, "/generate", build_batch_generate_payload(
+            [prompt] * n, params, return_logprob=True, rids=rids))
+        if body is _CLOSED:
+            return [Completion(prompt, [], [], [], "abort", 0, url, None, r) for r in rids]
+        resps = parse_generate_response(body)
+        if not isinstance(resps, list) or len(resps) != n:
+            raise ProtocolError(f"batched /generate of {n} prompts did not return a list of {n} responses")
+        out = []
+        for r, resp in zip(rids, resps):
+            ids: list[int] = []
+            lps: list[float] = []
+            vers: list[int] = []
+            self._accumulate(resp, ids, lps, vers)
+            if resp.finish_reason != "abort":
+                if len(ids) > params.max_new_tokens:
+                    raise ProtocolError(f"server returned {len(ids)} tokens for a budget of {params.max_new_tokens}")
+                out.append(asyncio.sleep(0, Completion(prompt, ids, lps, vers, resp.finish_reason, 0, url,
+                                                       resp.matched_stop, r)))
+            else:
+                out.append(self._finish(prompt, ids, lps, vers, 1, params, r))
+        return list(await asyncio.gather(*out))
+
+    async def _finish(self, prompt: list[int], out_ids: list[int], out_lps: list[float], out_vers: list[int],
+                      n_int: int, params: SamplingParams, rid: str) -> Completion:
+        """The interruptible loop: (re)submit ``prompt + out_ids`` with the remaining budget until the
+        sample stops, reaches ``params.max_new_tokens`` in total, or the client is closed."""
         budget = int(params.max_new_tokens)
-        out_ids: list[int] = []
-        out_lps: list[float] = []
-        out_vers: list[int] = []
-        n_int = 0
+        if n_int and len(out_ids) >= budget:
+            return Completion(prompt, out_ids, out_lps, out_vers, "length", n_int, self.choose_server(rid), None, rid)
         url = self.choose_server(rid)
         idle_backoff = 0.0
         while True:

@@ -1,7 +1,8 @@
 """Rollout controller: keeps the rollout servers busy with prompt groups, within the staleness bound.
 
 One asyncio task admits groups while :class:`~areal_cli.rollout.staleness.StalenessManager` gives
-capacity; each group is ``group_size`` independent interruptible requests of one prompt. Every sample is
+capacity; each group is ``group_size`` independent interruptible samples of one prompt, sent as one batched
+``/generate`` (aborted samples are resumed one by one). Every sample is
 scored as soon as it finishes (streaming reward, in a worker pool with a timeout). A finished group is
 dropped (and counted) if its success rate is outside ``[success_rate_lb, success_rate_ub]`` or if any of
 its rewards failed (crash or timeout: counted and reported, never turned into a silent 0); otherwise it
@@ -196,10 +197,7 @@ class RolloutController:
             self._error = task.exception()
         self._wake.set()
 
-    async def _run_sample(self, gid: int, prompt: PromptItem, idx: int):
-        comp: Completion = await self.client.generate(
-            prompt.prompt_ids, self.sampling, rid=f"g{gid}-s{idx}"
-        )
+    async def _score(self, comp: Completion, prompt: PromptItem):
         self.stats.samples_generated += 1
         self.stats.tokens_generated += len(comp.output_ids)
         self.stats.interruptions += comp.n_interruptions
@@ -210,7 +208,8 @@ class RolloutController:
         return comp, result
 
     async def _run_group(self, gid: int, prompt: PromptItem) -> None:
-        results = await asyncio.gather(*(self._run_sample(gid, prompt, i) for i in range(self.group_size)))
+        comps = await self.client.generate_group(prompt.prompt_ids, self.group_size, self.sampling, rid=f"g{gid}")
+        results = await asyncio.gather(*(self._score(c, prompt) for c in comps))
         if any(r.status != "ok" for _, r in results):
             self.stats.groups_dropped_reward_failure += 1
             self.staleness.on_reject()
