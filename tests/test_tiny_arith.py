@@ -24,7 +24,7 @@ def test_answer_is_reversed_digits_and_lengths_vary():
 
 
 def test_make_problem_rejects_bad_digit_strings():
-    for bad in ("12", "1234567", "12a4", ""):
+    for bad in ("12", "123456", "12a4", ""):
         with pytest.raises(ValueError):
             ta.make_problem(bad)
 
@@ -88,10 +88,10 @@ def test_sft_target_is_answer_digits_then_eos_token(tmp_path):
     from areal_cli.models.tiny import build_tiny_model, load_tokenizer
 
     tok = load_tokenizer(build_tiny_model(tmp_path / "m", seed=0))
-    prompt, target = ta.sft_example(ta.make_problem("902100"))
-    assert (prompt, target) == ("reverse 902100", "001209<|im_end|>")
+    prompt, target = ta.sft_example(ta.make_problem("90210"))
+    assert (prompt, target) == ("reverse 90210", "01209<|im_end|>")
     ids = tok(target)["input_ids"]
-    assert tok.convert_ids_to_tokens(ids) == ["0", "0", "1", "2", "0", "9", "<|im_end|>"]
+    assert tok.convert_ids_to_tokens(ids) == ["0", "1", "2", "0", "9", "<|im_end|>"]
     assert len(ids) == ta.MIN_MAX_NEW_TOKENS
     assert ids[-1] == tok.eos_token_id
     # the task's words are single tokens of the default tokenizer
@@ -103,13 +103,13 @@ def test_chance_and_echo_levels_match_monte_carlo():
     probs = [next(stream) for _ in range(40000)]
     echo = sum(ta.reward(p.prompt.removeprefix(ta.PROMPT_PREFIX), p.answer) for p in probs) / len(probs)
     assert abs(echo - ta.echo_accuracy()) < 0.004
-    assert ta.echo_accuracy() == pytest.approx((0.1 + 0.01 + 0.01 + 0.001) / 4)
-    assert ta.chance_accuracy() == pytest.approx((1e-3 + 1e-4 + 1e-5 + 1e-6) / 4)
+    assert ta.echo_accuracy() == pytest.approx((0.1 + 0.01 + 0.01) / 3)  # palindromes of length 3, 4, 5
+    assert ta.chance_accuracy() == pytest.approx((1e-3 + 1e-4 + 1e-5) / 3)
     rng = random.Random(0)
     guess = sum(
         ta.reward("".join(rng.choice("0123456789") for _ in p.answer), p.answer) for p in probs
     ) / len(probs)
-    assert guess <= 0.002  # expected 2.8e-4
+    assert guess <= 0.002  # expected 3.7e-4
 
 
 def test_untrained_tiny_model_scores_at_chance(tmp_path):
@@ -132,7 +132,7 @@ def test_untrained_tiny_model_scores_at_chance(tmp_path):
                                  eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
             for p, row in zip(probs, out[:, ids.shape[1]:]):
                 correct += ta.reward(tok.decode(row), p.answer)
-    # chance is 2.8e-4: on 128 prompts the expected number of hits is 0.04
+    # chance is 3.7e-4: on 128 prompts the expected number of hits is 0.05
     assert correct / 128 <= 1 / 128
 
 

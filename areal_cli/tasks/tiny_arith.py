@@ -38,7 +38,7 @@ from fractions import Fraction
 
 TASK_NAME = "tiny-arith"
 MIN_DIGITS = 3
-MAX_DIGITS = 6
+MAX_DIGITS = 5
 HELDOUT_PERCENT = 10
 PROMPT_PREFIX = "reverse "
 MIN_MAX_NEW_TOKENS = MAX_DIGITS + 1

@@ -1,0 +1,37 @@
+"""A shortened `areal train tiny-arith` run: warm start, then async RL that clearly beats chance."""
+
+import json
+
+import pytest
+
+from areal_cli.config import apply_overrides, load_recipe
+from areal_cli.tasks import tiny_arith
+from areal_cli.train_loop import run_training
+
+REQUIRED = {"step", "version", "reward_mean", "accuracy", "staleness_max", "elapsed_s"}
+
+
+@pytest.mark.slow
+def test_short_async_run_learns_well_beyond_chance(tmp_path):
+    cfg, _ = load_recipe("tiny-arith")
+    cfg = apply_overrides(cfg, ["max_steps=25", "target_accuracy=0", "max_head_offpolicyness=2",
+                                "eval_n_prompts=64"])
+    out = tmp_path / "run"
+    summary = run_training(cfg, out, live=False)
+
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 26 and all(REQUIRED <= set(r) for r in rows)
+    first, last = rows[0], rows[-1]
+    assert first["phase"] == "warm_start_end" and first["step"] == 0 and first["version"] == 0
+    assert first["accuracy"] <= 0.5  # the warm start stops at or below 0.5
+    assert [r["version"] for r in rows] == list(range(26))
+    assert max(r["staleness_max"] for r in rows) >= 1  # it really ran asynchronously
+    assert all(r["groups_dropped_reward_failure"] == 0 and r["reward_error"] == 0 for r in rows[1:])
+    # chance (uniform digits of the right length) is < 0.01, echoing the input ~0.03
+    chance = max(tiny_arith.chance_accuracy(), tiny_arith.echo_accuracy())
+    best_rl = max(r["accuracy"] for r in rows[1:])
+    assert best_rl >= max(0.5, first["accuracy"] + 0.1), (first["accuracy"], best_rl)
+    assert best_rl > 10 * chance
+    assert (out / "learning_curve.png").stat().st_size > 10_000
+    assert summary["final_version"] == 25
+    assert (out / "weights" / "v25" / "model.safetensors").exists()
