@@ -41,20 +41,25 @@ def main() -> None:
 
 @main.command()
 @click.argument("recipe", required=False, default="tiny-arith")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("runs/train"),
-              show_default=True, help="Run directory (metrics.jsonl, learning_curve.png, weights).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
+              help="Run directory (metrics.jsonl, learning_curve.png, weights). "
+                   "Default: runs/<recipe>-<date>-<time>.")
 @click.option("--max-steps", type=int, default=None, help="Number of RL steps (overrides the recipe).")
 @click.option("-o", "--override", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a recipe field, e.g. -o max_head_offpolicyness=0. Repeatable.")
 @click.option("--no-live", is_flag=True, help="Plain log lines instead of the live status panel.")
 @_user_errors
-def train(recipe: str, out_dir: Path, max_steps: int | None, overrides: tuple[str, ...], no_live: bool) -> None:
+def train(recipe: str, out_dir: Path | None, max_steps: int | None, overrides: tuple[str, ...], no_live: bool) -> None:
     """Train RECIPE (default: tiny-arith, runs on CPU) with asynchronous RL."""
     from areal_cli.config import apply_overrides, load_recipe
 
     cfg, _ = load_recipe(recipe)
     items = list(overrides) + ([f"max_steps={max_steps}"] if max_steps is not None else [])
     cfg = apply_overrides(cfg, items)
+    if out_dir is None:
+        import time
+
+        out_dir = Path("runs") / f"{cfg.recipe}-{time.strftime('%Y%m%d-%H%M%S')}"
 
     from areal_cli.train_loop import run_training
 

@@ -71,6 +71,29 @@ class RunStatus:
                 highlight=False,
             )
 
+    def summary(self, summary: dict) -> None:
+        """Print the end-of-run table (the same numbers are in summary.json)."""
+        t = Table(title=f"areal train {self.cfg.recipe}: summary", show_header=False)
+        t.add_column("what", style="cyan")
+        t.add_column("value", justify="right")
+        warm, ttt, ctl = summary["warm_start"], summary["time_to_target"], summary["controller"]
+        t.add_row("warm start", f"{warm['steps']} steps, {warm['seconds']:.1f} s, accuracy {warm['accuracy']:.3f}")
+        t.add_row("final accuracy (held-out, greedy)", f"{summary['final_accuracy']:.3f}")
+        t.add_row("policy versions (RL steps)", str(summary["final_version"]))
+        t.add_row(f"time to accuracy {self.cfg.target_accuracy}",
+                  f"step {ttt['step']}, {ttt['elapsed_s']:.1f} s total ({ttt['rl_elapsed_s']:.1f} s of RL)"
+                  if ttt else "not reached")
+        t.add_row("max_head_offpolicyness (eta)", str(self.cfg.max_head_offpolicyness))
+        t.add_row("groups accepted / dropped by filter / dropped by reward failure",
+                  f"{ctl['groups_accepted']} / {ctl['groups_dropped_filter']} / {ctl['groups_dropped_reward_failure']}")
+        t.add_row("reward calls ok / error / timeout", f"{ctl['reward_ok']} / {ctl['reward_error']} / {ctl['reward_timeout']}")
+        t.add_row("samples interrupted and resumed", str(ctl["interruptions"]))
+        t.add_row("wall time", f"{summary['elapsed_s']:.1f} s")
+        t.add_row("outputs", f"{self.out}/metrics.jsonl, learning_curve.png, summary.json")
+        self.console.print(t)
+        for example in summary.get("reward_failures", []):
+            self.console.print(f"reward failure: {example}", style="yellow")
+
     # --- rendering ------------------------------------------------------------------------
     def _render(self):
         cfg, l, c = self.cfg, self._last, self._counters

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from areal_cli.atomic import write_json_atomic
 from areal_cli.config import TrainConfig
 from areal_cli.errors import UserError
 from areal_cli.rollout.client import RolloutClient
@@ -89,10 +90,12 @@ def run_training(cfg: TrainConfig, out: Path, *, live: bool = True) -> dict:
     torch.set_num_threads(cfg.torch_threads)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
-    (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
+    write_json_atomic(out / "config.json", cfg.to_dict())
     status = RunStatus(cfg, out, live=live)
     with status:
-        return asyncio.run(_run(cfg, out, task, status))
+        summary = asyncio.run(_run(cfg, out, task, status))
+    status.summary(summary)
+    return summary
 
 
 async def _run(cfg: TrainConfig, out: Path, task, status: RunStatus) -> dict:
@@ -136,7 +139,7 @@ async def _run(cfg: TrainConfig, out: Path, task, status: RunStatus) -> dict:
             pool.close()
         for s in servers:
             s.stop()
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_json_atomic(out / "summary.json", summary)
     return summary
 
 
@@ -190,46 +193,45 @@ async def warm_start(ctx: RunContext) -> dict:
     eos = ctx.tokenizer.convert_tokens_to_ids("<|im_end|>")
     encoded = [(_prompt_item(ctx.tokenizer, p).prompt_ids, ctx.tokenizer.encode(target, add_special_tokens=False) + [eos])
                for p, target in examples]
-    rng = random.Random(cfg.seed)
-    order = list(range(len(encoded)))
-    acc, step, t_start = 0.0, 0, time.monotonic()
+    batches = _sft_batches(encoded, cfg.sft_batch_size, cfg.seed, ctx.tokenizer.pad_token_id)
+    t_start = time.monotonic()
     acc, _ = await evaluate(ctx)
-    ctx.status.phase("warm start", acc=acc)
-    prev_state = None
-
-    def nll(lp: torch.Tensor, mb: TrainBatch, n_valid: float) -> torch.Tensor:
-        return -(lp * mb.loss_mask).sum() / n_valid
-
+    ctx.status.phase("warm start", step=0, acc=acc)
+    step, kept_state, kept_step = 0, None, 0
     while step < cfg.sft_max_steps and acc < cfg.sft_stop_accuracy:
-        rng.shuffle(order)
-        for i in range(0, len(order) - cfg.sft_batch_size + 1, cfg.sft_batch_size):
-            idx = order[i : i + cfg.sft_batch_size]
-            batch = build_train_batch([(p, t, [0.0] * len(t), [0] * len(t)) for p, t in (encoded[j] for j in idx)],
-                                      pad_id=ctx.tokenizer.pad_token_id)
+        # weights evaluated below the stop accuracy: where to roll back to if the next eval overshoots 0.5
+        kept_state = {k: v.clone() for k, v in eng.model.state_dict().items() if "_extra_state" not in k}
+        kept_step = step
+        for _ in range(min(cfg.sft_eval_every, cfg.sft_max_steps - step)):
+            batch = next(batches)
             n_valid = batch.n_loss_tokens
-            stats = await asyncio.to_thread(eng.train_step, [batch], lambda lp, mb: nll(lp, mb, n_valid))
+            stats = await asyncio.to_thread(
+                eng.train_step, [batch], lambda lp, mb: -(lp * mb.loss_mask).sum() / n_valid)
             step += 1
-            if step % cfg.sft_eval_every == 0 or step >= cfg.sft_max_steps:
-                prev_state = {k: v.clone() for k, v in eng.model.state_dict().items() if "_extra_state" not in k}
-                await publish(ctx, 0, f"sft-step{step}")
-                acc, _ = await evaluate(ctx)
-                ctx.status.phase("warm start", step=step, acc=acc, loss=stats["loss"])
-                if acc >= cfg.sft_stop_accuracy or step >= cfg.sft_max_steps:
-                    break
-        else:
-            continue
-        break
-    if acc > 0.5 and prev_state is not None:
-        # Overshot the 0.5 bound between two evaluations: keep the previous evaluated weights.
-        ctx.status.log(f"warm start overshot ({acc:.3f} > 0.5): rolling back {cfg.sft_eval_every} steps")
-        eng.model.load_state_dict(prev_state, strict=False)
-        step -= cfg.sft_eval_every
+        await publish(ctx, 0, f"sft-step{step}")
+        acc, _ = await evaluate(ctx)
+        ctx.status.phase("warm start", step=step, acc=acc, loss=stats["loss"])
+    if acc > 0.5 and kept_state is not None:
+        ctx.status.log(f"warm start overshot ({acc:.3f} > 0.5): rolling back to step {kept_step}")
+        eng.model.load_state_dict(kept_state, strict=False)
+        step = kept_step
         await publish(ctx, 0, f"sft-step{step}")
         acc, _ = await evaluate(ctx)
     for p in (ctx.out / "weights").glob("sft-step*"):
         if p.name != f"sft-step{step}":
             shutil.rmtree(p, ignore_errors=True)
     return {"steps": step, "accuracy": acc, "seconds": time.monotonic() - t_start}
+
+
+def _sft_batches(encoded: list[tuple[list[int], list[int]]], batch_size: int, seed: int, pad_id: int):
+    """Endless shuffled epochs of right-padded SFT batches (loss on response tokens only)."""
+    rng = random.Random(seed)
+    order = list(range(len(encoded)))
+    while True:
+        rng.shuffle(order)
+        for i in range(0, len(order) - batch_size + 1, batch_size):
+            pairs = [encoded[j] for j in order[i : i + batch_size]]
+            yield build_train_batch([(p, t, [0.0] * len(t), [0] * len(t)) for p, t in pairs], pad_id=pad_id)
 
 
 # --------------------------------------------------------------------------------------------------

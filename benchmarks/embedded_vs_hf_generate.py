@@ -1,6 +1,6 @@
 """Embedded server vs HF model.generate: 32 prompts, per-prompt max_new_tokens, greedy, ignore_eos.
 Both single-threaded (torch.set_num_threads(1) / --num-threads 1). Tokens/s = useful generated tokens / wall s."""
-import asyncio, sys, time
+import asyncio, sys, tempfile, time
 import torch
 torch.set_num_threads(1)
 from transformers import AutoModelForCausalLM
@@ -9,7 +9,7 @@ from areal_cli.rollout.client import RolloutClient
 from areal_cli.rollout.protocol import SamplingParams
 from areal_cli.rollout.server import EmbeddedServer
 
-d = build_tiny_model("/tmp/rbench/model", seed=0)
+d = build_tiny_model(tempfile.mkdtemp(prefix="areal-bench-") + "/model", seed=0)
 g = torch.Generator().manual_seed(0)
 V = AutoModelForCausalLM.from_pretrained(d).config.vocab_size
 prompts = [torch.randint(3, V, (4 + (i * 7) % 37,), generator=g).tolist() for i in range(32)]

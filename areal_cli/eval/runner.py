@@ -36,6 +36,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from areal_cli.atomic import write_atomic_many
 from areal_cli.errors import UserError
 from areal_cli.eval.datasets import Problem, load_datasets
 from areal_cli.eval.metrics import majority_vote, mean_pass_at_k, pass_k_values
@@ -173,32 +174,10 @@ def summarize(graded: Sequence[dict[str, Any]], *, pool: RewardPool | None = Non
 
 
 # ---------------------------------------------------------------------------------------------- files
-def _write_atomic_many(files: dict[Path, str]) -> None:
-    """Write several text files so that each is either complete or untouched: all contents go to temp
-    files in the target directory first; only when all are written are they renamed into place."""
-    tmps: list[tuple[Path, Path]] = []
-    try:
-        for path, text in files.items():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-            tmps.append((Path(tmp), path))
-            os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are ordinary readable files
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-        for tmp, path in tmps:
-            os.replace(tmp, path)
-    finally:
-        for tmp, _ in tmps:
-            if tmp.exists():
-                tmp.unlink()
-
-
 def write_results(out_dir: Path, results: dict[str, Any], samples: Sequence[dict[str, Any]]) -> None:
-    """Write ``results.json`` and ``samples.jsonl`` into ``out_dir`` atomically (see :func:`_write_atomic_many`)."""
+    """Write ``results.json`` and ``samples.jsonl`` into ``out_dir`` atomically (see :func:`areal_cli.atomic.write_atomic_many`)."""
     samples_text = "".join(json.dumps(s, ensure_ascii=False) + "\n" for s in samples)
-    _write_atomic_many(
+    write_atomic_many(
         {
             out_dir / "samples.jsonl": samples_text,
             out_dir / "results.json": json.dumps(results, indent=2, ensure_ascii=False) + "\n",

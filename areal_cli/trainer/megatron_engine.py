@@ -24,11 +24,16 @@ import math
 import os
 import shutil
 import uuid
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
+
+# megatron-core warns at import that the optional CUDA fusions (Transformer Engine, Apex) are absent; the
+# local implementations are what the CPU path uses on purpose, so keep the user's terminal clean.
+warnings.filterwarnings("ignore", message=r".*(Transformer Engine|Apex|apex).*", category=UserWarning)
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
