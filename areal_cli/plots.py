@@ -12,6 +12,7 @@ def _atomic_savefig(fig, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".png", dir=path.parent)
     os.close(fd)
+    os.chmod(tmp, 0o644)  # mkstemp creates 0600; a plot is an ordinary readable file
     try:
         fig.savefig(tmp, dpi=110, bbox_inches="tight")
         os.replace(tmp, path)
@@ -21,7 +22,7 @@ def _atomic_savefig(fig, path: Path) -> None:
 
 
 def plot_learning_curve(metrics_jsonl: Path, out_png: Path, *, target: float | None = None,
-                        others: dict[str, Path] | None = None) -> Path:
+                        others: dict[str, Path] | None = None, label: str = "this run") -> Path:
     """Held-out accuracy and batch reward vs RL step and vs wall-clock seconds.
 
     Args:
@@ -29,6 +30,7 @@ def plot_learning_curve(metrics_jsonl: Path, out_png: Path, *, target: float | N
         out_png: where to write the PNG (atomically).
         target: draw a horizontal line at this accuracy.
         others: extra runs {label: metrics.jsonl} drawn on the same axes (e.g. eta=0 vs eta=4).
+        label: legend label of ``metrics_jsonl``.
     Returns:
         ``out_png``.
     """
@@ -37,20 +39,22 @@ def plot_learning_curve(metrics_jsonl: Path, out_png: Path, *, target: float | N
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = {"this run": metrics_jsonl, **(others or {})}
+    runs = {label: metrics_jsonl, **(others or {})}
     fig, (ax_step, ax_time) = plt.subplots(1, 2, figsize=(11, 4))
-    for label, path in runs.items():
+    for i, (label, path) in enumerate(runs.items()):
+        color = f"C{i}"
         rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
         steps = [r["step"] for r in rows]
         secs = [r["elapsed_s"] for r in rows]
         acc = [r["accuracy"] for r in rows]
-        ax_step.plot(steps, acc, marker=".", label=f"{label}: held-out accuracy")
-        ax_time.plot(secs, acc, marker=".", label=f"{label}: held-out accuracy")
+        ax_step.plot(steps, acc, marker=".", color=color, label=f"{label}: held-out accuracy")
+        ax_time.plot(secs, acc, marker=".", color=color, label=f"{label}: held-out accuracy")
         rew = [(r["step"], r["reward_mean"]) for r in rows if r.get("reward_mean") is not None]
         if rew:
-            ax_step.plot([s for s, _ in rew], [v for _, v in rew], alpha=0.5, label=f"{label}: batch reward")
+            ax_step.plot([s for s, _ in rew], [v for _, v in rew], alpha=0.4, color=color, ls="--",
+                         label=f"{label}: batch reward")
         if rows:
-            ax_time.axvline(rows[0]["elapsed_s"], color="grey", ls=":", lw=1)
+            ax_time.axvline(rows[0]["elapsed_s"], color=color, ls=":", lw=1)
     for ax, xlabel in ((ax_step, "RL step (policy version)"), (ax_time, "wall-clock seconds (warm start + RL)")):
         if target:
             ax.axhline(target, color="red", ls="--", lw=1, label=f"target {target}")
