@@ -26,6 +26,12 @@ def _user_errors(fn):
         except UserError as e:
             click.echo(f"error: {e}", err=True)
             sys.exit(e.exit_code)
+        except Exception as e:  # noqa: BLE001
+            # A rollout server that cannot be reached or answers an error: one line, not a traceback.
+            if type(e).__name__ != "ServerError":
+                raise
+            click.echo(f"error: rollout server: {e}", err=True)
+            sys.exit(2)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             sys.exit(130)

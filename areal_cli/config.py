@@ -78,14 +78,18 @@ class TrainConfig:
 
     extra: dict = field(default_factory=dict, repr=False, compare=False)
 
-    def validate(self, source: str = "config") -> None:
+    def validate(self, source: str = "config", lines: dict[str, int] | None = None) -> None:
         """Check value ranges.
 
+        Args:
+            source: where the values come from (a file path or "overrides").
+            lines: field -> line number in ``source``, to report ``file:line``.
         Raises:
             UserError: naming the field and the bad value.
         """
         def bad(name: str, why: str) -> UserError:
-            return UserError(f"{source}: field '{name}': {why} (got {getattr(self, name)!r})")
+            loc = f"{source}:{lines[name]}" if lines and name in lines else source
+            return UserError(f"{loc}: field '{name}': {why} (got {getattr(self, name)!r})")
 
         for name in ("batch_size", "group_size", "max_new_tokens", "n_servers", "sft_batch_size",
                      "ppo_n_minibatches", "eval_n_prompts", "torch_threads", "reward_workers"):
@@ -106,6 +110,8 @@ class TrainConfig:
             raise bad("adv_norm", "must be 'group' or 'global'")
         if self.temperature < 0:
             raise bad("temperature", "must be >= 0")
+        if not 0.0 <= self.target_accuracy <= 1.0:
+            raise bad("target_accuracy", "must be in [0, 1] (0 disables early stopping)")
         if self.batch_size % self.ppo_n_minibatches:
             raise bad("ppo_n_minibatches", f"must divide batch_size={self.batch_size}")
 
@@ -182,7 +188,12 @@ def load_recipe(name_or_path: str) -> tuple[TrainConfig, Path]:
     if not p.is_file():
         raise UserError(f"{p}: recipe file not found")
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{p}: not a UTF-8 text file (byte {e.start})") from None
+    except OSError as e:
+        raise UserError(f"{p}: cannot read recipe: {e.strerror}") from None
+    try:
         node = yaml.compose(text)
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -193,14 +204,19 @@ def load_recipe(name_or_path: str) -> tuple[TrainConfig, Path]:
         data = {}
     if not isinstance(data, dict) or node is None or not isinstance(node, yaml.MappingNode):
         raise UserError(f"{p}:1: a recipe must be a mapping of key: value")
-    lines = {k.value: k.start_mark.line + 1 for k, _ in node.value}
+    lines: dict[str, int] = {}
+    for k, _ in node.value:
+        if k.value in lines:
+            raise UserError(f"{p}:{k.start_mark.line + 1}: field '{k.value}': duplicate key "
+                            f"(first at line {lines[k.value]})")
+        lines[k.value] = k.start_mark.line + 1
     cfg = TrainConfig()
     for key, value in data.items():
         where = f"{p}:{lines.get(key, 1)}"
         if key not in _FIELDS:
             raise UserError(f"{where}: field '{key}': unknown key")
         setattr(cfg, key, _coerce(key, value, where))
-    cfg.validate(str(p))
+    cfg.validate(str(p), lines)
     return cfg, p
 
 

@@ -67,14 +67,21 @@ class RunContext:
 
 
 def prepare_out_dir(out: Path) -> None:
-    """Refuse to write over an earlier run (nothing is overwritten).
+    """Refuse to write over an earlier run, finished or interrupted (nothing is overwritten).
 
     Raises:
-        UserError: ``out`` already holds a ``metrics.jsonl``.
+        UserError: ``out`` is a file, cannot be created, or already holds a run (config.json is written
+            first thing, so an interrupted run counts too).
     """
-    if (out / "metrics.jsonl").exists():
-        raise UserError(f"{out}: already holds a run (metrics.jsonl); choose another --out")
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out}: --out exists and is not a directory")
+    for marker in ("metrics.jsonl", "config.json"):
+        if (out / marker).exists():
+            raise UserError(f"{out}: already holds a run ({marker}); choose another --out")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"{out}: cannot create the run directory: {e.strerror}") from None
 
 
 def run_training(cfg: TrainConfig, out: Path, *, live: bool = True) -> dict:
@@ -364,6 +371,7 @@ async def rl_loop(ctx: RunContext, warm: dict) -> dict:
     plot_learning_curve(metrics_path, ctx.out / "learning_curve.png", target=cfg.target_accuracy)
     return {
         "recipe": cfg.recipe, "ok": True, "final_version": version, "final_accuracy": acc,
+        "target_accuracy": cfg.target_accuracy, "target_reached": time_to_target is not None,
         "warm_start": warm, "time_to_target": time_to_target, "elapsed_s": round(ctx.elapsed(), 3),
         "final_weights": str(final), "controller": controller.stats.as_dict(),
         "reward_failures": controller.stats.reward_failure_examples,

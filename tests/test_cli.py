@@ -122,3 +122,33 @@ def test_bad_input_via_console_script_has_no_traceback(tmp_path):
     p = subprocess.run(cmd + ["train", "nope", "--out", str(tmp_path / "o")], capture_output=True, text=True)
     assert p.returncode == 2
     assert p.stderr.strip().splitlines() == [p.stderr.strip()] and "Traceback" not in p.stderr
+
+
+def test_more_bad_inputs_are_one_line(tmp_path):
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\xff\xfe\x00recipe")
+    assert_one_line_error(*run(["train", str(binary), "--out", str(tmp_path / "o")]), str(binary), "UTF-8")
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("batch_size: 32\nbatch_size: 16\n")
+    assert_one_line_error(*run(["train", str(dup), "--out", str(tmp_path / "o")]), f"{dup}:2", "duplicate key")
+    rng = tmp_path / "range.yaml"
+    rng.write_text("recipe: r\nmax_new_tokens: 0\n")
+    assert_one_line_error(*run(["train", str(rng), "--out", str(tmp_path / "o")]), f"{rng}:2", "max_new_tokens")
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert_one_line_error(*run(["train", "--out", str(afile)]), "not a directory")
+    assert_one_line_error(*run(["train", "--out", str(tmp_path / "o"), "-o", "target_accuracy=2"]), "target_accuracy")
+    interrupted = tmp_path / "interrupted"
+    interrupted.mkdir()
+    (interrupted / "config.json").write_text("{}")
+    assert_one_line_error(*run(["train", "--out", str(interrupted)]), "already holds a run")
+
+
+def test_eval_refuses_to_overwrite_results(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.json").write_text("{}")
+    (tmp_path / "aime24.jsonl").write_text(json.dumps({"id": 1, "problem": "p", "answer": "1"}) + "\n")
+    code, text = run(["eval", "--data", "aime24", "--data-dir", str(tmp_path), "--out", str(out)])
+    assert_one_line_error(code, text, "already holds results.json")
+    assert (out / "results.json").read_text() == "{}"

@@ -24,13 +24,14 @@ def test_answer_is_reversed_digits_and_lengths_vary():
 
 
 def test_make_problem_rejects_bad_digit_strings():
-    for bad in ("12", "123456", "12a4", ""):
+    for bad in ("12", "12345", "12a4", ""):
         with pytest.raises(ValueError):
             ta.make_problem(bad)
 
 
 def test_heldout_prompts_never_appear_in_train():
-    held = {p.prompt for p in ta.sample_problems("heldout", 3000, seed=0)}
+    held = {p.prompt for p in ta.all_problems("heldout")}
+    assert held == {p.prompt for p in ta.sample_problems("heldout", len(held), seed=0)}
     assert all(ta.is_heldout(p.removeprefix(ta.PROMPT_PREFIX)) for p in held)
     for seed in (0, 1, 2):
         train = ta.sample_problems("train", 5000, seed=seed)
@@ -59,8 +60,10 @@ def test_sample_problems_are_distinct_and_validate_arguments():
     assert len(probs) == len({p.prompt for p in probs}) == 4000
     with pytest.raises(ValueError):
         ta.sample_problems("test", 10, seed=0)
+    n_train = len(ta.all_problems("train"))
+    assert n_train + len(ta.all_problems("heldout")) == 10**3 + 10**4
     with pytest.raises(ValueError):
-        ta.sample_problems("train", 50_001, seed=0)
+        ta.sample_problems("train", n_train + 1, seed=0)
 
 
 @pytest.mark.parametrize(
@@ -88,10 +91,10 @@ def test_sft_target_is_answer_digits_then_eos_token(tmp_path):
     from areal_cli.models.tiny import build_tiny_model, load_tokenizer
 
     tok = load_tokenizer(build_tiny_model(tmp_path / "m", seed=0))
-    prompt, target = ta.sft_example(ta.make_problem("90210"))
-    assert (prompt, target) == ("reverse 90210", "01209<|im_end|>")
+    prompt, target = ta.sft_example(ta.make_problem("9021"))
+    assert (prompt, target) == ("reverse 9021", "1209<|im_end|>")
     ids = tok(target)["input_ids"]
-    assert tok.convert_ids_to_tokens(ids) == ["0", "1", "2", "0", "9", "<|im_end|>"]
+    assert tok.convert_ids_to_tokens(ids) == ["1", "2", "0", "9", "<|im_end|>"]
     assert len(ids) == ta.MIN_MAX_NEW_TOKENS
     assert ids[-1] == tok.eos_token_id
     # the task's words are single tokens of the default tokenizer
@@ -103,13 +106,13 @@ def test_chance_and_echo_levels_match_monte_carlo():
     probs = [next(stream) for _ in range(40000)]
     echo = sum(ta.reward(p.prompt.removeprefix(ta.PROMPT_PREFIX), p.answer) for p in probs) / len(probs)
     assert abs(echo - ta.echo_accuracy()) < 0.004
-    assert ta.echo_accuracy() == pytest.approx((0.1 + 0.01 + 0.01) / 3)  # palindromes of length 3, 4, 5
-    assert ta.chance_accuracy() == pytest.approx((1e-3 + 1e-4 + 1e-5) / 3)
+    assert ta.echo_accuracy() == pytest.approx((0.1 + 0.01) / 2)  # palindromes of length 3, 4
+    assert ta.chance_accuracy() == pytest.approx((1e-3 + 1e-4) / 2)
     rng = random.Random(0)
     guess = sum(
         ta.reward("".join(rng.choice("0123456789") for _ in p.answer), p.answer) for p in probs
     ) / len(probs)
-    assert guess <= 0.002  # expected 3.7e-4
+    assert guess <= 0.002  # expected 5.5e-4
 
 
 def test_untrained_tiny_model_scores_at_chance(tmp_path):
@@ -132,7 +135,7 @@ def test_untrained_tiny_model_scores_at_chance(tmp_path):
                                  eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
             for p, row in zip(probs, out[:, ids.shape[1]:]):
                 correct += ta.reward(tok.decode(row), p.answer)
-    # chance is 3.7e-4: on 128 prompts the expected number of hits is 0.05
+    # chance is 5.5e-4: on 128 prompts the expected number of hits is 0.07
     assert correct / 128 <= 1 / 128
 
 

@@ -434,6 +434,8 @@ def run_eval(
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"{out_dir}: output path exists and is not a directory")
+    if (out_dir / "results.json").exists():
+        raise UserError(f"{out_dir}: already holds results.json; choose another --out")
     if server_url is not None and not str(server_url).startswith(("http://", "https://")):
         raise UserError(f"option 'server_url': must start with http:// or https://, got {server_url!r}")
     if server_url is not None and model_dir is None:

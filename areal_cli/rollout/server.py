@@ -679,6 +679,7 @@ class EmbeddedServer:
                num_threads, context_length, step_delay_s, extra_args) -> "EmbeddedServer":
         import tempfile
 
+        auto_log = log_path is None
         if log_path is None:
             fd, name = tempfile.mkstemp(prefix=f"areal-server-{port}-", suffix=".log")
             os.close(fd)
@@ -702,7 +703,9 @@ class EmbeddedServer:
         log_file = open(log_path, "ab")
         proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, start_new_session=True)
-        return cls(proc, host, port, str(mp), log_path, log_file)
+        srv = cls(proc, host, port, str(mp), log_path, log_file)
+        srv._auto_log = auto_log
+        return srv
 
     def wait_until_ready(self, timeout_s: float | None = None) -> "EmbeddedServer":
         """Poll ``GET /health`` until 200 (every 0.1 s).
@@ -758,6 +761,9 @@ class EmbeddedServer:
                 self.proc.wait(timeout=5)
         if self._log_file is not None and not self._log_file.closed:
             self._log_file.close()
+        if getattr(self, "_auto_log", False) and self.proc.returncode in (0, -signal.SIGTERM):
+            # a temporary log of a server that stopped cleanly holds nothing worth keeping
+            self.log_path.unlink(missing_ok=True)
         _LIVE.discard(self)
 
     def __enter__(self) -> "EmbeddedServer":

@@ -2,30 +2,33 @@
 
 Task: reverse a digit string. The user prompt is ``"reverse {digits}"``, e.g. ``"reverse 5303"``; the
 answer is the same digits in reverse order, leading zeros kept, e.g. ``"3035"``. The string length is drawn
-uniformly from ``MIN_DIGITS..MAX_DIGITS`` (3..6) and each digit uniformly from 0-9, so answers have VARYING
-length (3-6 tokens with the tiny model's one-token-per-digit tokenizer, plus the eos token).
+uniformly from ``MIN_DIGITS..MAX_DIGITS`` (3..4) and each digit uniformly from 0-9, so answers have VARYING
+length (3 or 4 tokens with the tiny model's one-token-per-digit tokenizer, plus the eos token).
 
-Why this task (measured with the plain-PyTorch prototype on one CPU core, 0.46 M-parameter tiny Qwen3):
-a supervised warm start of ~40 steps x 64 distinct prompts (~15 s) brings held-out greedy accuracy to
-0.3-0.5, and GRPO then lifts it to >= 0.9 in ~100-200 steps. Alternatives that failed the time budget:
-two-digit addition ``a+b`` needed ~500-800 supervised steps (90-120 s) before held-out accuracy left ~0.05;
-sorting the digits reached 0.4 after ~45 supervised steps but RL then plateaued at 0.7-0.83 after 300-400
-steps (~3 min). Lengths start at 3 so that the trivial "echo the input" policy scores only 3 % (palindromes,
-see :func:`echo_accuracy`).
+Why this task (measured with a plain-PyTorch prototype, one thread per process, default tiny Qwen3 of
+:mod:`areal_cli.models.tiny`, 0.48 M parameters): a supervised warm start on distinct prompts (batch 64,
+AdamW lr 3e-3) reaches 0.3-0.4 held-out greedy accuracy after 43-55 steps, and GRPO (64 prompts x 4
+samples, lr 3e-4) then reaches >= 0.9 after 25-50 steps on 4 of 4 seeds. Alternatives measured and
+rejected: two-digit addition ``a+b`` needed 500-800 supervised steps before held-out accuracy left ~0.05;
+sorting the digits plateaued under RL at 0.7-0.83 after 300-400 steps; reversing strings of length 3..5 or
+3..6 reached 0.9 only after 75-370 RL steps, and one seed of 3..5 never did in 300 (the longest length is
+learned last, by a rare success). Lengths start at 3 so that the trivial "echo the input" policy scores only
+5.5 % (palindromes, :func:`echo_accuracy`).
 
 Answer format (what :func:`reward` checks): the assistant completion is exactly the reversed digits
 followed by ``<|im_end|>``, e.g. ``"3035<|im_end|>"``. :func:`extract_answer` takes the text before the first
 ``<|im_end|>`` or ``<|endoftext|>`` (the whole text when neither occurs; servers usually strip the stop
 token from ``text``) and strips surrounding whitespace. Reward 1.0 iff it equals the answer, else 0.0.
-Generation needs ``max_new_tokens >= MAX_DIGITS + 1`` (= 7) for the eos to fit.
+Generation needs ``max_new_tokens >= MIN_MAX_NEW_TOKENS`` (= 5) for the eos to fit.
 
 Splits: a prompt is held out iff ``sha256("tiny-arith:" + digits)`` mod 100 < ``HELDOUT_PERCENT`` (10),
-independent of any seed, so no held-out prompt can ever be drawn for training, whatever the seeds.
+independent of any seed, so no held-out prompt can ever be drawn for training, whatever the seeds
+(1091 held-out and 9909 train strings).
 
 Chance level (:func:`chance_accuracy`): a policy that knows the format and the length but guesses digits
-uniformly scores ``mean_L 10^-L`` = 2.8e-4 for L in 3..6. An untrained model does not even know the format:
-its greedy accuracy is 0 (tested). The strongest trivial policy, echoing the input, scores
-:func:`echo_accuracy` = 0.030.
+uniformly scores ``mean_L 10^-L`` = 5.5e-4. An untrained model does not even know the format: its greedy
+accuracy is 0 (tested). The strongest trivial policy, echoing the input, scores :func:`echo_accuracy` =
+0.055.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from fractions import Fraction
 
 TASK_NAME = "tiny-arith"
 MIN_DIGITS = 3
-MAX_DIGITS = 5
+MAX_DIGITS = 4
 HELDOUT_PERCENT = 10
 PROMPT_PREFIX = "reverse "
 MIN_MAX_NEW_TOKENS = MAX_DIGITS + 1
@@ -110,17 +113,40 @@ def iter_problems(split: str, seed: int) -> Iterator[Problem]:
             yield make_problem(d)
 
 
-def sample_problems(split: str, n: int, seed: int) -> list[Problem]:
-    """``n`` DISTINCT problems of one split, deterministic by ``seed`` (same distribution as
-    :func:`iter_problems`, duplicates rejected).
+def all_problems(split: str) -> list[Problem]:
+    """Every problem of one split (the task space is finite: 10^3 + 10^4 digit strings), in digit-string
+    order. ``len(all_problems("heldout"))`` is ~10 % of 11 000.
 
     Raises:
-        ValueError: unknown ``split``, or ``n`` < 0 or larger than 50 000 (the rejection sampler would
-            exhaust the short lengths and skew the length distribution far from uniform).
+        ValueError: unknown ``split``.
     """
     _check_split(split)
-    if not 0 <= n <= 50_000:
-        raise ValueError(f"n must be in [0, 50000], got {n}")
+    out = []
+    for length in range(MIN_DIGITS, MAX_DIGITS + 1):
+        for i in range(10**length):
+            d = str(i).zfill(length)
+            if _split_of(d) == split:
+                out.append(make_problem(d))
+    return out
+
+
+def sample_problems(split: str, n: int, seed: int) -> list[Problem]:
+    """``n`` DISTINCT problems of one split, deterministic by ``seed``: the :func:`iter_problems` stream
+    with repeats removed, in draw order.
+
+    Because the split has only ~900 (train) / ~100 (held-out) strings of length 3, distinct draws run out
+    of short strings: 4000 distinct train prompts hold ~22 % length 3 (not 50 %), 128 distinct held-out
+    prompts ~34 %. Use :func:`iter_problems` when the exact task distribution matters.
+    Raises:
+        ValueError: unknown ``split``, ``n`` < 0, or ``n`` more than the split holds
+            (``len(all_problems(split))``).
+    """
+    _check_split(split)
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    size = len(all_problems(split))  # 11 000 hashes, ~0.07 s
+    if n > size:
+        raise ValueError(f"split {split!r} holds {size} distinct problems, asked for {n}")
     seen: set[str] = set()
     out: list[Problem] = []
     for p in iter_problems(split, seed):
@@ -154,7 +180,7 @@ def sft_example(problem: Problem) -> tuple[str, str]:
 
 
 def chance_accuracy() -> float:
-    """Accuracy of guessing uniformly random digits of the right length: ``mean_{L} 10^-L`` (2.78e-4).
+    """Accuracy of guessing uniformly random digits of the right length: ``mean_{L} 10^-L`` (5.5e-4).
 
     An untrained model scores 0 (it does not know the format); this is the level a model that learned only
     the format would score.
@@ -165,7 +191,7 @@ def chance_accuracy() -> float:
 
 def echo_accuracy() -> float:
     """Exact accuracy of echoing the input digits: P(a uniform digit string is a palindrome), averaged over
-    lengths: ``mean_L 10^ceil(L/2) / 10^L`` = 0.03025 for L in 3..6."""
+    lengths: ``mean_L 10^ceil(L/2) / 10^L`` = 0.055 for L in 3..4."""
     lengths = range(MIN_DIGITS, MAX_DIGITS + 1)
     return float(sum(Fraction(10 ** ((L + 1) // 2), 10**L) for L in lengths) / len(lengths))
 
