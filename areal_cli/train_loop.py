@@ -159,11 +159,11 @@ def _prompt_item(tokenizer, problem) -> PromptItem:
 # --------------------------------------------------------------------------------------------------
 # Held-out accuracy
 # --------------------------------------------------------------------------------------------------
-async def evaluate(ctx: RunContext) -> tuple[float, int]:
-    """Greedy held-out accuracy through the rollout servers.
+async def evaluate(ctx: RunContext) -> float:
+    """Greedy held-out accuracy in [0, 1] through the rollout servers (rewards scored in the pool).
 
-    Returns:
-        (accuracy in [0, 1], the lowest policy version that produced any evaluated token).
+    Raises:
+        RuntimeError: a held-out reward call failed (error or timeout).
     """
     params = SamplingParams(max_new_tokens=ctx.cfg.max_new_tokens, temperature=0.0)
     comps = await asyncio.gather(*(ctx.client.generate(it.prompt_ids, params, rid=f"eval-{it.prompt_id}-{time.monotonic_ns()}")
@@ -173,8 +173,7 @@ async def evaluate(ctx: RunContext) -> tuple[float, int]:
     failed = [r for r in results if r.status != "ok"]
     if failed:
         raise RuntimeError(f"{len(failed)} held-out rewards failed, e.g. {failed[0].status}: {failed[0].message}")
-    versions = [v for c in comps for v in c.output_versions]
-    return sum(r.reward > 0 for r in results) / len(results), (min(versions) if versions else -1)
+    return sum(r.reward > 0 for r in results) / len(results)
 
 
 async def publish(ctx: RunContext, version: int, tag: str) -> Path:
@@ -202,7 +201,7 @@ async def warm_start(ctx: RunContext) -> dict:
                for p, target in examples]
     batches = _sft_batches(encoded, cfg.sft_batch_size, cfg.seed, ctx.tokenizer.pad_token_id)
     t_start = time.monotonic()
-    acc, _ = await evaluate(ctx)
+    acc = await evaluate(ctx)
     ctx.status.phase("warm start", step=0, acc=acc)
     step, kept_state, kept_step = 0, None, 0
     while step < cfg.sft_max_steps and acc < cfg.sft_stop_accuracy:
@@ -216,14 +215,14 @@ async def warm_start(ctx: RunContext) -> dict:
                 eng.train_step, [batch], lambda lp, mb: -(lp * mb.loss_mask).sum() / n_valid)
             step += 1
         await publish(ctx, 0, f"sft-step{step}")
-        acc, _ = await evaluate(ctx)
+        acc = await evaluate(ctx)
         ctx.status.phase("warm start", step=step, acc=acc, loss=stats["loss"])
     if acc > 0.5 and kept_state is not None:
         ctx.status.log(f"warm start overshot ({acc:.3f} > 0.5): rolling back to step {kept_step}")
         eng.model.load_state_dict(kept_state, strict=False)
         step = kept_step
         await publish(ctx, 0, f"sft-step{step}")
-        acc, _ = await evaluate(ctx)
+        acc = await evaluate(ctx)
     for p in (ctx.out / "weights").glob("sft-step*"):
         if p.name != f"sft-step{step}":
             shutil.rmtree(p, ignore_errors=True)
@@ -337,7 +336,7 @@ async def rl_loop(ctx: RunContext, warm: dict) -> dict:
                 if old.exists():
                     shutil.rmtree(old, ignore_errors=True)
                 if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.max_steps):
-                    acc, _ = await evaluate(ctx)
+                    acc = await evaluate(ctx)
                 now = time.monotonic()
                 cs = controller.stats.as_dict()
                 line = {
