@@ -282,6 +282,32 @@ def test_resumed_sample_matches_uninterrupted_greedy(server, hf_models):
     assert got.finish_reason == "length" and got.output_versions == [0] * 120
 
 
+def test_resumed_group_matches_uninterrupted_greedy_group(server, hf_models):
+    """A GRPO group sent as one batched /generate, interrupted mid-way, resumes sample by sample."""
+    V = hf_models[0].config.vocab_size
+    sp = SamplingParams(max_new_tokens=120, temperature=0.0, ignore_eos=True)
+
+    async def run():
+        c = RolloutClient([server.url], vocab_size=V)
+        ref = await c.generate_group(PROMPT, 3, sp, rid="ref")
+        task = asyncio.create_task(c.generate_group(PROMPT, 3, sp, rid="int"))
+        await _wait_generating(server.url)
+        await c.pause()
+        await asyncio.sleep(0.2)
+        await c.resume()
+        got = await task
+        await c.aclose()
+        return ref, got
+
+    ref, got = asyncio.run(run())
+    assert [r.rid for r in got] == ["int.0", "int.1", "int.2"]
+    assert all(r.n_interruptions == 0 for r in ref) and all(g.n_interruptions == 1 for g in got)
+    for r, g in zip(ref, got):
+        assert g.output_ids == r.output_ids == ref[0].output_ids
+        assert max(abs(a - b) for a, b in zip(g.output_logprobs, r.output_logprobs)) <= 1e-4
+        assert g.finish_reason == "length" and len(g.output_ids) == 120
+
+
 def test_weight_update_mid_generation_labels_versions_and_matches_hf_with_new_weights(server, dirs,
                                                                                        hf_models):
     old, new = hf_models

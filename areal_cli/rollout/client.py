@@ -149,8 +149,12 @@ class RolloutClient:
 
     async def _request(self, method: str, url: str, body: Any = None, timeout_s: float | None = None
                        ) -> tuple[int, Any]:
-        """One HTTP exchange -> (status, JSON body or text). Raises :class:`_Transport` errors as
-        ``_ConnectFailed`` (never sent) or ``_Dropped`` (sent, connection lost)."""
+        """One HTTP exchange -> (status, JSON body or text).
+
+        Raises:
+            _ConnectFailed: the request was never sent (connection refused / failed).
+            _Dropped: it was sent but the connection broke or timed out before a full response.
+        """
         if self._transport is not None:
             try:
                 kw: dict[str, Any] = {"timeout": timeout_s} if timeout_s else {}

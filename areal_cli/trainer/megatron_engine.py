@@ -130,7 +130,9 @@ class MegatronEngine:
         self.grad_clip = float(grad_clip)
         self.rank, self.world_size = cpu_compat.setup_megatron(seed=self.seed)
         if ps.get_tensor_model_parallel_world_size() != 1 or ps.get_pipeline_model_parallel_world_size() != 1:
-            raise NotImplementedError("MegatronEngine supports tensor/pipeline parallel size 1 only (for now)")
+            raise RuntimeError("MegatronEngine runs with tensor and pipeline parallel size 1; "
+                               f"got TP={ps.get_tensor_model_parallel_world_size()}, "
+                               f"PP={ps.get_pipeline_model_parallel_world_size()}")
         self.device = torch.device(device) if device is not None else (
             torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
         )
