@@ -26,7 +26,7 @@ class RunStatus:
         self.console = console or Console()
         self.use_live = live and self.console.is_terminal
         self._live: Live | None = None
-        self._t0 = time.monotonic()
+        self.t0 = time.monotonic()  # the run's clock: log stamps and metrics elapsed_s share it
         self._phase = "starting"
         self._phase_info: dict = {}
         self._last: dict = {}
@@ -47,12 +47,12 @@ class RunStatus:
 
     # --- events ---------------------------------------------------------------------------
     def log(self, message: str) -> None:
-        stamp = f"[{time.monotonic() - self._t0:7.1f}s]"
+        stamp = f"[{time.monotonic() - self.t0:7.1f}s]"
         self._messages = (self._messages + [f"{stamp} {message}"])[-4:]
         if self._live is not None:
             self._live.update(self._render())
         else:
-            self.console.print(f"{stamp} {message}", highlight=False)
+            self.console.print(f"{stamp} {message}", highlight=False, soft_wrap=True)
 
     def phase(self, name: str, **info) -> None:
         self._phase, self._phase_info = name, info
@@ -67,8 +67,8 @@ class RunStatus:
             keys = ("step", "version", "reward_mean", "accuracy", "staleness_max", "gen_tokens_per_s",
                     "groups_dropped", "elapsed_s")
             self.console.print(
-                f"[{time.monotonic() - self._t0:7.1f}s] " + " ".join(f"{k}={_fmt(line.get(k))}" for k in keys),
-                highlight=False,
+                f"[{time.monotonic() - self.t0:7.1f}s] " + " ".join(f"{k}={_fmt(line.get(k))}" for k in keys),
+                highlight=False, soft_wrap=True,
             )
 
     def summary(self, summary: dict) -> None:
@@ -99,7 +99,7 @@ class RunStatus:
         cfg, l, c = self.cfg, self._last, self._counters
         head = Text(
             f"areal train {cfg.recipe} | eta={cfg.max_head_offpolicyness} batch={cfg.batch_size}x{cfg.group_size} "
-            f"| out={self.out} | {time.monotonic() - self._t0:.0f}s | phase: {self._phase}",
+            f"| out={self.out} | {time.monotonic() - self.t0:.0f}s | phase: {self._phase}",
             style="bold",
         )
         t = Table(show_header=True, header_style="cyan", box=None)

@@ -109,7 +109,7 @@ async def _run(cfg: TrainConfig, out: Path, task, status: RunStatus) -> dict:
     from areal_cli.models.tiny import build_tiny_model, load_tokenizer
     from areal_cli.trainer.megatron_engine import MegatronEngine
 
-    t0 = time.monotonic()
+    t0 = status.t0
     if cfg.model_path is None:
         status.log("building the embedded tiny Qwen3 model and tokenizer")
         base = build_tiny_model(out / "model" / "base", seed=cfg.seed, corpus=task.tokenizer_corpus(),
