@@ -364,10 +364,11 @@ async def rl_loop(ctx: RunContext, warm: dict) -> dict:
                     break
         finally:
             await controller.stop()
-    final = ctx.out / "weights" / f"v{version}"
-    from areal_cli.plots import plot_learning_curve
+            # also after Ctrl-C: the curve of the steps that were completed
+            from areal_cli.plots import plot_learning_curve
 
-    plot_learning_curve(metrics_path, ctx.out / "learning_curve.png", target=cfg.target_accuracy)
+            plot_learning_curve(metrics_path, ctx.out / "learning_curve.png", target=cfg.target_accuracy)
+    final = ctx.out / "weights" / f"v{version}"
     return {
         "recipe": cfg.recipe, "ok": True, "final_version": version, "final_accuracy": acc,
         "target_accuracy": cfg.target_accuracy, "target_reached": time_to_target is not None,
