@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # shared helpers live 
 from test_rollout_engine import hf_logits, hf_logprobs, tiny_dirs  # noqa: E402
 
 torch.set_num_threads(1)
-FIXTURES = Path("/work/shared/fixtures/sglang")
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "sglang"
 
 
 def _fixture(name: str, role: str | None = None) -> dict:

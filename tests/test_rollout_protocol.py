@@ -16,7 +16,7 @@ from areal_cli.rollout.protocol import (
     versions_from_spans,
 )
 
-FIXTURES = Path("/work/shared/fixtures/sglang")
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "sglang"
 MARKER = "...truncated by recorder..."  # inserted by the recorder into long lists; never sent by SGLang
 
 

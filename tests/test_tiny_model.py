@@ -18,7 +18,7 @@ from areal_cli.models.tiny import (
     load_tokenizer,
 )
 
-AIME24 = Path("/work/shared/data/math/aime24.jsonl")
+AIME24 = Path(__file__).resolve().parents[2] / "shared" / "data" / "math" / "aime24.jsonl"  # ../shared
 REPO_AIME24 = Path(__file__).resolve().parents[1] / "data" / "math" / "aime24.jsonl"
 
 

@@ -3,7 +3,7 @@
 Everything here is pure (no I/O, no torch): dataclasses, payload builders and parsers, used by the client
 (:mod:`areal_cli.rollout.client`), the embedded server (:mod:`areal_cli.rollout.server`) and the tests.
 
-Shapes follow the recordings of a real SGLang 0.5.23 server in ``/work/shared/fixtures/sglang`` (README
+Shapes follow the recordings of a real SGLang 0.5.23 server in ``shared/fixtures/sglang`` of the workspace (README
 there; DESIGN.md §2):
 
 - ``POST /generate`` body: ``{input_ids: [int] | [[int]], sampling_params: {...}, return_logprob, rid?}``.

@@ -6,7 +6,7 @@ the engine and steps the running batch. The two talk through a command queue (en
 ``loop.call_soon_threadsafe`` (results back to the waiting HTTP handlers); torch releases the GIL in its
 kernels, so ``/health`` answers at once even while the engine computes.
 
-Endpoints (shapes as recorded from SGLang 0.5.23, ``/work/shared/fixtures/sglang``):
+Endpoints (shapes as recorded from SGLang 0.5.23, ``shared/fixtures/sglang`` of the workspace):
 
 - ``POST /generate`` single or batch ``input_ids``; SGLang response shape (protocol.build_generate_response).
   Out-of-range ids, bad sampling values and requests that can never fit -> 400 ``{"error": {"message"}}``
