@@ -14,6 +14,7 @@ import click
 
 from areal_cli import __version__
 from areal_cli.errors import UserError
+from areal_cli.rollout.protocol import ServerError  # pure module: no torch, no HTTP client
 
 
 def _user_errors(fn):
@@ -26,10 +27,8 @@ def _user_errors(fn):
         except UserError as e:
             click.echo(f"error: {e}", err=True)
             sys.exit(e.exit_code)
-        except Exception as e:  # noqa: BLE001
+        except ServerError as e:
             # A rollout server that cannot be reached or answers an error: one line, not a traceback.
-            if type(e).__name__ != "ServerError":
-                raise
             click.echo(f"error: rollout server: {e}", err=True)
             sys.exit(2)
         except KeyboardInterrupt:

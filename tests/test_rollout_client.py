@@ -257,15 +257,14 @@ async def _wait_generating(url: str, at_least: int = 5) -> None:
 PROMPT = [40, 41, 42, 43, 44, 45, 46, 47]
 
 
-def test_resumed_sample_matches_uninterrupted_greedy(server, hf_models):
-    V = hf_models[0].config.vocab_size
-    sp = SamplingParams(max_new_tokens=120, temperature=0.0, ignore_eos=True)
+def _reference_then_interrupted(server, vocab_size, call):
+    """Run ``call(client, tag)`` once undisturbed, then again with a pause/resume while it generates."""
 
     async def run():
-        c = RolloutClient([server.url], vocab_size=V)
-        ref = await c.generate(PROMPT, sp)
-        task = asyncio.create_task(c.generate(PROMPT, sp))
-        await _wait_generating(server.url)  # >= 5 tokens in, far from 120
+        c = RolloutClient([server.url], vocab_size=vocab_size)
+        ref = await call(c, "ref")
+        task = asyncio.create_task(call(c, "int"))
+        await _wait_generating(server.url)  # >= 5 tokens in, far from the budget
         await c.pause()
         await asyncio.sleep(0.2)
         await c.resume()
@@ -273,7 +272,13 @@ def test_resumed_sample_matches_uninterrupted_greedy(server, hf_models):
         await c.aclose()
         return ref, got
 
-    ref, got = asyncio.run(run())
+    return asyncio.run(run())
+
+
+def test_resumed_sample_matches_uninterrupted_greedy(server, hf_models):
+    V = hf_models[0].config.vocab_size
+    sp = SamplingParams(max_new_tokens=120, temperature=0.0, ignore_eos=True)
+    ref, got = _reference_then_interrupted(server, V, lambda c, tag: c.generate(PROMPT, sp))
     assert ref.n_interruptions == 0 and got.n_interruptions == 1
     assert got.output_ids == ref.output_ids
     assert max(abs(a - b) for a, b in zip(got.output_logprobs, ref.output_logprobs)) <= 1e-4
@@ -286,20 +291,7 @@ def test_resumed_group_matches_uninterrupted_greedy_group(server, hf_models):
     """A GRPO group sent as one batched /generate, interrupted mid-way, resumes sample by sample."""
     V = hf_models[0].config.vocab_size
     sp = SamplingParams(max_new_tokens=120, temperature=0.0, ignore_eos=True)
-
-    async def run():
-        c = RolloutClient([server.url], vocab_size=V)
-        ref = await c.generate_group(PROMPT, 3, sp, rid="ref")
-        task = asyncio.create_task(c.generate_group(PROMPT, 3, sp, rid="int"))
-        await _wait_generating(server.url)
-        await c.pause()
-        await asyncio.sleep(0.2)
-        await c.resume()
-        got = await task
-        await c.aclose()
-        return ref, got
-
-    ref, got = asyncio.run(run())
+    ref, got = _reference_then_interrupted(server, V, lambda c, tag: c.generate_group(PROMPT, 3, sp, rid=tag))
     assert [r.rid for r in got] == ["int.0", "int.1", "int.2"]
     assert all(r.n_interruptions == 0 for r in ref) and all(g.n_interruptions == 1 for g in got)
     for r, g in zip(ref, got):

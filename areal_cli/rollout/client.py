@@ -303,20 +303,22 @@ class RolloutClient:
         resps = parse_generate_response(body)
         if not isinstance(resps, list) or len(resps) != n:
             raise ProtocolError(f"batched /generate of {n} prompts did not return a list of {n} responses")
-        out = []
-        for r, resp in zip(rids, resps):
+        out: list[Completion | None] = [None] * n
+        resumes = {}
+        for i, (r, resp) in enumerate(zip(rids, resps)):
             ids: list[int] = []
             lps: list[float] = []
             vers: list[int] = []
             self._accumulate(resp, ids, lps, vers)
-            if resp.finish_reason != "abort":
-                if len(ids) > params.max_new_tokens:
-                    raise ProtocolError(f"server returned {len(ids)} tokens for a budget of {params.max_new_tokens}")
-                out.append(asyncio.sleep(0, Completion(prompt, ids, lps, vers, resp.finish_reason, 0, url,
-                                                       resp.matched_stop, r)))
+            if resp.finish_reason == "abort":
+                resumes[i] = self._finish(prompt, ids, lps, vers, 1, params, r)
+            elif len(ids) > params.max_new_tokens:
+                raise ProtocolError(f"server returned {len(ids)} tokens for a budget of {params.max_new_tokens}")
             else:
-                out.append(self._finish(prompt, ids, lps, vers, 1, params, r))
-        return list(await asyncio.gather(*out))
+                out[i] = Completion(prompt, ids, lps, vers, resp.finish_reason, 0, url, resp.matched_stop, r)
+        for i, comp in zip(resumes, await asyncio.gather(*resumes.values())):
+            out[i] = comp
+        return out
 
     async def _finish(self, prompt: list[int], out_ids: list[int], out_lps: list[float], out_vers: list[int],
                       n_int: int, params: SamplingParams, rid: str) -> Completion:

@@ -616,7 +616,7 @@ class EmbeddedServer:
     """
 
     def __init__(self, proc: subprocess.Popen, host: str, port: int, model_path: str, log_path: Path,
-                 log_file):
+                 log_file, auto_log: bool = False):
         self.proc = proc
         self.host = host
         self.port = port
@@ -624,6 +624,7 @@ class EmbeddedServer:
         self.model_path = model_path
         self.log_path = log_path
         self._log_file = log_file
+        self._auto_log = auto_log  # log_path is a temporary file we created (removed after a clean stop)
         self._t_spawn = time.monotonic()
         self._startup_timeout_s = 120.0
         _LIVE.add(self)
@@ -703,9 +704,7 @@ class EmbeddedServer:
         log_file = open(log_path, "ab")
         proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, start_new_session=True)
-        srv = cls(proc, host, port, str(mp), log_path, log_file)
-        srv._auto_log = auto_log
-        return srv
+        return cls(proc, host, port, str(mp), log_path, log_file, auto_log)
 
     def wait_until_ready(self, timeout_s: float | None = None) -> "EmbeddedServer":
         """Poll ``GET /health`` until 200 (every 0.1 s).
@@ -761,7 +760,7 @@ class EmbeddedServer:
                 self.proc.wait(timeout=5)
         if self._log_file is not None and not self._log_file.closed:
             self._log_file.close()
-        if getattr(self, "_auto_log", False) and self.proc.returncode in (0, -signal.SIGTERM):
+        if self._auto_log and self.proc.returncode in (0, -signal.SIGTERM):
             # a temporary log of a server that stopped cleanly holds nothing worth keeping
             self.log_path.unlink(missing_ok=True)
         _LIVE.discard(self)
