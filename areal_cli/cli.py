@@ -73,32 +73,99 @@ def train(recipe: str, out_dir: Path | None, max_steps: int | None, overrides: t
 
 
 @main.command("eval")
-@click.option("--data", "datasets", required=True, help="Comma-separated benchmarks, e.g. aime24,aime25.")
-@click.option("--data-dir", type=click.Path(path_type=Path), required=True,
-              help="Folder holding <benchmark>.jsonl files.")
+@click.option("--data", "datasets", default=None,
+              help="Comma-separated benchmarks, e.g. aime24,aime25 (with --regrade: default = those in the file).")
+@click.option("--data-dir", type=click.Path(path_type=Path), default=None,
+              help="Folder holding the benchmark files (<benchmark>.jsonl).")
+@click.option("--revision", default=None,
+              help="Hugging Face revision of hub-sourced code benchmarks (default: the pinned one).")
+@click.option("--date-from", default=None, metavar="YYYY-MM-DD",
+              help="Start of the problem date window of dated benchmarks (LiveCodeBench, Codeforces); "
+                   "'none' = unbounded. Default: the declared window.")
+@click.option("--date-to", default=None, metavar="YYYY-MM-DD", help="End of the date window (inclusive).")
+@click.option("--protocol", default=None,
+              help="Evaluation protocol: prompt template + sampling preset (qwen3-think, qwen3-think-pure, "
+                   "r1-distill, greedy, chat-template). Explicit sampling options override the preset. "
+                   "Default: chat-template for the tiny model, else the benchmarks' declared default.")
 @click.option("--model", "model_dir", type=click.Path(path_type=Path), default=None,
               help="Hugging Face model dir (default: the embedded tiny model).")
-@click.option("-n", "--n-samples", "n_samples", type=int, default=1, show_default=True, help="Samples per problem.")
-@click.option("--temperature", type=float, default=0.6, show_default=True)
-@click.option("--top-p", type=float, default=0.95, show_default=True)
-@click.option("--max-new-tokens", type=int, default=512, show_default=True)
+@click.option("-n", "--n-samples", "n_samples", type=int, default=None, help="Samples per problem [protocol].")
+@click.option("--temperature", type=float, default=None, help="Sampling temperature, 0 = greedy [protocol].")
+@click.option("--top-p", type=float, default=None, help="Nucleus mass in (0, 1] [protocol].")
+@click.option("--top-k", type=int, default=None, help="Top-k, -1 = off [protocol].")
+@click.option("--max-new-tokens", type=int, default=None, help="Generation budget per sample [protocol].")
+@click.option("--greedy-pass/--no-greedy-pass", "greedy_pass", default=None,
+              help="Also generate one greedy completion per problem (greedy accuracy) [protocol].")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--server-url", default=None, help="Use an already running SGLang-protocol server.")
+@click.option("--regrade", "regrade", type=click.Path(path_type=Path), default=None, metavar="GENERATIONS.jsonl",
+              help="Grade saved completions (dataset, problem_id, text[, sample_index]) again; no generation.")
+@click.option("--cf-data", type=click.Path(path_type=Path), default=None, metavar="DIR",
+              help="Codeforces contest data (all_contest_data.json, sorted_rating.json; evaluation/codeforces/README.md) "
+                   "for the codeforces rating.")
 @click.option("--grader-timeout", type=float, default=10.0, show_default=True,
-              help="Hard timeout per graded answer, seconds (a timeout is counted, never a crash).")
+              help="Hard timeout per graded math answer, seconds (a timeout is counted, never a crash).")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True,
-              help="Output dir for results.json and samples.jsonl.")
+              help="Output dir: results.json, report.md, samples.jsonl. Rerun into it to resume an "
+                   "interrupted run.")
 @_user_errors
-def eval_cmd(datasets: str, data_dir: Path, model_dir: Path | None, n_samples: int, temperature: float,
-             top_p: float, max_new_tokens: int, seed: int, server_url: str | None, grader_timeout: float,
-             out_dir: Path) -> None:
-    """Evaluate a model on math benchmarks (pass@1, pass@k, maj@n)."""
-    from areal_cli.eval.runner import run_eval
+def eval_cmd(datasets: str | None, data_dir: Path | None, revision: str | None, date_from: str | None,
+             date_to: str | None, protocol: str | None, model_dir: Path | None,
+             n_samples: int | None, temperature: float | None, top_p: float | None, top_k: int | None,
+             max_new_tokens: int | None, greedy_pass: bool | None, seed: int, server_url: str | None, regrade: Path | None,
+             cf_data: Path | None, grader_timeout: float, out_dir: Path) -> None:
+    """Evaluate a model on math and code benchmarks (pass@1 ± stderr, pass@k, maj@k, greedy accuracy)."""
+    from areal_cli.eval.runner import run_eval, run_regrade
 
-    names = [d.strip() for d in datasets.split(",") if d.strip()]
-    run_eval(names, data_dir=data_dir, model_dir=model_dir, n=n_samples, temperature=temperature,
-             top_p=top_p, max_new_tokens=max_new_tokens, out_dir=out_dir, seed=seed, server_url=server_url,
-             grader_timeout_s=grader_timeout)
+    names = [d.strip() for d in datasets.split(",") if d.strip()] if datasets is not None else None
+    if regrade is not None:
+        generation_flags = {"--model": model_dir, "-n": n_samples, "--temperature": temperature, "--top-p": top_p,
+                            "--top-k": top_k, "--max-new-tokens": max_new_tokens, "--server-url": server_url,
+                            "--greedy-pass": greedy_pass}
+        given = [flag for flag, value in generation_flags.items() if value is not None]
+        if given:
+            raise UserError(f"option '--regrade' grades saved completions; it does not take {', '.join(given)}")
+        run_regrade(regrade, out_dir, datasets=names, data_dir=data_dir, protocol=protocol,
+                    grader_timeout_s=grader_timeout, cf_data=cf_data, revision=revision, date_from=date_from,
+                    date_to=date_to)
+        return
+    if names is None:
+        raise UserError("option '--data' is required (comma-separated benchmarks, e.g. aime24,aime25)")
+    try:
+        run_eval(names, data_dir=data_dir, model_dir=model_dir, n=n_samples, temperature=temperature, top_p=top_p,
+                 max_new_tokens=max_new_tokens, out_dir=out_dir, seed=seed, server_url=server_url,
+                 protocol=protocol, top_k=top_k, greedy_pass=greedy_pass, grader_timeout_s=grader_timeout, cf_data=cf_data,
+                 revision=revision, date_from=date_from, date_to=date_to)
+    except KeyboardInterrupt:
+        from areal_cli.eval.resume import PARTIAL_NAME
+
+        partial = out_dir / PARTIAL_NAME
+        if partial.exists():
+            click.echo(f"interrupted; finished samples are kept in {partial}; run the same command again to resume",
+                       err=True)
+        raise
+
+
+@main.group()
+def bench() -> None:
+    """Benchmarks: measured async-vs-sync throughput here, simulated throughput at cluster scale."""
+
+
+def _register() -> None:
+    """Commands defined in their own modules (each imports only click at load time)."""
+    from areal_cli.bench.simulate_cmd import simulate
+    from areal_cli.bench.throughput_cmd import throughput
+    from areal_cli.catalog_cmd import download, ls
+    from areal_cli.reproduce_cmd import reproduce
+
+    main.add_command(ls)
+    main.add_command(reproduce)
+    main.add_command(download)
+    bench.add_command(throughput)
+    bench.add_command(simulate)
+
+
+_register()
 
 
 if __name__ == "__main__":  # pragma: no cover

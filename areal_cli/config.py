@@ -55,6 +55,8 @@ class TrainConfig:
     reward_workers: int = 1
     server_max_running_requests: int = 256
     server_max_total_tokens: int = 65536  # KV-cache cap per server, tokens
+    interruptible: bool = True  # weight updates abort in-flight samples (resumed); False: wait for them
+    rollout_process: bool = False  # run the rollout controller in its own process (no GIL shared with the trainer)
 
     # --- trainer ------------------------------------------------------------------------------
     lr: float = 3e-4
@@ -75,6 +77,14 @@ class TrainConfig:
     eval_n_prompts: int = 128
     time_limit_s: float = 0.0  # 0: no limit
     torch_threads: int = 1
+    # CPU pinning ("" = none): Linux cpu lists such as "0" or "0-3,6". trainer_cpus: the trainer thread
+    # (forward/backward, optimizer, weight saving); server_cpus: every embedded server process;
+    # controller_cpus: the rollout controller (HTTP client, reward dispatch) and its reward workers: the
+    # rest of this process, or with rollout_process: true the rollout process (this process's other
+    # threads then go with trainer_cpus).
+    trainer_cpus: str = ""
+    server_cpus: str = ""
+    controller_cpus: str = ""
 
     extra: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -114,6 +124,11 @@ class TrainConfig:
             raise bad("target_accuracy", "must be in [0, 1] (0 disables early stopping)")
         if self.batch_size % self.ppo_n_minibatches:
             raise bad("ppo_n_minibatches", f"must divide batch_size={self.batch_size}")
+        for name in ("trainer_cpus", "server_cpus", "controller_cpus"):
+            try:
+                parse_cpu_list(getattr(self, name))
+            except ValueError as e:
+                raise bad(name, str(e)) from None
 
     @property
     def effective_max_concurrent(self) -> int:
@@ -124,6 +139,24 @@ class TrainConfig:
         d = dataclasses.asdict(self)
         d.pop("extra")
         return d
+
+
+def parse_cpu_list(spec: str) -> frozenset[int]:
+    """Parse a Linux cpu list (``"0"``, ``"0-3,6"``; ``""`` = no pinning -> empty set).
+
+    Raises:
+        ValueError: not a comma list of non-negative ints / ``a-b`` ranges with a <= b.
+    """
+    cpus: set[int] = set()
+    for part in (p.strip() for p in spec.split(",")) if spec.strip() else ():
+        lo, sep, hi = part.partition("-")
+        if not lo.strip().isdigit() or (sep and not hi.strip().isdigit()):
+            raise ValueError(f"not a cpu list like '0' or '0-3,6': bad item '{part}'")
+        a, b = int(lo), int(hi) if sep else int(lo)
+        if a > b:
+            raise ValueError(f"range '{part}' is decreasing")
+        cpus.update(range(a, b + 1))
+    return frozenset(cpus)
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig) if f.name != "extra"}
@@ -160,6 +193,8 @@ def _coerce(name: str, value: object, where: str) -> object:
             continue
         if t is int and isinstance(value, bool):
             continue
+        if t is str and isinstance(value, int) and not isinstance(value, bool):
+            return str(value)  # e.g. a cpu list "0" that YAML read as an int
         if t is float and isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
         if isinstance(value, t):

@@ -9,29 +9,40 @@ servers run as child processes; rewards are computed in a worker-process pool.
    accuracy reaches ``sft_stop_accuracy`` (<= 0.5). That policy is version 0.
 3. RL steps: wait for ``batch_size`` accepted groups (admitted under the staleness bound eta), recompute
    proximal logprobs, compute advantages, one decoupled-PPO update per minibatch, publish version v+1 in
-   HF format, pause -> load -> continue every server (interrupted samples resume with their prefix), measure
-   held-out accuracy, append one line to ``metrics.jsonl``.
+   HF format, pause -> load -> continue every server (interrupted samples resume with their prefix; the
+   servers load while the trainer takes its next batch, and the load is awaited before the next publish
+   and before an eval), measure held-out accuracy, append one line to ``metrics.jsonl``.
+
+For ``areal bench throughput`` (off by default, output unchanged): ``record_timeline=True`` writes
+``timeline.json`` (activity intervals of the trainer and of every server, per-step consumed tokens and
+staleness, CPU seconds per process); ``trainer_cpus`` / ``server_cpus`` / ``controller_cpus`` pin the
+trainer thread, the servers, and the rest of this process (controller, reward workers) to chosen cores;
+``interruptible: false`` makes weight updates wait for in-flight samples instead of aborting them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import shutil
 import time
-from dataclasses import dataclass
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from areal_cli.atomic import write_json_atomic
-from areal_cli.config import TrainConfig
+from areal_cli.config import TrainConfig, parse_cpu_list
 from areal_cli.errors import UserError
 from areal_cli.rollout.client import RolloutClient
 from areal_cli.rollout.controller import Group, PromptItem, RolloutController
 from areal_cli.rollout.protocol import SamplingParams
+from areal_cli.rollout.remote_controller import RolloutProcess, RolloutSpec
 from areal_cli.rollout.server import EmbeddedServer
 from areal_cli.rollout.staleness import StalenessManager
 from areal_cli.reward.pool import RewardPool
@@ -44,6 +55,72 @@ from areal_cli.trainer.advantages import (
 )
 from areal_cli.trainer.batch import TrainBatch, build_train_batch
 from areal_cli.trainer.decoupled_ppo import DecoupledPPOConfig, decoupled_ppo_loss
+
+
+@dataclass
+class Timeline:
+    """What ran when, for throughput accounting (``timeline.json``); times are ``time.monotonic()`` s.
+
+    ``events``: ``{"lane", "kind", "start", "end"}`` intervals. Lanes: ``"trainer"`` (kinds ``wait`` for
+    a batch, ``train`` = proximal recompute + PPO update, ``publish`` = save weights + load on the servers,
+    ``eval``) and ``"server<i>"`` (``generate``: at least one request of this server in flight, seen by the
+    client; ``update``: weight-update window). ``steps``: one record per RL step (see :func:`rl_loop`).
+    ``cpu``: CPU seconds of this process and of every server process at RL start and end.
+    """
+
+    events: list[dict] = field(default_factory=list)
+    steps: list[dict] = field(default_factory=list)
+    marks: dict = field(default_factory=dict)
+    cpu: dict = field(default_factory=dict)
+
+    def add(self, lane: str, kind: str, start: float, end: float) -> None:
+        self.events.append({"lane": lane, "kind": kind, "start": round(start, 6), "end": round(end, 6)})
+
+    def to_dict(self) -> dict:
+        return {"clock": "time.monotonic", "marks": self.marks, "events": self.events, "steps": self.steps,
+                "cpu": self.cpu}
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid`` (all its threads) from ``/proc``; None if unreadable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime (fields 14, 15)
+
+
+def pin_process(pid: int, cpus: frozenset[int]) -> None:
+    """Pin every thread of process ``pid`` (0 = this one) to ``cpus``; later threads inherit it."""
+    task_dir = Path(f"/proc/{pid or os.getpid()}/task")
+    tids = [int(t.name) for t in task_dir.iterdir()] if task_dir.is_dir() else [pid]
+    for tid in tids:
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except (ProcessLookupError, PermissionError):  # a thread that just ended
+            pass
+
+
+CPU_FIELDS = ("trainer_cpus", "server_cpus", "controller_cpus")
+
+
+def _check_cpus(cfg: TrainConfig) -> tuple[frozenset[int], frozenset[int], frozenset[int]]:
+    """The trainer, server and controller cpu sets of ``cfg``, checked against this process's cpus.
+
+    Raises:
+        UserError: a cpu outside this process's affinity, or pinning unsupported on this OS.
+    """
+    sets = tuple(parse_cpu_list(getattr(cfg, name)) for name in CPU_FIELDS)
+    if not any(sets):
+        return sets
+    if not hasattr(os, "sched_setaffinity"):
+        raise UserError("trainer_cpus/server_cpus/controller_cpus: CPU pinning needs Linux (os.sched_setaffinity)")
+    allowed = os.sched_getaffinity(0)
+    for name, cpus in zip(CPU_FIELDS, sets):
+        if cpus - allowed:
+            raise UserError(f"field '{name}': cpu(s) {sorted(cpus - allowed)} not available "
+                            f"(this process may use {sorted(allowed)})")
+    return sets
 
 
 @dataclass
@@ -61,9 +138,16 @@ class RunContext:
     eval_items: list[PromptItem]
     status: RunStatus
     t0: float
+    timeline: Timeline | None = None
+    trainer_thread: ThreadPoolExecutor | None = None
+    rollout_process: RolloutProcess | None = None  # the controller in its own process (rollout_process: true)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
+
+    async def in_trainer(self, fn, *args):
+        """Run ``fn(*args)`` on the trainer thread (one thread: all engine work runs there, in order)."""
+        return await asyncio.get_running_loop().run_in_executor(self.trainer_thread, fn, *args)
 
 
 def prepare_out_dir(out: Path) -> None:
@@ -84,28 +168,32 @@ def prepare_out_dir(out: Path) -> None:
         raise UserError(f"{out}: cannot create the run directory: {e.strerror}") from None
 
 
-def run_training(cfg: TrainConfig, out: Path, *, live: bool = True) -> dict:
+def run_training(cfg: TrainConfig, out: Path, *, live: bool = True, record_timeline: bool = False) -> dict:
     """Run warm start + asynchronous RL for ``cfg``; return the summary (also written to summary.json).
 
+    Args:
+        record_timeline: also write ``timeline.json`` (:class:`Timeline`) for throughput accounting.
     Raises:
-        UserError: unknown task, existing run directory, or bad model path.
+        UserError: unknown task, existing run directory, bad model path, or unavailable pinned cpus.
     """
     task = registry.get_task(cfg.task, seed=cfg.seed)
     if cfg.model_path is not None and not (Path(cfg.model_path) / "config.json").is_file():
         raise UserError(f"model_path '{cfg.model_path}': not a model directory (no config.json)")
+    _check_cpus(cfg)
     prepare_out_dir(out)
     torch.set_num_threads(cfg.torch_threads)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     write_json_atomic(out / "config.json", cfg.to_dict())
     status = RunStatus(cfg, out, live=live)
+    timeline = Timeline() if record_timeline else None
     with status:
-        summary = asyncio.run(_run(cfg, out, task, status))
+        summary = asyncio.run(_run(cfg, out, task, status, timeline))
     status.summary(summary)
     return summary
 
 
-async def _run(cfg: TrainConfig, out: Path, task, status: RunStatus) -> dict:
+async def _run(cfg: TrainConfig, out: Path, task, status: RunStatus, timeline: Timeline | None = None) -> dict:
     from areal_cli.models.tiny import build_tiny_model, load_tokenizer
     from areal_cli.trainer.megatron_engine import MegatronEngine
 
@@ -125,28 +213,60 @@ async def _run(cfg: TrainConfig, out: Path, task, status: RunStatus) -> dict:
                               log_path=out / "logs" / f"server{i}.log", weight_version="0", wait=False)
         for i in range(cfg.n_servers)
     ]
+    trainer_cpus, server_cpus, controller_cpus = _check_cpus(cfg)
+    # this process's threads other than the trainer's: the controller's event loop, or, when the controller
+    # runs in its own process, the trainer's side (receiving batches, publishing)
+    main_cpus = trainer_cpus if (cfg.rollout_process and trainer_cpus) else controller_cpus
+    original_cpus = os.sched_getaffinity(0) if main_cpus else None
+    for s in servers if server_cpus else ():
+        pin_process(s.proc.pid, server_cpus)
+    if main_cpus:  # every thread of this process; the reward workers inherit it when they start
+        pin_process(0, main_cpus)
+    trainer_thread = ThreadPoolExecutor(
+        max_workers=1, thread_name_prefix="trainer",
+        initializer=(lambda: os.sched_setaffinity(0, trainer_cpus)) if trainer_cpus else None)
     pool = None
     client = None
+    remote = None
     try:
         pool = RewardPool(task.reward_fn, n_workers=cfg.reward_workers, timeout_s=cfg.reward_timeout_s)
-        engine = await asyncio.to_thread(
-            MegatronEngine, base, lr=cfg.sft_lr, weight_decay=cfg.weight_decay,
-            betas=(cfg.adam_beta1, cfg.adam_beta2), grad_clip=cfg.grad_clip, seed=cfg.seed)
+        engine = await asyncio.get_running_loop().run_in_executor(trainer_thread, lambda: MegatronEngine(
+            base, lr=cfg.sft_lr, weight_decay=cfg.weight_decay, betas=(cfg.adam_beta1, cfg.adam_beta2),
+            grad_clip=cfg.grad_clip, seed=cfg.seed))
         for s in servers:
             await asyncio.to_thread(s.wait_until_ready)
-        client = RolloutClient([s.url for s in servers], vocab_size=engine.vocab_size)
+            if server_cpus:  # again: threads the child started before the first pinning
+                pin_process(s.proc.pid, server_cpus)
+        on_activity = None
+        if timeline is not None:
+            lanes = {s.url: f"server{i}" for i, s in enumerate(servers)}
+            on_activity = lambda url, kind, a, b: timeline.add(lanes.get(url, url), kind, a, b)  # noqa: E731
+        client = RolloutClient([s.url for s in servers], vocab_size=engine.vocab_size,
+                               interruptible=cfg.interruptible, on_activity=on_activity)
+        if cfg.rollout_process:  # starts now, builds its controller during the warm start
+            remote = RolloutProcess(RolloutSpec(cfg, str(base), [s.url for s in servers], engine.vocab_size,
+                                                controller_cpus, timeline is not None), on_activity=on_activity)
         eval_items = [_prompt_item(tokenizer, p) for p in task.heldout(cfg.eval_n_prompts)]
-        ctx = RunContext(cfg, out, task, tokenizer, engine, client, servers, pool, eval_items, status, t0)
+        ctx = RunContext(cfg, out, task, tokenizer, engine, client, servers, pool, eval_items, status, t0, timeline,
+                         trainer_thread, remote)
         warm = await warm_start(ctx)
         summary = await rl_loop(ctx, warm)
     finally:
+        if remote is not None:
+            remote.close()
         if client is not None:
             await client.aclose()
         if pool is not None:
             pool.close()
         for s in servers:
             s.stop()
+        trainer_thread.shutdown(wait=True)
+        if original_cpus is not None:
+            pin_process(0, frozenset(original_cpus))
     write_json_atomic(out / "summary.json", summary)
+    if timeline is not None:
+        timeline.marks["t0"] = t0
+        write_json_atomic(out / "timeline.json", timeline.to_dict())
     return summary
 
 
@@ -176,9 +296,15 @@ async def evaluate(ctx: RunContext) -> float:
     return sum(r.reward > 0 for r in results) / len(results)
 
 
+async def _load_version(ctx: RunContext, controller: RolloutController, path: Path, version: int) -> None:
+    """Load published weights on every server, then let the controller admit rollouts of ``version``."""
+    await ctx.client.update_weights_from_disk(str(path.resolve()), version)
+    controller.notify_version(version)
+
+
 async def publish(ctx: RunContext, version: int, tag: str) -> Path:
     """Write the trainer's weights in HF format and load them on every server as ``version``."""
-    path = await asyncio.to_thread(ctx.engine.save_hf, ctx.out / "weights" / tag)
+    path = await ctx.in_trainer(ctx.engine.save_hf, ctx.out / "weights" / tag)
     await ctx.client.update_weights_from_disk(str(path.resolve()), version)
     return path
 
@@ -211,7 +337,7 @@ async def warm_start(ctx: RunContext) -> dict:
         for _ in range(min(cfg.sft_eval_every, cfg.sft_max_steps - step)):
             batch = next(batches)
             n_valid = batch.n_loss_tokens
-            stats = await asyncio.to_thread(
+            stats = await ctx.in_trainer(
                 eng.train_step, [batch], lambda lp, mb: -(lp * mb.loss_mask).sum() / n_valid)
             step += 1
         await publish(ctx, 0, f"sft-step{step}")
@@ -243,6 +369,29 @@ def _sft_batches(encoded: list[tuple[list[int], list[int]]], batch_size: int, se
 # --------------------------------------------------------------------------------------------------
 # Phase 2: asynchronous RL
 # --------------------------------------------------------------------------------------------------
+def _cpu_snapshot(ctx: RunContext) -> dict:
+    """{"t": monotonic s, "trainer_process": CPU s of this process, "server<i>": CPU s of server i}."""
+    snap = {"t": time.monotonic(), "trainer_process": process_cpu_seconds(os.getpid())}
+    if ctx.rollout_process is not None:
+        snap["rollout_process"] = process_cpu_seconds(ctx.rollout_process.pid)
+    for i, s in enumerate(ctx.servers):
+        snap[f"server{i}"] = process_cpu_seconds(s.proc.pid)
+    return snap
+
+
+def make_controller(cfg: TrainConfig, client: RolloutClient, reward_pool, tokenizer, task) -> RolloutController:
+    """The rollout controller of a run: the task's training prompts, the staleness rule of ``cfg``."""
+    staleness = StalenessManager(cfg.batch_size, cfg.max_head_offpolicyness, cfg.effective_max_concurrent)
+    train_items = (_prompt_item(tokenizer, p) for p in task.train_stream())
+    return RolloutController(
+        client, staleness, train_items, reward_pool,
+        lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
+        group_size=cfg.group_size,
+        sampling=SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p),
+        success_rate_lb=cfg.success_rate_lb, success_rate_ub=cfg.success_rate_ub,
+    )
+
+
 def make_train_batch(groups: list[Group], cfg: TrainConfig, pad_id: int) -> TrainBatch:
     """Pack groups into a right-padded TrainBatch with per-token advantages.
 
@@ -263,7 +412,12 @@ def make_train_batch(groups: list[Group], cfg: TrainConfig, pad_id: int) -> Trai
 
 
 def ppo_update(engine, batch: TrainBatch, cfg: TrainConfig) -> dict[str, float]:
-    """Recompute proximal logprobs, then one decoupled-PPO optimiser step per minibatch (runs in a thread)."""
+    """Recompute proximal logprobs, then one decoupled-PPO optimiser step per minibatch (runs in a thread).
+
+    Returns loss, grad_norm, clip_frac, iw_capped_frac and ``cpu_s``: CPU seconds of the calling thread
+    (compared with wall time it shows whether the trainer had its core to itself).
+    """
+    cpu0 = time.thread_time()
     if cfg.recompute_proximal:
         batch.proximal_logprobs = engine.logprobs(batch, temperature=cfg.temperature) * batch.loss_mask
     else:
@@ -284,27 +438,35 @@ def ppo_update(engine, batch: TrainBatch, cfg: TrainConfig) -> dict[str, float]:
         out = engine.train_step([mb], loss_fn, temperature=cfg.temperature)
     n = max(totals["n_tokens"], 1.0)
     return {"loss": out["loss"], "grad_norm": out["grad_norm"], "clip_frac": totals["n_clipped"] / n,
-            "iw_capped_frac": totals["n_iw_capped"] / n}
+            "iw_capped_frac": totals["n_iw_capped"] / n, "cpu_s": time.thread_time() - cpu0}
 
 
 async def rl_loop(ctx: RunContext, warm: dict) -> dict:
-    """Asynchronous RL until ``max_steps``, the target accuracy or the time limit."""
+    """Asynchronous RL until ``max_steps``, the target accuracy or the time limit.
+
+    With a :class:`Timeline`, each step adds ``{"step", "start", "end"`` (end = new version published,
+    before any eval), ``"tokens"`` (prompt + response tokens of the batch: what the trainer consumed,
+    AReaL's ``ppo_actor/n_tokens``), ``"response_tokens"``, ``"n_samples"``, ``"staleness"`` (histogram
+    {versions behind at the first token: samples}), ``"wait_s"``, ``"train_s"``, ``"train_cpu_s"``,
+    ``"publish_s"``, ``"eval_s"``, ``"accuracy"`` (latest measured), ``"cpu"`` (CPU seconds at ``end``),
+    ``"generated_tokens"`` (all tokens generated since RL start, kept or dropped, at ``end``)}.
+    """
     cfg = ctx.cfg
-    staleness = StalenessManager(cfg.batch_size, cfg.max_head_offpolicyness, cfg.effective_max_concurrent)
-    train_items = (_prompt_item(ctx.tokenizer, p) for p in ctx.task.train_stream())
-    controller = RolloutController(
-        ctx.client, staleness, train_items, ctx.reward_pool,
-        lambda ids: ctx.tokenizer.decode(ids, skip_special_tokens=True),
-        group_size=cfg.group_size,
-        sampling=SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p),
-        success_rate_lb=cfg.success_rate_lb, success_rate_ub=cfg.success_rate_ub,
-    )
+    tl = ctx.timeline
+    if ctx.rollout_process is not None:
+        controller = ctx.rollout_process
+        await controller.wait_ready()
+    else:
+        controller = make_controller(cfg, ctx.client, ctx.reward_pool, ctx.tokenizer, ctx.task)
     ctx.engine.set_lr(cfg.lr)
     ctx.engine.optimizer.state.clear()  # fresh AdamW moments for the RL phase
     metrics_path = ctx.out / "metrics.jsonl"
     version, acc = 0, warm["accuracy"]
     t_rl = time.monotonic()
     time_to_target = None
+    if tl is not None:
+        tl.marks["rl_start"] = t_rl
+        tl.cpu["rl_start"] = _cpu_snapshot(ctx)
     first = {"step": 0, "version": 0, "phase": "warm_start_end", "reward_mean": None, "accuracy": acc,
              "staleness_max": 0, "staleness_mean": 0.0, "elapsed_s": round(ctx.elapsed(), 3),
              "rl_elapsed_s": 0.0, "warm_start_steps": warm["steps"], "warm_start_s": round(warm["seconds"], 3)}
@@ -313,31 +475,60 @@ async def rl_loop(ctx: RunContext, warm: dict) -> dict:
         mf.flush()
         ctx.status.step(first, controller.stats.as_dict())
         controller.start()
+        loading: asyncio.Task | None = None  # the servers loading the latest version
         try:
             last_tokens, last_t = 0, time.monotonic()
             trained_tokens = 0
             for step in range(1, cfg.max_steps + 1):
                 t_wait = time.monotonic()
                 groups = await controller.get_batch(cfg.batch_size)
-                wait_s = time.monotonic() - t_wait
-                batch = make_train_batch(groups, cfg, ctx.tokenizer.pad_token_id)
+                t_batch = time.monotonic()
+                wait_s = t_batch - t_wait
+                batch = await ctx.in_trainer(make_train_batch, groups, cfg, ctx.tokenizer.pad_token_id)
                 t_train = time.monotonic()
-                train_stats = await asyncio.to_thread(ppo_update, ctx.engine, batch, cfg)
+                train_stats = await ctx.in_trainer(ppo_update, ctx.engine, batch, cfg)
+                train_cpu_s = train_stats.pop("cpu_s")
                 train_s = time.monotonic() - t_train
                 trained_tokens += int(batch.attention_mask.sum())
                 samples = [s for g in groups for s in g.samples]
                 stale = [version - s.head_version for s in samples if s.versions]
                 version += 1
                 t_sync = time.monotonic()
-                await publish(ctx, version, f"v{version}")
-                controller.notify_version(version)
-                sync_s = time.monotonic() - t_sync
+                if loading is not None:  # the servers finish loading the previous version first
+                    await loading
+                    loading = None
+                path = await ctx.in_trainer(ctx.engine.save_hf, ctx.out / "weights" / f"v{version}")
+                # The servers load it while the trainer goes on with the next batch (already generated under
+                # the staleness bound); rollouts of the new version are admitted once it is loaded.
+                loading = asyncio.create_task(_load_version(ctx, controller, path, version))
+                eval_due = bool(cfg.eval_every) and (step % cfg.eval_every == 0 or step == cfg.max_steps)
+                if eval_due or step == cfg.max_steps:
+                    await loading
+                    loading = None
                 old = ctx.out / "weights" / f"v{version - 2}"
                 if old.exists():
                     shutil.rmtree(old, ignore_errors=True)
-                if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.max_steps):
+                t_published = time.monotonic()
+                sync_s = t_published - t_sync
+                cpu_now = _cpu_snapshot(ctx) if tl is not None else None
+                generated_now = controller.stats.tokens_generated
+                if eval_due:
                     acc = await evaluate(ctx)
                 now = time.monotonic()
+                if tl is not None:
+                    for kind, a, b in (("wait", t_wait, t_batch), ("train", t_batch, t_sync),
+                                       ("publish", t_sync, t_published), ("eval", t_published, now)):
+                        if b > a and (kind != "eval" or eval_due):
+                            tl.add("trainer", kind, a, b)
+                    tl.steps.append({
+                        "step": step, "start": round(t_wait, 6), "end": round(t_published, 6),
+                        "tokens": int(batch.attention_mask.sum()), "response_tokens": int(batch.loss_mask.sum()),
+                        "n_samples": len(samples), "staleness": dict(sorted(Counter(stale).items())),
+                        "wait_s": round(wait_s, 6), "train_s": round(t_sync - t_batch, 6),
+                        "train_cpu_s": round(train_cpu_s, 6), "publish_s": round(sync_s, 6),
+                        "eval_s": round(now - t_published, 6), "accuracy": acc, "cpu": cpu_now,
+                        "generated_tokens": generated_now,
+                    })
                 cs = controller.stats.as_dict()
                 line = {
                     "step": step, "version": version, "phase": "rl",
@@ -362,7 +553,17 @@ async def rl_loop(ctx: RunContext, warm: dict) -> dict:
                 if cfg.time_limit_s and ctx.elapsed() > cfg.time_limit_s:
                     ctx.status.log(f"time limit {cfg.time_limit_s}s reached")
                     break
+            if loading is not None:
+                await loading
+                loading = None
         finally:
+            if loading is not None:  # an error or Ctrl-C left a weight update running
+                loading.cancel()
+                await asyncio.gather(loading, return_exceptions=True)
+            if tl is not None:
+                tl.marks["rl_end"] = tl.steps[-1]["end"] if tl.steps else time.monotonic()
+                tl.cpu["rl_end"] = tl.steps[-1]["cpu"] if tl.steps else _cpu_snapshot(ctx)
+                tl.marks["controller"] = controller.stats.as_dict()
             await controller.stop()
             # also after Ctrl-C: the curve of the steps that were completed
             from areal_cli.plots import plot_learning_curve

@@ -152,3 +152,44 @@ def test_eval_refuses_to_overwrite_results(tmp_path):
     code, text = run(["eval", "--data", "aime24", "--data-dir", str(tmp_path), "--out", str(out)])
     assert_one_line_error(code, text, "already holds results.json")
     assert (out / "results.json").read_text() == "{}"
+
+
+def _math_dir(tmp_path):
+    d = tmp_path / "data"
+    d.mkdir()
+    (d / "aime24.jsonl").write_text(json.dumps({"id": 1, "problem": "p", "answer": "1"}) + "\n")
+    return d
+
+
+@pytest.mark.parametrize(
+    "args,needles",
+    [
+        ([], ["option '--data' is required"]),
+        (["--data", "aime24"], ["benchmark 'aime24' is read from a local file: pass --data-dir"]),
+        (["--data", "aime24", "--data-dir", "{data}", "--protocol", "r2"], ["unknown protocol 'r2'", "chat-template"]),
+        (["--data", "aime24", "--data-dir", "{data}", "--top-p", "0"], ["option 'top_p': must be in (0, 1], got 0.0"]),
+        (["--data", "aime24", "--data-dir", "{data}", "--protocol", "qwen3-think-pure"],
+         ["protocol 'qwen3-think-pure' is for code benchmarks; 'aime24' is a math benchmark"]),
+        (["--regrade", "{data}/none.jsonl"], ["none.jsonl: generations file not found"]),
+        (["--regrade", "{data}/aime24.jsonl", "--server-url", "http://x"], ["does not take --server-url"]),
+    ],
+)
+def test_eval_bad_options_are_one_line_and_write_nothing(tmp_path, args, needles):
+    data = _math_dir(tmp_path)
+    args = [a.replace("{data}", str(data)) for a in args]
+    assert_one_line_error(*run(["eval", *args, "--out", str(tmp_path / "out")]), *needles)
+    assert not (tmp_path / "out").exists()
+
+
+def test_eval_undecodable_code_tests_name_file_line_and_problem(tmp_path):
+    import base64
+
+    src = Path(__file__).resolve().parent / "data" / "benchmarks" / "lcb_v5.jsonl"
+    rows = [json.loads(line) for line in src.read_text().splitlines()]
+    rows[1]["private_test_cases"] = base64.b64encode(b"not zlib").decode()
+    d = tmp_path / "data"
+    d.mkdir()
+    (d / "lcb_v5.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, out = run(["eval", "--data", "lcb_v5", "--data-dir", str(d), "--out", str(tmp_path / "out")])
+    assert_one_line_error(code, out, f"{d / 'lcb_v5.jsonl'}:2: problem '{rows[1]['question_id']}': undecodable tests")
+    assert not (tmp_path / "out").exists()

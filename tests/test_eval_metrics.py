@@ -1,13 +1,24 @@
 """Claims: pass@k is the unbiased estimator 1 - C(n-c,k)/C(n,k) (Chen et al. 2021) and matches
-hand-computed values; maj@n takes the largest answer class, with ties broken by earliest appearance."""
+hand-computed values; maj@n takes the largest answer class, with ties broken by earliest appearance, and
+maj@k votes over the first k samples (AReaL); the standard error of mean pass@1 is over problems (or over
+runs) as hand-computed; breakdown groups problems by meta fields with per-group pass@1/stderr/pass@k."""
 
 from __future__ import annotations
 
+import math
 from math import comb
 
 import pytest
 
-from areal_cli.eval.metrics import majority_vote, mean_pass_at_k, pass_at_k, pass_k_values
+from areal_cli.eval.metrics import (
+    breakdown,
+    maj_at_k,
+    majority_vote,
+    mean_pass_at_k,
+    pass1_mean_and_stderr,
+    pass_at_k,
+    pass_k_values,
+)
 from areal_cli.reward.math_grader import normalize_answer_string
 
 
@@ -85,3 +96,88 @@ def test_majority_vote_without_any_answer_is_wrong():
     assert (v.winner, v.correct, v.votes) == (None, False, 0)
     with pytest.raises(ValueError):
         vote(["1"], [True, False])
+
+
+def test_maj_at_k_votes_over_the_first_k_samples():
+    answers = ["1", "1", "2", "2", "2"]
+    verdicts = [True, True, False, False, False]
+    assert maj_at_k(answers, verdicts, 2, normalize=normalize_answer_string).correct
+    assert maj_at_k(answers, verdicts, 4, normalize=normalize_answer_string).correct  # 2-2 tie: earliest wins
+    v = maj_at_k(answers, verdicts, 5, normalize=normalize_answer_string)
+    assert (v.answer, v.votes, v.correct) == ("2", 3, False)
+    assert v == vote(answers, verdicts)  # maj@n is maj_at_k with k = n
+    for k in (0, 6):
+        with pytest.raises(ValueError):
+            maj_at_k(answers, verdicts, k, normalize=normalize_answer_string)
+
+
+HAND = [[1, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]]
+
+
+def test_pass1_stderr_over_problems_matches_hand_computation():
+    # per-problem p = (0.5, 1, 0): mean 0.5, sample sd (ddof 1) = sqrt((0 + 0.25 + 0.25) / 2) = 0.5
+    mean, se = pass1_mean_and_stderr(HAND)
+    assert mean == 0.5
+    assert se == pytest.approx(0.5 / math.sqrt(3), abs=1e-15)
+
+
+def test_pass1_stderr_over_samples_matches_hand_computation():
+    # per-run accuracy a = (2/3, 2/3, 1/3, 1/3): mean 0.5, sd = sqrt(4 * (1/6)^2 / 3) = sqrt(1/27), se = sd / 2
+    mean, se = pass1_mean_and_stderr(HAND, over="samples")
+    assert mean == pytest.approx(0.5)
+    assert se == pytest.approx(math.sqrt(1 / 27) / 2, abs=1e-15)
+
+
+def test_pass1_mean_weights_problems_equally_with_unequal_sample_counts():
+    mean, se = pass1_mean_and_stderr([[True], [True, False, False, False]])
+    assert mean == pytest.approx((1 + 0.25) / 2)
+    assert se == pytest.approx(abs(1 - 0.25) / 2, abs=1e-15)  # two values: sd = |a - b| / sqrt(2)
+    with pytest.raises(ValueError):
+        pass1_mean_and_stderr([[True], [True, False]], over="samples")
+
+
+def test_pass1_stderr_undefined_for_one_problem_and_errors_on_bad_input():
+    mean, se = pass1_mean_and_stderr([[True, False]])
+    assert mean == 0.5 and math.isnan(se)
+    for bad in ([], [[True], []]):
+        with pytest.raises(ValueError):
+            pass1_mean_and_stderr(bad)
+    with pytest.raises(ValueError):
+        pass1_mean_and_stderr(HAND, over="runs")
+
+
+def test_breakdown_groups_by_each_meta_key():
+    records = [
+        {"correct": [True, True, False, False], "meta": {"difficulty": "easy", "platform": "atcoder"}},
+        {"correct": [True, True, True, True], "meta": {"difficulty": "easy", "platform": "leetcode"}},
+        {"correct": [False, False, False, True], "meta": {"difficulty": "hard", "platform": "atcoder"}},
+        {"correct": [False, False, False, False], "meta": {"platform": "codeforces"}},
+    ]
+    out = breakdown(records)
+    assert list(out) == ["difficulty", "platform"]
+    assert list(out["difficulty"]) == ["easy", "hard", "unknown"]
+    easy = out["difficulty"]["easy"]
+    assert (easy["n_problems"], easy["n_samples"], easy["pass@1"]) == (2, 4, 0.75)
+    assert easy["stderr"] == pytest.approx(0.5 / math.sqrt(2) / math.sqrt(2))  # p = (0.5, 1): sd 0.5/sqrt(2)
+    assert easy["pass@2"] == pytest.approx((5 / 6 + 1) / 2)  # 1 - C(2,2)/C(4,2) = 5/6
+    assert easy["pass@4"] == 1.0
+    hard = out["difficulty"]["hard"]
+    assert hard["pass@1"] == 0.25 and hard["pass@2"] == pytest.approx(0.5) and hard["stderr"] is None
+    atcoder = out["platform"]["atcoder"]
+    assert (atcoder["n_problems"], atcoder["pass@1"]) == (2, pytest.approx(0.375))
+    assert out["platform"]["codeforces"]["pass@4"] == 0.0
+
+
+def test_breakdown_pass_at_k_uses_smallest_sample_count_in_group():
+    records = [{"correct": [True, False], "meta": {"d": 1}}, {"correct": [False] * 4, "meta": {"d": 1}}]
+    out = breakdown(records, keys=("d",))
+    g = out["d"]["1"]
+    assert g["n_samples"] == 2 and "pass@4" not in g
+    assert g["pass@2"] == pytest.approx((1 + 0) / 2)
+
+
+def test_breakdown_rejects_records_without_verdicts():
+    with pytest.raises(ValueError, match="record 1"):
+        breakdown([{"correct": [True], "meta": {}}, {"correct": [], "meta": {}}])
+    with pytest.raises(ValueError, match="record 0"):
+        breakdown([{"correct": [True], "meta": ["easy"]}])

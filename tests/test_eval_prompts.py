@@ -1,12 +1,13 @@
-"""Claims: evaluation prompts are the model's own chat template around the Qwen-style boxed-answer
-instruction, tokenised without extra special tokens; a tokenizer without a chat template is a UserError."""
+"""Claims: chat-template evaluation prompts are the model's own chat template around the Qwen-style
+boxed-answer instruction (math) or the code problem's own text (code), tokenised without extra special
+tokens unless asked; a tokenizer without a chat template is a UserError."""
 
 from __future__ import annotations
 
 import pytest
 
 from areal_cli.errors import UserError
-from areal_cli.eval.prompts import USER_TEMPLATE, prompt_ids, prompt_text, user_message
+from areal_cli.eval.prompts import USER_TEMPLATE, prompt_ids, prompt_text, tokenize_prompt, user_message
 
 
 @pytest.fixture(scope="module")
@@ -52,3 +53,23 @@ def test_tokenizer_without_chat_template_is_a_user_error(tokenizer):
             prompt_ids(tokenizer, "x")
     finally:
         tokenizer.chat_template = saved
+
+
+def test_code_problems_are_their_own_user_message(tokenizer):
+    code = "### Question:\nPrint 1.\n\n### Answer: (use the provided format with backticks)\n\n"
+    assert user_message(code, kind="code") == code
+    assert prompt_text(tokenizer, code, kind="code") == f"<|im_start|>user\n{code}<|im_end|>\n<|im_start|>assistant\n"
+    assert tokenizer.decode(prompt_ids(tokenizer, code, kind="code")) == prompt_text(tokenizer, code, kind="code")
+
+
+def test_tokenize_prompt_adds_special_tokens_only_when_asked(tokenizer):
+    calls = []
+
+    class Recording:
+        def __call__(self, text, add_special_tokens):
+            calls.append(add_special_tokens)
+            return tokenizer(text, add_special_tokens=add_special_tokens)
+
+    text = prompt_text(tokenizer, "x")
+    assert tokenize_prompt(Recording(), text) == tokenize_prompt(Recording(), text, add_special_tokens=True)
+    assert calls == [False, True]  # the tiny tokenizer has no BOS: both give the same ids

@@ -39,9 +39,13 @@ def call(out_dir, **overrides):
 @pytest.mark.parametrize(
     "overrides,message",
     [
-        (dict(datasets=["aime24", "gsm8k"]), "unknown dataset 'gsm8k'; known datasets: aime24, aime25, amc23, math_500"),
-        (dict(n=0), "option 'n': must be an integer >= 1, got 0"),
-        (dict(temperature=-0.5), "option 'temperature': must be a number >= 0, got -0.5"),
+        (dict(datasets=["aime24", "gsm8k"]), "unknown dataset 'gsm8k'; known datasets: aime24, aime25, amc23, "),
+        (dict(n=0), "option 'n_samples': must be an integer >= 1, got 0"),
+        (dict(temperature=-0.5), "option 'temperature': must be >= 0, got -0.5"),
+        (dict(protocol="r1"), "unknown protocol 'r1'; known protocols: qwen3-think, "),
+        (dict(protocol="qwen3-think-pure"), "protocol 'qwen3-think-pure' is for code benchmarks; 'aime24' is a math "
+                                            "benchmark (its default protocol: qwen3-think)"),
+        (dict(protocol="qwen3-think"), "protocol 'qwen3-think' uses "),
         (dict(top_p=0.0), "option 'top_p': must be in (0, 1], got 0.0"),
         (dict(max_new_tokens=0), "option 'max_new_tokens': must be an integer >= 1, got 0"),
         (dict(server_url="localhost:3000"), "option 'server_url': must start with http:// or https://, got 'localhost:3000'"),
@@ -53,7 +57,7 @@ def test_bad_options_and_names_fail_before_anything_is_written(tmp_path, overrid
     out = tmp_path / "out"
     with pytest.raises(UserError) as info:
         call(out, **overrides)
-    assert str(info.value) == message
+    assert str(info.value).startswith(message)
     assert not out.exists()
 
 
@@ -78,7 +82,7 @@ def test_missing_model_dir_is_a_user_error(tmp_path):
 def test_prompt_longer_than_model_context_is_reported_with_file_and_line(tmp_path, tiny_dir):
     out = tmp_path / "out"
     with pytest.raises(UserError) as info:
-        call(out, datasets=["math_500"], model_dir=tiny_dir, max_new_tokens=1900)
+        call(out, datasets=["math_500"], model_dir=tiny_dir, max_new_tokens=1900, protocol="chat-template")
     msg = str(info.value)
     assert msg.startswith(f"{DATA / 'math_500.jsonl'}:") and "exceeds the model's max_position_embeddings (2048)" in msg
     assert not out.exists()
@@ -88,7 +92,7 @@ def test_results_are_written_atomically_or_not_at_all(tmp_path):
     out = tmp_path / "out"
     write_results(out, {"config": {"n": 1}, "d": {"pass@1": 1.0}}, [{"dataset": "d", "text": "x"}])
     before = {p.name: p.read_text() for p in out.iterdir()}
-    assert sorted(before) == ["results.json", "samples.jsonl"]
+    assert sorted(before) == ["report.md", "results.json", "samples.jsonl"]
     with pytest.raises(TypeError):  # a sample that cannot be serialised: nothing changes, no temp files
         write_results(out, {"config": {"n": 2}}, [{"dataset": "d", "bad": object()}])
     assert {p.name: p.read_text() for p in out.iterdir()} == before
@@ -108,6 +112,51 @@ def test_render_table_prints_percentages(capsys):
     assert "aime24" in printed and "50.0" in printed and "83.3" in printed and "100.0" in printed
     lines = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in printed.splitlines() if line.count("│") >= 3}
     assert lines["pass@2"] == "83.3" and lines["grader timeouts"] == "1" and lines["problems"] == "30"
+
+
+BENCH = Path(__file__).resolve().parent / "data" / "benchmarks"  # small code benchmarks, upstream schemas
+
+
+class ScriptedGenerator:
+    """Stands in for a server: answers each problem with a fixed completion (by problem id in the rid)."""
+
+    def __init__(self, tokenizer, texts):
+        self.tok, self.texts, self.rids = tokenizer, texts, []
+
+    async def generate(self, prompt_ids, params, rid=None):
+        from types import SimpleNamespace
+
+        self.rids.append(rid)
+        pid = rid.split("-", 3)[3].rsplit("-", 1)[0]
+        return SimpleNamespace(output_ids=self.tok.encode(self.texts[pid], add_special_tokens=False),
+                               finish_reason="stop")
+
+    async def aclose(self):
+        pass
+
+
+def test_code_benchmark_is_generated_then_graded_by_running_its_tests(tmp_path, tiny_dir):
+    from transformers import AutoTokenizer
+
+    fence = "```python\n{}\n```"
+    texts = {"abc375_a": fence.format("n = int(input())\ns = input()\nprint(sum(s[i:i+3] == '#.#' for i in range(n)))"),
+             "3496": fence.format("class Solution:\n    def sumArray(self, nums):\n        return sum(nums)"),
+             "2053_B": "I cannot solve this.",
+             "abc391_b": fence.format("a, b = map(int, input().split())\nprint(a - b)")}
+    gen = ScriptedGenerator(AutoTokenizer.from_pretrained(str(tiny_dir)), texts)
+    out = tmp_path / "out"
+    res = run_eval("lcb_v5", BENCH, tiny_dir, n=2, max_new_tokens=64, out_dir=out, protocol="chat-template",
+                   show_progress=False, generator=gen)
+    m = res["lcb_v5"]
+    assert len(gen.rids) == 8 and (m["n_problems"], m["n_samples"]) == (4, 2)
+    assert (m["pass@1"], m["pass@2"]) == (0.5, 0.5)
+    assert m["code_status_counts"] == {"passed": 4, "no_code": 2, "wrong_answer": 2}
+    assert m["breakdown"]["platform"]["leetcode"]["pass@1"] == 1.0
+    assert res["config"]["grader"] == {"code": "areal_cli.reward.code_grader:grade_code (last fenced block after "
+                                                "</think>; sandboxed tests)"}
+    assert res["config"]["data"]["lcb_v5"]["n_problems"] == 4  # the loader's report: window, files, hashes
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert {s["code_status"] for s in samples if s["problem_id"] == "abc391_b"} == {"wrong_answer"}
 
 
 def small_data_dir(root: Path) -> Path:
@@ -140,6 +189,10 @@ def test_end_to_end_with_embedded_server_writes_results_and_samples_reproducibly
         assert m["n_grader_errors"] == 0 and m["n_grader_timeouts"] == 0
     cfg = res["config"]
     assert (cfg["n"], cfg["temperature"], cfg["max_new_tokens"], cfg["seed"]) == (2, 1.0, 12, 3)
+    assert cfg["protocol"]["name"] == "chat-template"
+    assert sorted(cfg["protocol"]["overrides"]) == ["max_new_tokens", "n_samples", "temperature", "top_p"]
+    assert cfg["protocol"]["preset"] == {"n_samples": 1, "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 512}
+    assert not (out1 / "samples.partial.jsonl").exists()
 
     samples = [json.loads(line) for line in (out1 / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 10
@@ -155,9 +208,17 @@ def test_end_to_end_with_embedded_server_writes_results_and_samples_reproducibly
         (ds, pid, i) for ds, pids in (("aime24", ["60", "61", "62"]), ("amc23", ["0", "1"])) for pid in pids for i in (0, 1)
     )
 
-    # same seed, explicit model dir, one request at a time: identical samples (per-request seeds)
-    call(out2, datasets="aime24,amc23", data_dir=data, model_dir=model_dir, n=2, max_new_tokens=12, seed=3,
-         max_concurrency=1)
+    # same seed, against an already running server (--server-url), one request at a time: identical samples
+    # (per-request seeds), and the config records the server it used.
+    from areal_cli.rollout.server import EmbeddedServer
+
+    with EmbeddedServer.launch(model_dir, seed=3) as server:
+        res2 = call(out2, datasets="aime24,amc23", data_dir=data, model_dir=model_dir, n=2, max_new_tokens=12,
+                    seed=3, max_concurrency=1, server_url=server.url, protocol="chat-template")
+    assert res2["config"]["server_url"] == server.url and not (out2 / "eval_server.log").exists()
     key = lambda s: (s["dataset"], s["problem_id"], s["sample_index"])  # noqa: E731
     again = sorted((json.loads(line) for line in (out2 / "samples.jsonl").read_text().splitlines()), key=key)
     assert [s["output_ids"] for s in again] == [s["output_ids"] for s in sorted(samples, key=key)]
+    assert {ds: res2[ds] for ds in ("aime24", "amc23")} == {ds: res[ds] for ds in ("aime24", "amc23")}
+    report = (out1 / "report.md").read_text()
+    assert "- protocol: chat-template" in report and f"- config hash: {res['config']['config_hash']}" in report

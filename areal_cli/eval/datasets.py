@@ -1,24 +1,37 @@
-"""Evaluation datasets: declared once in ``evaluation/benchmarks.json``, loaded and normalised here.
+"""Evaluation benchmarks: declared once in ``evaluation/benchmarks.json``, loaded and normalised here.
 
-The published files differ in field names and answer types on purpose (see the data README):
-aime24 has ``id`` int + ``answer`` str ("025"), aime25 ``id`` str + ``answer`` int, amc23 ``answer``
-float (27.0), math_500 ``unique_id`` + LaTeX ``answer``. Every record becomes a :class:`Problem` with
-string id, problem text (from ``problem``, falling back to ``question``) and answer as a string.
+Every record becomes a :class:`Problem` (string id, problem text, gold answer for math, test suite for code,
+metadata for breakdowns). Two kinds of benchmark:
+
+- **math** (``loader: math_jsonl``): the AReaL evaluation files, read from ``--data-dir/<file>``. The
+  published files differ in field names and answer types on purpose (see data_cards/math-eval.md): aime24
+  has ``id`` int + ``answer`` str ("025"), aime25 ``id`` str + ``answer`` int, amc23 ``answer`` float (27.0),
+  math_500 ``unique_id`` + LaTeX ``answer``. Problem text from ``problem``, falling back to ``question``;
+  answer and id as strings.
+- **code** (``loader: lcb | codecontests | codeforces``): rows in their upstream schema
+  (:mod:`areal_cli.eval.code_datasets`), from a Hugging Face dataset repository at the declared pinned
+  revision (``huggingface_hub.snapshot_download``; the HF cache, so ``HF_HUB_OFFLINE=1`` works once cached)
+  or, with ``--data-dir``, from ``DIR/<file>`` (JSON lines in the upstream schema) or ``DIR/<name>/`` (a
+  local copy of the repository's files at that revision). Layout: evaluation/README.md.
 
 Bad input raises :class:`areal_cli.errors.UserError` with one line:
-- unknown dataset name (lists the known ones),
-- missing data directory or file (path),
-- malformed JSON line (``file:line: malformed JSON: ...``),
+- unknown benchmark name (lists the known ones),
+- missing data directory or file (path), a hub source that cannot be fetched (repo@revision),
+- malformed JSON line / parquet row (``file:line: malformed JSON: ...``),
 - a record without problem / answer / id, or with a field of the wrong type
   (``file:line: field 'answer' missing``),
-- duplicate ids, empty file.
+- undecodable tests (``file:line: problem 'abc301_a': undecodable tests: ...``),
+- duplicate ids, empty file, a date window that keeps no problem, a malformed window option.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
+import fnmatch
+import hashlib
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -27,26 +40,72 @@ from areal_cli.errors import UserError, where
 #: ``evaluation/benchmarks.json`` at the top level of the repository.
 BENCHMARKS_JSON = Path(__file__).resolve().parents[2] / "evaluation" / "benchmarks.json"
 
+KINDS = ("math", "code")
+LOADERS = {"math_jsonl": "math", "lcb": "code", "codecontests": "code", "codeforces": "code"}
+#: Value of a date option that removes that bound of the declared window.
+NO_BOUND = "none"
+#: Local files up to this size get a sha256 in the load report (bigger ones: size only; hub files are
+#: pinned by the revision).
+HASH_MAX_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class HubSource:
+    """A Hugging Face dataset repository at a pinned revision.
+
+    Attributes:
+        repo_id: ``owner/name`` (``livecodebench/code_generation_lite``).
+        revision: the commit sha the numbers were computed at (a branch or tag also works, unpinned).
+        files: file names or glob patterns inside the repository (``data/test-*.parquet``), read in order.
+    """
+
+    repo_id: str
+    revision: str
+    files: tuple[str, ...]
+
 
 @dataclass(frozen=True)
 class BenchmarkSpec:
-    """How to read one benchmark file.
+    """One benchmark's declaration (an entry of ``evaluation/benchmarks.json``).
 
     Attributes:
-        name: dataset name used on the command line (``aime24``).
-        file: file name inside the data directory (``aime24.jsonl``).
+        name: benchmark name used on the command line (``aime24``, ``lcb_v5``).
+        file: file name inside the data directory (``aime24.jsonl``, ``lcb_v5.jsonl``).
         id_field: field holding the problem id.
         problem_fields: fields holding the problem text, in order of preference.
-        answer_field: field holding the gold answer.
-        source: where the file comes from (documentation).
+        answer_field: field holding the gold answer (math; "" for code).
+        source: where the records come from (documentation).
+        kind: ``"math"`` or ``"code"``.
+        loader: record schema: ``math_jsonl``, ``lcb``, ``codecontests``, ``codeforces``.
+        hub: the Hugging Face source (code benchmarks), else None.
+        date_field: field holding the problem's date (LCB ``contest_date``, Codeforces ``contest_start``).
+        date_from / date_to: default date window, ``YYYY-MM-DD``, both ends inclusive (None: unbounded).
+        question_format: how a code statement becomes the problem text (``lcb_generic``; ``raw``).
+        test_sets: CodeContests test lists that make up the suite.
+        exclude: Codeforces problem classes left out (``interactive``, ``file_io``, ``no_tests``).
+        default_protocol / grader / card / url / sha256: documentation and defaults for the runner.
     """
 
     name: str
     file: str
     id_field: str
     problem_fields: tuple[str, ...]
-    answer_field: str
+    answer_field: str = ""
     source: str = ""
+    kind: str = "math"
+    loader: str = "math_jsonl"
+    hub: HubSource | None = None
+    date_field: str | None = None
+    date_from: str | None = None
+    date_to: str | None = None
+    question_format: str = "raw"
+    test_sets: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    default_protocol: str = ""
+    grader: str = ""
+    card: str = ""
+    url: str = ""
+    sha256: str = ""
 
 
 @dataclass(frozen=True)
@@ -55,11 +114,16 @@ class Problem:
 
     Attributes:
         dataset: benchmark name.
-        id: problem id as a string (unique within the dataset).
-        problem: problem text.
-        answer: gold answer as a string (ints as digits, 27.0 -> "27", strings stripped).
+        id: problem id as a string (unique within the benchmark).
+        problem: problem text: the statement for math; for code the statement in the declared
+            ``question_format`` (e.g. LiveCodeBench's own question/format/answer layout).
+        answer: gold answer as a string for math (ints as digits, 27.0 -> "27"); "" for code.
         path: the source file.
-        line: 1-based line number in the source file (for messages).
+        line: 1-based line (JSON lines) or row (parquet) number in the source file (for messages).
+        kind: ``"math"`` or ``"code"``.
+        tests: code: ``areal_cli.reward.code_grader.TestSuite.to_dict()`` (inputs, outputs, fn_name,
+            time_limit_s, memory_bytes); None for math.
+        meta: breakdown keys (difficulty, platform, contest_id, contest_date, index, rating, ...).
     """
 
     dataset: str
@@ -68,13 +132,85 @@ class Problem:
     answer: str
     path: str
     line: int
+    kind: str = "math"
+    tests: dict | None = field(default=None, hash=False, compare=True)
+    meta: dict = field(default_factory=dict, hash=False, compare=True)
+
+
+# ------------------------------------------------------------------------------------ declarations
+def _str_list(entry: dict, key: str, loc: str, *, required: bool) -> tuple[str, ...]:
+    value = entry.get(key)
+    if value is None and not required:
+        return ()
+    if not isinstance(value, list) or (required and not value) or not all(isinstance(v, str) and v for v in value):
+        raise UserError(f"{loc}: field '{key}' must be a non-empty list of strings")
+    return tuple(value)
+
+
+def _opt_str(entry: dict, key: str, loc: str) -> str | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise UserError(f"{loc}: field '{key}' must be a non-empty string")
+    return value
+
+
+def _parse_spec(name: str, entry: Any, loc: str) -> BenchmarkSpec:
+    if not isinstance(entry, dict):
+        raise UserError(f"{loc}: must be an object")
+    loader = entry.get("loader", "math_jsonl")
+    if loader not in LOADERS:
+        raise UserError(f"{loc}: field 'loader' must be one of {', '.join(LOADERS)}, got {loader!r}")
+    kind = entry.get("kind", LOADERS[loader])
+    if kind != LOADERS[loader]:
+        raise UserError(f"{loc}: field 'kind' must be {LOADERS[loader]!r} for loader {loader!r}, got {kind!r}")
+    required = ("file", "id_field", "answer_field") if kind == "math" else ("file", "id_field")
+    for key in required:
+        if not isinstance(entry.get(key), str) or not entry[key]:
+            raise UserError(f"{loc}: field '{key}' must be a non-empty string")
+    hub = None
+    if entry.get("hub") is not None:
+        h = entry["hub"]
+        hloc = f"{loc}.hub"
+        if not isinstance(h, dict):
+            raise UserError(f"{hloc}: must be an object")
+        for key in ("repo_id", "revision"):
+            if not isinstance(h.get(key), str) or not h[key]:
+                raise UserError(f"{hloc}: field '{key}' must be a non-empty string")
+        hub = HubSource(repo_id=h["repo_id"], revision=h["revision"], files=_str_list(h, "files", hloc, required=True))
+    for key in ("date_from", "date_to"):
+        if entry.get(key) is not None:
+            parse_day(entry[key], f"{loc}: field '{key}'")
+    return BenchmarkSpec(
+        name=name,
+        file=entry["file"],
+        id_field=entry["id_field"],
+        problem_fields=_str_list(entry, "problem_fields", loc, required=True),
+        answer_field=str(entry.get("answer_field", "")),
+        source=str(entry.get("source", "")),
+        kind=kind,
+        loader=loader,
+        hub=hub,
+        date_field=_opt_str(entry, "date_field", loc),
+        date_from=_opt_str(entry, "date_from", loc),
+        date_to=_opt_str(entry, "date_to", loc),
+        question_format=str(entry.get("question_format", "raw")),
+        test_sets=_str_list(entry, "test_sets", loc, required=False),
+        exclude=_str_list(entry, "exclude", loc, required=False),
+        default_protocol=str(entry.get("default_protocol", "")),
+        grader=str(entry.get("grader", "")),
+        card=str(entry.get("card", "")),
+        url=str(entry.get("url", "")),
+        sha256=str(entry.get("sha256", "")),
+    )
 
 
 def load_benchmark_specs(path: str | Path | None = None) -> dict[str, BenchmarkSpec]:
     """Read the benchmark declarations (default: :data:`BENCHMARKS_JSON`).
 
     Raises:
-        UserError: the file is missing or malformed (one line, with the path).
+        UserError: the file is missing or malformed (one line, with the path and the entry).
     """
     path = Path(path) if path is not None else BENCHMARKS_JSON
     try:
@@ -86,30 +222,11 @@ def load_benchmark_specs(path: str | Path | None = None) -> dict[str, BenchmarkS
     table = raw.get("benchmarks") if isinstance(raw, dict) else None
     if not isinstance(table, dict) or not table:
         raise UserError(f"{path}: field 'benchmarks' must be a non-empty object")
-    specs: dict[str, BenchmarkSpec] = {}
-    for name, entry in table.items():
-        loc = f"{path}: benchmarks.{name}"
-        if not isinstance(entry, dict):
-            raise UserError(f"{loc}: must be an object")
-        for key in ("file", "id_field", "answer_field"):
-            if not isinstance(entry.get(key), str) or not entry[key]:
-                raise UserError(f"{loc}: field '{key}' must be a non-empty string")
-        fields = entry.get("problem_fields")
-        if not isinstance(fields, list) or not fields or not all(isinstance(f, str) and f for f in fields):
-            raise UserError(f"{loc}: field 'problem_fields' must be a non-empty list of strings")
-        specs[name] = BenchmarkSpec(
-            name=name,
-            file=entry["file"],
-            id_field=entry["id_field"],
-            problem_fields=tuple(fields),
-            answer_field=entry["answer_field"],
-            source=str(entry.get("source", "")),
-        )
-    return specs
+    return {name: _parse_spec(name, entry, f"{path}: benchmarks.{name}") for name, entry in table.items()}
 
 
 def parse_dataset_names(text: str | Iterable[str], specs: dict[str, BenchmarkSpec] | None = None) -> list[str]:
-    """Split ``"aime24,aime25"`` (or a list) into known dataset names, order kept, duplicates dropped.
+    """Split ``"aime24,lcb_v5"`` (or a list) into known benchmark names, order kept, duplicates dropped.
 
     Raises:
         UserError: empty selection or an unknown name (the message lists the known ones).
@@ -130,6 +247,72 @@ def parse_dataset_names(text: str | Iterable[str], specs: dict[str, BenchmarkSpe
     return names
 
 
+# ------------------------------------------------------------------------------------ date windows
+def parse_day(value: Any, loc: str) -> _dt.datetime:
+    """``"2024-10-01"`` (or a ``date``) -> naive midnight datetime, as lcb_runner's
+    ``datetime.strptime(s, "%Y-%m-%d")``.
+
+    Raises:
+        UserError: not a ``YYYY-MM-DD`` date.
+    """
+    if isinstance(value, _dt.datetime):
+        return value.replace(tzinfo=None)
+    if isinstance(value, _dt.date):
+        return _dt.datetime(value.year, value.month, value.day)
+    try:
+        return _dt.datetime.strptime(str(value), "%Y-%m-%d")
+    except ValueError:
+        raise UserError(f"{loc}: must be a date YYYY-MM-DD (or '{NO_BOUND}'), got {value!r}") from None
+
+
+def resolve_window(
+    spec: BenchmarkSpec, date_from: Any = None, date_to: Any = None
+) -> tuple[_dt.datetime | None, _dt.datetime | None] | None:
+    """The date window in force for ``spec``: the declared one, with each bound replaced by the option
+    when given (``"none"`` removes that bound). Both ends inclusive, compared as datetimes at midnight
+    (lcb_runner ``compute_scores``: ``start_date <= contest_date <= end_date``).
+
+    Returns:
+        ``(from, to)`` (either may be None) for a benchmark with a ``date_field``; None for one without
+        (math, CodeContests), where the options do not apply.
+
+    Raises:
+        UserError: a malformed option, or ``from`` after ``to``.
+    """
+    if spec.date_field is None:
+        return None
+    bounds = []
+    for opt, declared, label in ((date_from, spec.date_from, "date_from"), (date_to, spec.date_to, "date_to")):
+        value = declared if opt is None else opt
+        if value is None or (isinstance(value, str) and value.strip().lower() == NO_BOUND):
+            bounds.append(None)
+        else:
+            bounds.append(parse_day(value, f"option '{label}'"))
+    lo, hi = bounds
+    if lo is not None and hi is not None and lo > hi:
+        raise UserError(f"option 'date_from' ({lo.date()}) is after option 'date_to' ({hi.date()})")
+    return lo, hi
+
+
+def in_window(when: _dt.datetime, window: tuple[_dt.datetime | None, _dt.datetime | None] | None) -> bool:
+    """``from <= when <= to`` (a missing bound or window admits everything)."""
+    if window is None:
+        return True
+    lo, hi = window
+    return (lo is None or lo <= when) and (hi is None or when <= hi)
+
+
+def window_label(window: tuple[_dt.datetime | None, _dt.datetime | None] | None) -> str:
+    """``"dated 2024-10-01..2025-02-01"``, ``"dated from 2024-10-01"``, ``"dated until ..."``, ``""``."""
+    lo, hi = (None, None) if window is None else (w.date().isoformat() if w is not None else None for w in window)
+    if lo and hi:
+        return f"dated {lo}..{hi}"
+    if lo or hi:
+        return f"dated from {lo}" if lo else f"dated until {hi}"
+    return ""
+
+
+# ------------------------------------------------------------------------------------ math records
 def _answer_to_str(value: Any, loc: str) -> str:
     if isinstance(value, bool) or value is None or not isinstance(value, (str, int, float)):
         raise UserError(f"{loc}: field 'answer' must be a string or number, got {type(value).__name__}")
@@ -145,7 +328,12 @@ def _answer_to_str(value: Any, loc: str) -> str:
     return text
 
 
-def _id_to_str(value: Any, loc: str, field: str) -> str:
+def id_to_str(value: Any, loc: str, field: str) -> str:
+    """A record id (str or int) as a non-empty string.
+
+    Raises:
+        UserError: ``loc: field 'x' must be a string or integer`` / ``is empty``.
+    """
     if isinstance(value, bool) or value is None or not isinstance(value, (str, int)):
         raise UserError(f"{loc}: field '{field}' must be a string or integer, got {type(value).__name__}")
     text = str(value).strip()
@@ -154,8 +342,39 @@ def _id_to_str(value: Any, loc: str, field: str) -> str:
     return text
 
 
+def iter_json_lines(path: Path) -> Iterable[tuple[int, dict]]:
+    """``(line number, record)`` for each non-blank line of a JSON-lines file, streamed.
+
+    Raises:
+        UserError: missing file, not UTF-8, a malformed line or a line that is not a JSON object.
+    """
+    try:
+        handle = path.open(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{path}: file not found") from None
+    with handle:
+        lineno = 0
+        while True:
+            lineno += 1
+            try:
+                line = handle.readline()
+            except UnicodeDecodeError as exc:
+                raise UserError(f"{path}:{lineno}: not UTF-8 text: {exc}") from None
+            if not line:
+                return
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise UserError(f"{where(path, lineno)}: malformed JSON: {exc.msg} (column {exc.colno})") from None
+            if not isinstance(record, dict):
+                raise UserError(f"{where(path, lineno)}: expected a JSON object, got {type(record).__name__}")
+            yield lineno, record
+
+
 def read_problems(path: str | Path, spec: BenchmarkSpec) -> list[Problem]:
-    """Read and normalise one JSONL benchmark file (blank lines are skipped).
+    """Read and normalise one math JSONL benchmark file (blank lines are skipped).
 
     Raises:
         UserError: missing file, malformed line, missing/invalid field, duplicate id, no records.
@@ -165,26 +384,14 @@ def read_problems(path: str | Path, spec: BenchmarkSpec) -> list[Problem]:
         raise UserError(f"{path}: file not found (dataset '{spec.name}')")
     problems: list[Problem] = []
     seen: dict[str, int] = {}
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise UserError(f"{path}: not UTF-8 text: {exc}") from None
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
+    for lineno, record in iter_json_lines(path):
         loc = where(path, lineno)
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{loc}: malformed JSON: {exc.msg} (column {exc.colno})") from None
-        if not isinstance(record, dict):
-            raise UserError(f"{loc}: expected a JSON object, got {type(record).__name__}")
         problem_text = None
-        for field in spec.problem_fields:
-            if field in record and record[field] is not None:
-                value = record[field]
+        for fld in spec.problem_fields:
+            if fld in record and record[fld] is not None:
+                value = record[fld]
                 if not isinstance(value, str) or not value.strip():
-                    raise UserError(f"{where(path, lineno, field)} must be a non-empty string")
+                    raise UserError(f"{where(path, lineno, fld)} must be a non-empty string")
                 problem_text = value
                 break
         if problem_text is None:
@@ -196,7 +403,7 @@ def read_problems(path: str | Path, spec: BenchmarkSpec) -> list[Problem]:
         answer = _answer_to_str(record[spec.answer_field], loc)
         if spec.id_field not in record:
             raise UserError(f"{where(path, lineno, spec.id_field)} missing")
-        pid = _id_to_str(record[spec.id_field], loc, spec.id_field)
+        pid = id_to_str(record[spec.id_field], loc, spec.id_field)
         if pid in seen:
             raise UserError(f"{loc}: field '{spec.id_field}': duplicate id {pid!r} (first on line {seen[pid]})")
         seen[pid] = lineno
@@ -208,31 +415,212 @@ def read_problems(path: str | Path, spec: BenchmarkSpec) -> list[Problem]:
     return problems
 
 
-def load_dataset(name: str, data_dir: str | Path, specs: dict[str, BenchmarkSpec] | None = None) -> list[Problem]:
-    """Load benchmark ``name`` from ``data_dir/<file>`` (e.g. ``DIR/aime24.jsonl``).
+# ------------------------------------------------------------------------------------ sources
+def _file_record(path: Path) -> dict[str, Any]:
+    size = path.stat().st_size
+    rec: dict[str, Any] = {"path": str(path), "bytes": size}
+    if size <= HASH_MAX_BYTES:
+        digest = hashlib.sha256()
+        with path.open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(chunk)
+        rec["sha256"] = digest.hexdigest()
+    return rec
+
+
+def match_repo_files(root: Path, patterns: tuple[str, ...]) -> list[Path]:
+    """Files under ``root`` matching each pattern (repository-relative, ``fnmatch`` globs), pattern order
+    kept, names sorted within a pattern, each file once."""
+    rel = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+    out: list[Path] = []
+    for pattern in patterns:
+        for name in rel:
+            if fnmatch.fnmatchcase(name, pattern) and root / name not in out:
+                out.append(root / name)
+    return out
+
+
+def needs_data_dir(spec: BenchmarkSpec) -> str:
+    """The message for a benchmark with no hub source loaded without ``--data-dir``."""
+    public = f" (public source: {spec.url})" if spec.url else ""
+    return f"benchmark '{spec.name}' is read from a local file: pass --data-dir holding {spec.file}{public}"
+
+
+def fetch_hub_files(spec: BenchmarkSpec, revision: str | None = None) -> tuple[list[Path], dict[str, Any]]:
+    """Download (or find in the HF cache) the files of ``spec.hub`` at ``revision`` (default: the pinned
+    one) with ``huggingface_hub.snapshot_download(repo_type="dataset", allow_patterns=files)``.
+
+    Returns:
+        (local paths in declaration order, provenance dict: source/repo_id/revision/snapshot dir).
 
     Raises:
-        UserError: unknown name, missing directory/file, or a bad record (see module docstring).
+        UserError: no hub source, the repository/revision cannot be fetched (offline and not cached,
+            unknown revision, network error), or no file matches the declared names.
+    """
+    if spec.hub is None:
+        raise UserError(needs_data_dir(spec))
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import EntryNotFoundError
+
+    rev = revision or spec.hub.revision
+    try:
+        root = Path(snapshot_download(repo_id=spec.hub.repo_id, repo_type="dataset", revision=rev,
+                                      allow_patterns=list(spec.hub.files)))
+    except (OSError, EntryNotFoundError, ValueError) as exc:
+        reason = " ".join(str(exc).split())[:300]
+        raise UserError(f"benchmark '{spec.name}': cannot fetch {spec.hub.repo_id}@{rev}: {type(exc).__name__}: "
+                        f"{reason}; offline? pass --data-dir (layout: evaluation/README.md)") from None
+    files = match_repo_files(root, spec.hub.files)
+    if not files:
+        raise UserError(f"benchmark '{spec.name}': {spec.hub.repo_id}@{rev} has no file matching "
+                        f"{', '.join(spec.hub.files)}")
+    return files, {"source": "hub", "repo_id": spec.hub.repo_id, "revision": rev, "snapshot": str(root)}
+
+
+def locate_local_files(spec: BenchmarkSpec, data_dir: Path) -> tuple[list[Path], dict[str, Any]]:
+    """The local files of a code benchmark: ``data_dir/<file>`` (JSON lines, upstream schema) if present,
+    else the declared repository files under ``data_dir/<name>/`` (a copy of the repository at the
+    pinned revision, e.g. ``huggingface-cli download ... --local-dir data_dir/<name>``).
+
+    Raises:
+        UserError: neither is there.
+    """
+    single = data_dir / spec.file
+    if single.is_file():
+        return [single], {"source": "local", "layout": "jsonl"}
+    folder = data_dir / spec.name
+    patterns = spec.hub.files if spec.hub is not None else ()
+    if folder.is_dir() and patterns:
+        files = match_repo_files(folder, patterns)
+        if files:
+            return files, {"source": "local", "layout": "snapshot",
+                           "revision_expected": spec.hub.revision if spec.hub else None}
+        raise UserError(f"{folder}: no file matching {', '.join(patterns)} (benchmark '{spec.name}')")
+    expect = f"{single.name}" + (f" or {spec.name}/{{{', '.join(patterns)}}}" if patterns else "")
+    raise UserError(f"{data_dir}: {expect} not found (dataset '{spec.name}'; layout: evaluation/README.md)")
+
+
+# ------------------------------------------------------------------------------------ loading
+def load_benchmark_with_report(
+    name: str,
+    *,
+    data_dir: str | Path | None = None,
+    revision: str | None = None,
+    date_from: Any = None,
+    date_to: Any = None,
+    specs: dict[str, BenchmarkSpec] | None = None,
+) -> tuple[list[Problem], dict[str, Any]]:
+    """Load benchmark ``name`` and say exactly what was read.
+
+    Args:
+        data_dir: local data directory (math: ``DIR/<file>``; code: ``DIR/<file>`` or ``DIR/<name>/``);
+            None: code benchmarks are fetched from their hub source (math needs a directory).
+        revision: hub revision instead of the pinned one (hub sources only).
+        date_from / date_to: ``YYYY-MM-DD`` bounds replacing the declared window (``"none"``: unbounded);
+            ignored by benchmarks without dates.
+
+    Returns:
+        ``(problems, report)``; report: benchmark, kind, loader, source (local|hub), repo_id, revision,
+        files (path, bytes, sha256 when <= 64 MiB), date_window, n_records, n_problems, excluded
+        counts by reason, question_format, default_protocol, grader.
+
+    Raises:
+        UserError: see the module docstring.
     """
     specs = specs if specs is not None else load_benchmark_specs()
     if name not in specs:
         raise UserError(f"unknown dataset '{name}'; known datasets: {', '.join(sorted(specs))}")
-    data_dir = Path(data_dir)
-    if not data_dir.is_dir():
-        raise UserError(f"{data_dir}: data directory not found")
-    return read_problems(data_dir / specs[name].file, specs[name])
+    spec = specs[name]
+    window = resolve_window(spec, date_from, date_to)
+    if data_dir is not None:
+        data_dir = Path(data_dir)
+        if not data_dir.is_dir():
+            raise UserError(f"{data_dir}: data directory not found")
+        if revision is not None and spec.hub is not None:
+            raise UserError(f"option 'revision' selects a Hugging Face revision; benchmark '{name}' is read "
+                            f"from --data-dir {data_dir} instead (drop one of the two)")
+    if spec.loader == "math_jsonl":
+        if data_dir is None:
+            raise UserError(needs_data_dir(spec))
+        path = data_dir / spec.file
+        problems = read_problems(path, spec)
+        files, provenance, stats = [path], {"source": "local", "layout": "jsonl"}, {"n_records": len(problems)}
+    else:
+        from areal_cli.eval import code_datasets
+
+        if data_dir is None:
+            files, provenance = fetch_hub_files(spec, revision)
+        else:
+            files, provenance = locate_local_files(spec, data_dir)
+        problems, stats = code_datasets.load_code_problems(spec, files, window)
+    report = {
+        "benchmark": name,
+        "kind": spec.kind,
+        "loader": spec.loader,
+        **provenance,
+        "repo_id": provenance.get("repo_id", spec.hub.repo_id if spec.hub else None),
+        "files": [_file_record(p) for p in files],
+        "date_window": None if window is None else {
+            "field": spec.date_field,
+            "from": window[0].date().isoformat() if window[0] else None,
+            "to": window[1].date().isoformat() if window[1] else None,
+            "inclusive": True,
+        },
+        "n_problems": len(problems),
+        **stats,
+        "question_format": spec.question_format if spec.kind == "code" else None,
+        "default_protocol": spec.default_protocol,
+        "grader": spec.grader,
+    }
+    return problems, report
+
+
+def load_benchmark(
+    name: str,
+    *,
+    data_dir: str | Path | None = None,
+    revision: str | None = None,
+    date_from: Any = None,
+    date_to: Any = None,
+    specs: dict[str, BenchmarkSpec] | None = None,
+) -> list[Problem]:
+    """Load benchmark ``name`` (see :func:`load_benchmark_with_report`; this returns the problems only)."""
+    return load_benchmark_with_report(name, data_dir=data_dir, revision=revision, date_from=date_from,
+                                      date_to=date_to, specs=specs)[0]
+
+
+def load_dataset(name: str, data_dir: str | Path, specs: dict[str, BenchmarkSpec] | None = None) -> list[Problem]:
+    """Load benchmark ``name`` from ``data_dir`` (e.g. ``DIR/aime24.jsonl``); kept for existing callers.
+
+    Raises:
+        UserError: unknown name, missing directory/file, or a bad record (see module docstring).
+    """
+    return load_benchmark(name, data_dir=data_dir, specs=specs)
 
 
 def load_datasets(
-    names: str | Iterable[str], data_dir: str | Path, specs: dict[str, BenchmarkSpec] | None = None
+    names: str | Iterable[str],
+    data_dir: str | Path | None = None,
+    specs: dict[str, BenchmarkSpec] | None = None,
+    *,
+    revision: str | None = None,
+    date_from: Any = None,
+    date_to: Any = None,
 ) -> dict[str, list[Problem]]:
-    """Load several benchmarks (``"aime24,aime25"`` or a list), all validated before returning.
+    """Load several benchmarks (``"aime24,lcb_v5"`` or a list), all validated before returning.
+
+    ``revision`` applies to hub-sourced benchmarks, the date window to dated ones (LiveCodeBench,
+    Codeforces); the others ignore them.
 
     Returns:
         ``{name: [Problem, ...]}`` in the order given.
 
     Raises:
-        UserError: as :func:`parse_dataset_names` and :func:`load_dataset`.
+        UserError: as :func:`parse_dataset_names` and :func:`load_benchmark`.
     """
     specs = specs if specs is not None else load_benchmark_specs()
-    return {name: load_dataset(name, data_dir, specs) for name in parse_dataset_names(names, specs)}
+    return {
+        name: load_benchmark(name, data_dir=data_dir, specs=specs, date_from=date_from, date_to=date_to,
+                             revision=revision if specs[name].hub is not None else None)
+        for name in parse_dataset_names(names, specs)
+    }

@@ -1,341 +1,229 @@
-"""``areal eval``: datasets -> prompts -> generation -> grading -> metrics -> results files.
+"""``areal eval``: benchmarks -> prompts -> generation -> grading -> metrics -> result files.
 
-Protocol (adapted from AReaL ``evaluation/eval_and_aggregate.py`` + ``math_eval.py``, see
-shared/reference/areal_v03_published.md section (d)): for every problem of every selected benchmark,
-``n`` samples are generated from the model's chat-template prompt (:mod:`areal_cli.eval.prompts`), each
-sample's last ``\\boxed{}`` answer is graded against the gold answer with math-verify in a process pool
-with a hard per-answer timeout (:mod:`areal_cli.reward.math_grader`, :class:`RewardPool`), and the
-dataset reports mean pass@1, unbiased pass@k for k = powers of two <= n, and maj@n
-(:mod:`areal_cli.eval.metrics`). A grader timeout or error counts as wrong AND is counted in the
-results (``n_grader_timeouts`` / ``n_grader_errors``); it is never a silent zero.
+Protocol (adapted from AReaL ``evaluation/eval_and_aggregate.py`` + ``math_eval.py`` / ``code_eval.py``,
+see shared/reference/areal_v03_published.md section (d)): every problem of every selected benchmark gets
+the protocol's prompt (:mod:`areal_cli.eval.settings`); when the protocol asks for it, one greedy completion
+(AReaL's separate greedy run: temperature 0, n 1, top_p 1); then n sampled completions, each with its own
+seed (:func:`areal_cli.eval.generate.sample_seed`). Math completions are graded with math-verify, code
+completions with the sandboxed test runner, both in process pools with hard timeouts
+(:mod:`areal_cli.eval.grading`); metrics per benchmark are in :mod:`areal_cli.eval.summary`.
 
-Differences from AReaL, on purpose: one generation pass of ``n`` samples (AReaL adds a separate greedy
-pass); the chat template comes from the model's tokenizer instead of a per-family hard-coded string;
-grading is math-verify instead of the Qwen2.5-Math ``math_equal``; gold answers come from the
-``answer`` field for all four files (AReaL extracts math_500's from ``solution``: same values).
+Workflows:
+- ``run_eval``: generate and grade. Each finished sample is appended to ``OUT/samples.partial.jsonl``;
+  an interrupted run started again with the same ``--out`` and the same configuration resumes without
+  regenerating finished samples (:mod:`areal_cli.eval.resume`). ``server_url`` uses an already running
+  SGLang-protocol server instead of the embedded one.
+- ``run_regrade``: grade saved completions again, no model (:mod:`areal_cli.eval.regrade`).
 
-Outputs (both written atomically, only after everything succeeded):
-- ``out_dir/results.json``: ``{"config": {...}, "<dataset>": {"pass@1": .., "pass@2": .., ...,
-  "maj@N": .., "n_problems": .., "n_samples": N, ...}}``; metric values are fractions in [0, 1].
-- ``out_dir/samples.jsonl``: one line per sample: dataset, problem_id, sample_index, output_ids, text,
-  extracted, correct, grader_status, grader_message, finish_reason, gold.
+Outputs (written together and atomically at the end only; :func:`areal_cli.eval.report.write_outputs`):
+``results.json`` (``{"config": {... "protocol": {"name", "preset", "overrides"}, "config_hash" ...},
+"<dataset>": {metrics}}``, metric values are fractions in [0, 1]), ``report.md`` and ``samples.jsonl``
+(one line per completion: pass, dataset, problem_id, sample_index, output_ids, text, finish_reason, gold,
+extracted, correct, grader_status, grader_message, and for code the test verdict). Bad input (unknown
+benchmark, malformed record, undecodable tests, bad option, model directory, a prompt that does not fit)
+is a :class:`UserError`, raised before anything is written.
+
+Differences from AReaL, on purpose: grading is math-verify instead of the Qwen2.5-Math ``math_equal``;
+gold answers come from the ``answer`` field (AReaL extracts math_500's from ``solution``: same values);
+the ``chat-template`` protocol (tiny model) uses the tokenizer's chat template.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import contextlib
 import hashlib
-import json
 import math
-import os
-import shutil
-import tempfile
 import time
-from collections import defaultdict
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterator, Sequence
 
-from areal_cli.atomic import write_atomic_many
-from areal_cli.errors import UserError
-from areal_cli.eval.datasets import Problem, load_datasets
-from areal_cli.eval.metrics import majority_vote, mean_pass_at_k, pass_k_values
-from areal_cli.eval.prompts import USER_TEMPLATE, prompt_text, tokenize_prompt
-from areal_cli.reward.pool import RewardPool, RewardResult
+from areal_cli.errors import UserError, where
+from areal_cli.eval.datasets import Problem, load_benchmark_specs, load_benchmark_with_report, parse_dataset_names
+from areal_cli.eval.generate import (
+    TINY_MODEL_SEED,
+    Generator,
+    Job,
+    default_cache_dir,
+    ensure_tiny_model,
+    eos_ids,
+    generate_sample,
+    load_tokenizer,
+    make_jobs,
+    read_model_config,
+    render_prompts,
+    sample_seed,
+)
+from areal_cli.eval.grading import (
+    DEFAULT_GRADER_TIMEOUT_S,
+    DEFAULT_GRADER_WORKERS,
+    EQUIVALENT_FN,
+    GRADE_FN,
+    Graders,
+    grade_completions,
+    problem_kind,
+    problem_tests,
+)
+from areal_cli.eval.report import render_table, write_outputs
+from areal_cli.eval.resume import PartialRun, canonical_json, config_hash, sample_key
+from areal_cli.eval.protocols import Protocol, check_tokenizer, get_protocol, prompt_token_ids, render_prompt
+from areal_cli.eval.settings import (
+    check_protocol_fits,
+    choose_protocol,
+    protocol_record,
+    resolve_protocol,
+    validate_run_options,
+)
+from areal_cli.eval.summary import CODEFORCES_BENCHMARK, check_cf_data, summarize
 
-GRADE_FN = "areal_cli.reward.math_grader:grade"
-EQUIVALENT_FN = "areal_cli.reward.math_grader:equivalent"
-DEFAULT_GRADER_TIMEOUT_S = 10.0
-DEFAULT_GRADER_WORKERS = 2
-TINY_MODEL_SEED = 0
+__all__ = [
+    "DEFAULT_GRADER_TIMEOUT_S", "DEFAULT_GRADER_WORKERS", "EQUIVALENT_FN", "GRADE_FN", "TINY_MODEL_SEED",
+    "default_cache_dir", "ensure_tiny_model", "grade_completions", "render_table", "run_eval", "run_regrade",
+    "sample_seed", "summarize", "write_results",
+]
 
+GRADER_DESCRIPTION = {
+    "math": "areal_cli.reward.math_grader:grade (last \\boxed{} after </think>; math-verify 0.9.0)",
+    "code": "areal_cli.reward.code_grader:grade_code (last fenced block after </think>; sandboxed tests)",
+}
 
-# ---------------------------------------------------------------------------------------------- grading
-def _verdict_fields(result: RewardResult) -> dict[str, Any]:
-    """Per-sample grading fields from a pool result of ``math_grader.grade``."""
-    if result.status == "ok":
-        extracted, correct = result.value
-        return {"extracted": extracted, "correct": bool(correct), "grader_status": "ok", "grader_message": ""}
-    return {"extracted": None, "correct": False, "grader_status": result.status, "grader_message": result.message}
-
-
-def grade_completions(
-    records: Iterable[dict[str, Any]],
-    *,
-    pool: RewardPool | None = None,
-    timeout_s: float = DEFAULT_GRADER_TIMEOUT_S,
-    n_workers: int = DEFAULT_GRADER_WORKERS,
-) -> list[dict[str, Any]]:
-    """Grade completions with the math grader in a process pool (hard timeout per answer).
-
-    Args:
-        records: dicts with at least ``text`` (the completion) and ``gold`` (the gold answer); other
-            keys (dataset, problem_id, sample_index, output_ids, ...) are passed through.
-        pool: an open pool running ``areal_cli.reward.math_grader:grade``; if None, one is created with
-            ``n_workers`` workers and ``timeout_s`` and closed afterwards.
-
-    Returns:
-        copies of the records, in order, with ``extracted`` (str | None), ``correct`` (bool),
-        ``grader_status`` ("ok" | "error" | "timeout") and ``grader_message`` added. Timeouts and errors
-        are graded wrong and visible in ``grader_status``.
-    """
-    items = [dict(r) for r in records]
-    for i, r in enumerate(items):
-        if "text" not in r or "gold" not in r:
-            raise ValueError(f"record {i} needs 'text' and 'gold' keys, has {sorted(r)}")
-    own = pool is None
-    if own:
-        pool = RewardPool(GRADE_FN, n_workers=n_workers, timeout_s=timeout_s)
-    try:
-        results = pool.score_many([(r["text"], r["gold"]) for r in items], fn=GRADE_FN)
-    finally:
-        if own:
-            pool.close()
-    for r, res in zip(items, results):
-        r.update(_verdict_fields(res))
-    return items
+#: Kept for callers of the earlier API: results.json + report.md + samples.jsonl, atomically.
+write_results = write_outputs
 
 
-class _PoolEquivalence:
-    """``(reference, candidate) -> bool`` through the pool (math-verify, hard timeout); failures count
-    as "not equivalent" and are counted in :attr:`failures`."""
-
-    def __init__(self, pool: RewardPool) -> None:
-        self.pool = pool
-        self.failures = 0
-
-    def __call__(self, reference: str, candidate: str) -> bool:
-        (res,) = self.pool.score_many([(reference, candidate)], fn=EQUIVALENT_FN)
-        if res.status != "ok":
-            self.failures += 1
-            return False
-        return bool(res.value)
-
-
-def summarize(graded: Sequence[dict[str, Any]], *, pool: RewardPool | None = None) -> dict[str, dict[str, Any]]:
-    """Per-dataset metrics from graded samples.
-
-    Args:
-        graded: records with ``dataset``, ``problem_id``, ``sample_index``, ``extracted``, ``correct``,
-            ``grader_status`` (from :func:`grade_completions`); optional ``output_ids``, ``finish_reason``.
-            Every problem of a dataset must have the same number n of samples, indices 0..n-1.
-        pool: if given, maj@n also merges answers that math-verify finds equivalent (pool calls of
-            ``math_grader:equivalent``); without it, answers group by normalised string and by shared
-            correctness against the gold answer only.
-
-    Returns:
-        ``{dataset: {"pass@1", "pass@2", ..., "pass@K" (K = powers of two <= n), "maj@n",
-        "n_problems", "n_samples" (= n per problem), "n_no_answer", "n_grader_errors",
-        "n_grader_timeouts", "n_equivalence_failures", ["mean_output_tokens", "n_truncated"]}}``,
-        in order of first appearance. Metric values are fractions in [0, 1].
+# ---------------------------------------------------------------------------------------------- checks
+def check_out_dir(out_dir: Path) -> None:
+    """Refuse an output path that is a file or holds a finished run (``results.json``).
 
     Raises:
-        ValueError: inconsistent sample counts or indices.
+        UserError: one line with the path.
     """
-    from areal_cli.reward.math_grader import normalize_answer_string
-
-    by_ds: dict[str, dict[str, list[dict[str, Any]]]] = {}
-    for r in graded:
-        by_ds.setdefault(str(r["dataset"]), {}).setdefault(str(r["problem_id"]), []).append(r)
-    out: dict[str, dict[str, Any]] = {}
-    for ds, problems in by_ds.items():
-        sizes = {len(s) for s in problems.values()}
-        if len(sizes) != 1:
-            raise ValueError(f"dataset {ds}: problems have different numbers of samples {sorted(sizes)}")
-        (n,) = sizes
-        equiv = _PoolEquivalence(pool) if pool is not None else None
-        counts: list[int] = []
-        maj_correct = 0
-        for pid, samples in problems.items():
-            samples = sorted(samples, key=lambda s: int(s["sample_index"]))
-            if [int(s["sample_index"]) for s in samples] != list(range(n)):
-                raise ValueError(f"dataset {ds} problem {pid}: sample indices are not 0..{n - 1}")
-            verdicts = [bool(s["correct"]) for s in samples]
-            counts.append(sum(verdicts))
-            vote = majority_vote(
-                [s.get("extracted") for s in samples], verdicts, normalize=normalize_answer_string, equivalent=equiv
-            )
-            maj_correct += int(vote.correct)
-        flat = [s for ss in problems.values() for s in ss]
-        metrics: dict[str, Any] = {f"pass@{k}": mean_pass_at_k(counts, n, k) for k in pass_k_values(n)}
-        metrics[f"maj@{n}"] = maj_correct / len(problems)
-        metrics["n_problems"] = len(problems)
-        metrics["n_samples"] = n
-        metrics["n_no_answer"] = sum(s.get("extracted") is None for s in flat)
-        metrics["n_grader_errors"] = sum(s.get("grader_status") == "error" for s in flat)
-        metrics["n_grader_timeouts"] = sum(s.get("grader_status") == "timeout" for s in flat)
-        metrics["n_equivalence_failures"] = equiv.failures if equiv is not None else 0
-        if all("output_ids" in s for s in flat):
-            metrics["mean_output_tokens"] = sum(len(s["output_ids"]) for s in flat) / len(flat)
-        if all("finish_reason" in s for s in flat):
-            metrics["n_truncated"] = sum(s["finish_reason"] == "length" for s in flat)
-        out[ds] = metrics
-    return out
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"{out_dir}: output path exists and is not a directory")
+    if (out_dir / "results.json").exists():
+        raise UserError(f"{out_dir}: already holds results.json; choose another --out")
 
 
-# ---------------------------------------------------------------------------------------------- files
-def write_results(out_dir: Path, results: dict[str, Any], samples: Sequence[dict[str, Any]]) -> None:
-    """Write ``results.json`` and ``samples.jsonl`` into ``out_dir`` atomically (see :func:`areal_cli.atomic.write_atomic_many`)."""
-    samples_text = "".join(json.dumps(s, ensure_ascii=False) + "\n" for s in samples)
-    write_atomic_many(
-        {
-            out_dir / "samples.jsonl": samples_text,
-            out_dir / "results.json": json.dumps(results, indent=2, ensure_ascii=False) + "\n",
-        }
-    )
+def check_code_tests(problems_by_ds: dict[str, list[Problem]]) -> None:
+    """Every code problem needs decodable tests (graded without them it would be a silent fail).
+
+    Raises:
+        UserError: ``file:line: problem 'id' (benchmark): no decodable tests``.
+    """
+    for ds, problems in problems_by_ds.items():
+        for p in problems:
+            if problem_kind(p) != "code":
+                continue
+            tests = problem_tests(p)
+            if not isinstance(tests, dict) or not tests.get("inputs"):
+                raise UserError(f"{where(p.path, p.line)}: problem '{p.id}' ({ds}): no decodable tests")
 
 
-# ---------------------------------------------------------------------------------------------- model
-def default_cache_dir() -> Path:
-    """``$AREAL_CACHE_DIR`` or ``~/.cache/areal``."""
-    env = os.environ.get("AREAL_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "areal"
+def load_selected(names: Sequence[str] | str, data_dir: str | Path | None, *, revision: str | None = None,
+                  date_from: Any = None, date_to: Any = None
+                  ) -> tuple[dict[str, list[Problem]], dict[str, dict[str, Any]]]:
+    """The selected benchmarks' problems, all validated (records, code tests), and per benchmark the
+    loader's report of what was read (source, revision, files with sha256, date window, counts).
+
+    Raises:
+        UserError: as :func:`areal_cli.eval.datasets.load_benchmark_with_report` and :func:`check_code_tests`.
+    """
+    specs = load_benchmark_specs()
+    problems_by_ds: dict[str, list[Problem]] = {}
+    reports: dict[str, dict[str, Any]] = {}
+    for name in parse_dataset_names(names, specs):
+        problems_by_ds[name], reports[name] = load_benchmark_with_report(
+            name, data_dir=data_dir, revision=revision if specs[name].hub is not None else None,
+            date_from=date_from, date_to=date_to, specs=specs)
+    check_code_tests(problems_by_ds)
+    return problems_by_ds, reports
 
 
-def ensure_tiny_model(cache_dir: Path | None = None, seed: int = TINY_MODEL_SEED) -> Path:
-    """The tiny default model (``areal_cli.models.tiny.build_tiny_model``), built once into
-    ``cache_dir/models/tiny-seed{seed}`` (built in a temp dir, then renamed: never half-written)."""
-    from areal_cli.models.tiny import build_tiny_model
-
-    root = (cache_dir or default_cache_dir()) / "models"
-    final = root / f"tiny-seed{seed}"
-    if (final / "config.json").is_file() and (final / "model.safetensors").is_file():
-        return final
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tiny-seed{seed}.", dir=root))
-    try:
-        build_tiny_model(tmp, seed=seed)
-        try:
-            os.replace(tmp, final)
-        except OSError:
-            if not (final / "model.safetensors").is_file():  # a concurrent build won the race otherwise
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return final
+def data_identity(reports: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The part of the loader reports that identifies the data, not where it lies (for the config hash):
+    revision, date window and file sizes / sha256 per benchmark."""
+    return {name: {"revision": r.get("revision"), "date_window": r.get("date_window"),
+                   "files": [{k: f.get(k) for k in ("bytes", "sha256")} for f in r.get("files", [])]}
+            for name, r in reports.items()}
 
 
-def _read_model_config(model_dir: Path) -> dict[str, Any]:
-    cfg_path = model_dir / "config.json"
-    if not model_dir.is_dir():
-        raise UserError(f"{model_dir}: model directory not found")
-    try:
-        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{cfg_path}: not found (a Hugging Face model directory needs config.json)") from None
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{cfg_path}: malformed JSON: {exc}") from None
-    if not isinstance(cfg, dict) or not isinstance(cfg.get("vocab_size"), int):
-        raise UserError(f"{cfg_path}: field 'vocab_size' missing or not an integer")
-    return cfg
+@contextlib.contextmanager
+def _graders(given: Graders | None, timeout_s: float, n_workers: int) -> Iterator[Graders]:
+    """``given`` (left open) or fresh pools for this run (closed at the end)."""
+    if given is not None:
+        yield given
+        return
+    with Graders(timeout_s, n_workers) as own:
+        yield own
 
 
-def _eos_ids(model_dir: Path, cfg: dict[str, Any], tokenizer: Any) -> list[int]:
-    """Stop token ids: eos ids of config.json, generation_config.json and the tokenizer (deduplicated)."""
-    ids: list[int] = []
+# ---------------------------------------------------------------------------------------------- progress
+class _Progress:
+    """A rich progress bar per (dataset, pass), or nothing (``enabled=False``)."""
 
-    def add(v: Any) -> None:
-        for x in v if isinstance(v, list) else [v]:
-            if isinstance(x, int) and not isinstance(x, bool) and x not in ids:
-                ids.append(x)
+    def __init__(self, console: Any, enabled: bool) -> None:
+        self._bar = None
+        self._tasks: dict[tuple[str, str], Any] = {}
+        if enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    add(cfg.get("eos_token_id"))
-    gen = model_dir / "generation_config.json"
-    if gen.is_file():
-        try:
-            add(json.loads(gen.read_text(encoding="utf-8")).get("eos_token_id"))
-        except (json.JSONDecodeError, AttributeError):
-            pass
-    add(getattr(tokenizer, "eos_token_id", None))
-    return ids
+            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), console=console, transient=False)
 
+    def add(self, dataset: str, pass_name: str, total: int, completed: int, verb: str) -> None:
+        if self._bar is not None and total:
+            label = f"{dataset} ({verb})" if pass_name == "sample" else f"{dataset} greedy ({verb})"
+            self._tasks[(dataset, pass_name)] = self._bar.add_task(label, total=total, completed=completed)
 
-def _load_tokenizer(model_dir: Path) -> Any:
-    from transformers import AutoTokenizer
+    def advance(self, dataset: str, pass_name: str) -> None:
+        if self._bar is not None:
+            self._bar.advance(self._tasks[(dataset, pass_name)])
 
-    try:
-        return AutoTokenizer.from_pretrained(str(model_dir))
-    except Exception as exc:  # noqa: BLE001 - any loader failure is a bad model dir
-        from areal_cli.reward.pool import one_line
+    def __enter__(self) -> "_Progress":
+        if self._bar is not None:
+            self._bar.start()
+        return self
 
-        raise UserError(f"{model_dir}: cannot load tokenizer: {one_line(exc)}") from None
-
-
-# ---------------------------------------------------------------------------------------------- run
-def sample_seed(seed: int, dataset: str, problem_id: str, sample_index: int) -> int:
-    """Per-request sampling seed (SGLang ``sampling_seed``), a 31-bit integer from SHA-256 of
-    ``"{seed}:{dataset}:{problem_id}:{sample_index}"``: each sample's randomness depends only on its own
-    identity, not on request order, concurrency or which other datasets are evaluated."""
-    digest = hashlib.sha256(f"{seed}:{dataset}:{problem_id}:{sample_index}".encode()).digest()
-    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
 
 
-def _validate_settings(n: int, temperature: float, top_p: float, max_new_tokens: int, seed: int,
-                       grader_timeout_s: float, grader_workers: int, max_concurrency: int) -> None:
-    def bad(name: str, value: Any, what: str) -> UserError:
-        return UserError(f"option '{name}': {what}, got {value!r}")
+# ---------------------------------------------------------------------------------------------- generate
+def _sampling_params(protocol: Protocol, stop_token_ids: list[int]) -> dict[str, Any]:
+    """SamplingParams per pass: the protocol's sampling; greedy = temperature 0, top_p 1, top_k off."""
+    from areal_cli.rollout.protocol import SamplingParams
 
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise bad("n", n, "must be an integer >= 1")
-    if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature < 0:
-        raise bad("temperature", temperature, "must be a number >= 0")
-    if not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
-        raise bad("top_p", top_p, "must be in (0, 1]")
-    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
-        raise bad("max_new_tokens", max_new_tokens, "must be an integer >= 1")
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise bad("seed", seed, "must be an integer")
-    if not isinstance(grader_timeout_s, (int, float)) or not grader_timeout_s > 0:
-        raise bad("grader_timeout_s", grader_timeout_s, "must be > 0 seconds")
-    if not isinstance(grader_workers, int) or grader_workers < 1:
-        raise bad("grader_workers", grader_workers, "must be an integer >= 1")
-    if not isinstance(max_concurrency, int) or max_concurrency < 1:
-        raise bad("max_concurrency", max_concurrency, "must be an integer >= 1")
+    common = dict(max_new_tokens=protocol.max_new_tokens, stop_token_ids=stop_token_ids or None)
+    return {
+        "sample": SamplingParams(temperature=float(protocol.temperature), top_p=float(protocol.top_p),
+                                 top_k=protocol.top_k, **common),
+        "greedy": SamplingParams(temperature=0.0, top_p=1.0, top_k=-1, **common),
+    }
 
 
-async def _generate_and_grade(
-    jobs: list[tuple[Problem, list[int], bool]],
-    n: int,
-    params: Any,
-    seed: int,
-    server_url: str,
-    vocab_size: int,
-    tokenizer: Any,
-    pool: RewardPool,
-    max_concurrency: int,
-    progress: Any,
-    task_ids: dict[str, Any],
-) -> list[dict[str, Any]]:
-    from areal_cli.rollout.client import RolloutClient
+async def _generate_and_grade(todo: list[Job], generator: Generator | None, server_url: str | None,
+                              vocab_size: int, params: dict[str, Any], protocol: Protocol, seed: int,
+                              tokenizer: Any, graders: Graders, partial: PartialRun, progress: _Progress,
+                              max_concurrency: int) -> list[dict[str, Any]]:
+    own = generator is None
+    if own:
+        from areal_cli.rollout.client import RolloutClient
 
-    client = RolloutClient([server_url], vocab_size=vocab_size)
+        generator = RolloutClient([server_url], vocab_size=vocab_size)
     sem = asyncio.Semaphore(max_concurrency)
 
-    async def one(problem: Problem, ids: list[int], think_open: bool, i: int) -> dict[str, Any]:
+    async def one(job: Job) -> dict[str, Any]:
         async with sem:
-            sample_params = dataclasses.replace(params, seed=sample_seed(seed, problem.dataset, problem.id, i))
-            comp = await client.generate(ids, sample_params, rid=f"eval-{problem.dataset}-{problem.id}-{i}")
-            text = tokenizer.decode(comp.output_ids, skip_special_tokens=True)
-            # A prompt that ends inside an open <think> (R1-style templates): the completion continues
-            # the thinking, so the grader must see the opening tag to ignore boxes before </think>.
-            result = await pool.score(("<think>" + text) if think_open else text, problem.answer)
-        record = {
-            "dataset": problem.dataset,
-            "problem_id": problem.id,
-            "sample_index": i,
-            "output_ids": [int(t) for t in comp.output_ids],
-            "text": text,
-            "finish_reason": comp.finish_reason,
-            "gold": problem.answer,
-        }
-        record.update(_verdict_fields(result))
-        if progress is not None:
-            progress.advance(task_ids[problem.dataset])
+            record = await generate_sample(generator, job, params[job.pass_name], seed, tokenizer, protocol.stop)
+        record["think_open"] = job.prompt.think_open
+        record.update(await graders.grade(job.prompt.problem, record["text"], job.prompt.think_open))
+        partial.append(record)
+        progress.advance(job.prompt.problem.dataset, job.pass_name)
         return record
 
     try:
-        tasks = [asyncio.ensure_future(one(p, ids, think, i)) for p, ids, think in jobs for i in range(n)]
+        tasks = [asyncio.ensure_future(one(j)) for j in todo]
         try:
             return list(await asyncio.gather(*tasks))
         except BaseException:
@@ -344,103 +232,115 @@ async def _generate_and_grade(
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
     finally:
-        await client.aclose()
+        if own:
+            await generator.aclose()
 
 
-def render_table(results: dict[str, Any], console: Any = None) -> None:
-    """Print the per-dataset metrics as a rich table: one column per dataset, one row per metric
-    (pass@k / maj@n in percent with 1 decimal, as AReaL prints them; counts as integers)."""
-    from rich.console import Console
-    from rich.table import Table
-
-    console = console or Console()
-    datasets = [k for k in results if k != "config"]
-    if not datasets:
-        return
-    metric_keys: list[str] = []
-    for ds in datasets:
-        for k in results[ds]:
-            if (k.startswith("pass@") or k.startswith("maj@")) and k not in metric_keys:
-                metric_keys.append(k)
-    table = Table(title="areal eval", caption="pass@k / maj@n in % of problems; grader failures are graded wrong")
-    table.add_column("", no_wrap=True)
-    for ds in datasets:
-        table.add_column(ds, justify="right", no_wrap=True)
-
-    def row(label: str, fmt: Any) -> None:
-        table.add_row(label, *[fmt(results[ds]) for ds in datasets])
-
-    row("problems", lambda m: str(m.get("n_problems", "-")))
-    row("samples / problem", lambda m: str(m.get("n_samples", "-")))
-    for k in metric_keys:
-        row(k, lambda m, k=k: f"{100 * m[k]:.1f}" if k in m else "-")
-    row("no boxed answer", lambda m: str(m.get("n_no_answer", "-")))
-    row("grader errors", lambda m: str(m.get("n_grader_errors", 0)))
-    row("grader timeouts", lambda m: str(m.get("n_grader_timeouts", 0)))
-    console.print(table)
+def _hashed_config(protocol: Protocol, jobs: list[Job], model_label: str, seed: int,
+                   stop_token_ids: list[int], reports: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """What decides the samples of a run (the resume key): per dataset a fingerprint of every prompt's
+    token ids and gold answer plus the data's identity (revision, window, file hashes), the effective
+    protocol settings, the model, the seed, the stop ids."""
+    fingerprints: dict[str, Any] = {}
+    for ds in dict.fromkeys(j.prompt.problem.dataset for j in jobs):
+        h = hashlib.sha256()
+        prompts = {j.prompt.problem.id: j.prompt for j in jobs if j.prompt.problem.dataset == ds}
+        for pid, prompt in prompts.items():
+            h.update(canonical_json([pid, prompt.ids, prompt.problem.answer]).encode())
+        fingerprints[ds] = {"n_problems": len(prompts), "prompts_sha256": h.hexdigest(),
+                            "data": data_identity({ds: reports.get(ds, {})})[ds]}
+    settings = protocol.to_dict()
+    for k in ("overrides", "source"):
+        settings.pop(k)
+    return {"datasets": fingerprints, "protocol": settings,
+            "model": model_label, "seed": seed, "stop_token_ids": stop_token_ids}
 
 
 def run_eval(
     datasets: Sequence[str] | str,
-    data_dir: str | Path,
-    model_dir: str | Path | None,
-    n: int,
-    temperature: float,
-    top_p: float,
-    max_new_tokens: int,
-    out_dir: str | Path,
-    seed: int,
+    data_dir: str | Path | None,
+    model_dir: str | Path | None = None,
+    n: int | None = None,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    max_new_tokens: int | None = None,
+    out_dir: str | Path | None = None,
+    seed: int = 0,
     server_url: str | None = None,
     *,
+    protocol: str | None = None,
+    top_k: int | None = None,
+    greedy_pass: bool | None = None,
     grader_timeout_s: float = DEFAULT_GRADER_TIMEOUT_S,
     grader_workers: int = DEFAULT_GRADER_WORKERS,
     max_concurrency: int = 64,
     cache_dir: str | Path | None = None,
+    cf_data: str | Path | None = None,
+    revision: str | None = None,
+    date_from: Any = None,
+    date_to: Any = None,
     console: Any = None,
     show_progress: bool = True,
+    generator: Generator | None = None,
+    graders: Graders | None = None,
 ) -> dict[str, Any]:
-    """Evaluate a model on math benchmarks and write ``results.json`` + ``samples.jsonl``.
+    """Evaluate a model on benchmarks; write ``results.json``, ``report.md`` and ``samples.jsonl``.
 
     Args:
         datasets: names (``["aime24", "aime25"]`` or ``"aime24,aime25"``) from evaluation/benchmarks.json.
-        data_dir: directory holding ``<name>.jsonl`` files.
+        data_dir: directory holding the benchmark files.
         model_dir: Hugging Face model directory; None -> the tiny default model, built once into
             ``cache_dir`` (default ``$AREAL_CACHE_DIR`` or ``~/.cache/areal``).
-        n: samples per problem (pass@k for k = 1, 2, 4, ... <= n; maj@n).
-        temperature: sampling temperature (0 = greedy). top_p: nucleus mass in (0, 1].
-        max_new_tokens: generation budget per sample (tokens).
-        out_dir: output directory (created).
-        seed: sampling seed: request i of problem p gets ``sample_seed(seed, dataset, p, i)`` (sent as
-            SGLang's ``sampling_seed``); also the embedded server's engine seed.
+        n, temperature, top_p, top_k, max_new_tokens, greedy_pass: explicit values override the protocol's
+            preset (None = the preset's). n = samples per problem; temperature 0 = greedy; top_k -1 = off;
+            greedy_pass = also one greedy completion per problem (AReaL ``greedy_acc``).
+        out_dir: output directory (created; required). An interrupted run in it is resumed (same
+            configuration).
+        seed: sampling seed: request i of problem p gets ``sample_seed(seed, dataset, p, i)`` (SGLang's
+            ``sampling_seed``); also the embedded server's engine seed.
         server_url: use an already running SGLang-protocol server instead of launching the embedded one;
             ``model_dir`` must then be the served model's directory (tokenizer, vocabulary).
-        grader_timeout_s: hard timeout per graded answer (seconds). grader_workers: grader processes.
+        protocol: protocol name (:mod:`areal_cli.eval.protocols`); None -> see
+            :func:`areal_cli.eval.settings.choose_protocol`.
+        grader_timeout_s: hard timeout per graded math answer (s). grader_workers: processes per grader pool.
         max_concurrency: generation requests in flight at once.
+        cf_data: Codeforces data directory (rating of the ``codeforces`` benchmark).
+        revision, date_from, date_to: data selection of hub-sourced / dated benchmarks
+            (:func:`areal_cli.eval.datasets.load_benchmark_with_report`).
         console: a ``rich.console.Console`` for the table and progress (default: a new one).
-        show_progress: show a rich progress bar.
+        show_progress: show rich progress bars.
+        generator: a generation backend to use instead of a server (``async generate(prompt_ids, params,
+            rid)`` returning an object with ``output_ids`` and ``finish_reason``; not closed here).
+        graders: open grader pools to use (e.g. across several evaluations; not closed here); None ->
+            pools with ``grader_timeout_s`` / ``grader_workers`` for this run.
 
     Returns:
         the results dict also written to ``out_dir/results.json`` (see module docstring).
 
     Raises:
-        UserError: any bad input (datasets, files, records, options, model directory, a prompt longer
-            than the model's context); all are checked BEFORE any generation starts, and nothing is
-            written to ``out_dir`` on error.
+        UserError: any bad input, checked BEFORE any generation starts; nothing is written then. Also a
+            resume file of a different configuration in ``out_dir``.
     """
     t_start = time.monotonic()
-    _validate_settings(n, temperature, top_p, max_new_tokens, seed, grader_timeout_s, grader_workers,
-                       max_concurrency)
-    problems_by_ds = load_datasets(datasets, data_dir)
+    validate_run_options(seed, grader_timeout_s, grader_workers, max_concurrency)
+    if out_dir is None:
+        raise UserError("option 'out' is required (the output directory)")
     out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"{out_dir}: output path exists and is not a directory")
-    if (out_dir / "results.json").exists():
-        raise UserError(f"{out_dir}: already holds results.json; choose another --out")
+    check_out_dir(out_dir)
     if server_url is not None and not str(server_url).startswith(("http://", "https://")):
         raise UserError(f"option 'server_url': must start with http:// or https://, got {server_url!r}")
     if server_url is not None and model_dir is None:
         raise UserError("option 'server_url' needs option 'model' (the directory of the served model, for its "
                         "tokenizer and vocabulary)")
+    problems_by_ds, reports = load_selected(datasets, data_dir, revision=revision, date_from=date_from,
+                                            date_to=date_to)
+    specs = load_benchmark_specs()
+    preset, proto = resolve_protocol(choose_protocol(protocol, specs, list(problems_by_ds), model_dir is None),
+                                     n_samples=n, temperature=temperature, top_p=top_p, top_k=top_k,
+                                     max_new_tokens=max_new_tokens, greedy_pass=greedy_pass)
+    check_protocol_fits(proto, problems_by_ds, specs)
+    if CODEFORCES_BENCHMARK in problems_by_ds:
+        check_cf_data(cf_data)
 
     if model_dir is None:
         model_path = ensure_tiny_model(Path(cache_dir) if cache_dir is not None else None)
@@ -448,99 +348,266 @@ def run_eval(
     else:
         model_path = Path(model_dir)
         model_label = str(model_path)
-    cfg = _read_model_config(model_path)
-    tokenizer = _load_tokenizer(model_path)
-    max_pos = cfg.get("max_position_embeddings")
-
-    jobs: list[tuple[Problem, list[int], bool]] = []
-    for ds, problems in problems_by_ds.items():
-        for p in problems:
-            text = prompt_text(tokenizer, p.problem)
-            ids = tokenize_prompt(tokenizer, text)
-            if isinstance(max_pos, int) and len(ids) + max_new_tokens > max_pos:
-                raise UserError(
-                    f"{p.path}:{p.line}: prompt ({len(ids)} tokens) + max_new_tokens "
-                    f"({max_new_tokens}) exceeds the model's max_position_embeddings ({max_pos})"
-                )
-            think_open = text.rstrip().endswith("<think>")
-            jobs.append((p, ids, think_open))
+    cfg = read_model_config(model_path)
+    tokenizer = load_tokenizer(model_path)
     vocab_size = int(cfg["vocab_size"])
-    bad_ids = [i for _, ids, _ in jobs for i in ids if not 0 <= i < vocab_size]
-    if bad_ids:
-        raise UserError(f"{model_path}: tokenizer produces ids outside the model vocabulary ({vocab_size})")
-
-    from areal_cli.rollout.protocol import SamplingParams
-
-    params = SamplingParams(
-        max_new_tokens=max_new_tokens,
-        temperature=float(temperature),
-        top_p=float(top_p),
-        stop_token_ids=_eos_ids(model_path, cfg, tokenizer) or None,
-    )
+    check_tokenizer(proto, tokenizer)
+    prompts = render_prompts(problems_by_ds, lambda p: render_prompt(proto, p.problem, tokenizer, problem_kind(p)),
+                             lambda text: prompt_token_ids(proto, tokenizer, text),
+                             max_new_tokens=proto.max_new_tokens,
+                             max_positions=cfg.get("max_position_embeddings"), vocab_size=vocab_size,
+                             model_path=model_path)
+    jobs = make_jobs(prompts, proto.n_samples, proto.greedy_pass)
+    stop_ids = eos_ids(model_path, cfg, tokenizer)
+    model_identity = model_label if model_dir is None else str(model_path.resolve())
+    hashed = _hashed_config(proto, jobs, model_identity, seed, stop_ids, reports)
+    digest = config_hash(hashed)
+    params = _sampling_params(proto, stop_ids)
 
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = console or Console()
-    pool = RewardPool(GRADE_FN, n_workers=grader_workers, timeout_s=grader_timeout_s)
+    created_out = not out_dir.exists()
+    partial = PartialRun.open(out_dir, hashed, {j.key for j in jobs})
+    done = {sample_key(r): r for r in partial.records}
+    todo = [j for j in jobs if j.key not in done]
     server = None
     try:
-        url = server_url
-        if url is None:
-            from areal_cli.rollout.server import EmbeddedServer
+        with _graders(graders, grader_timeout_s, grader_workers) as graders:
+            graders.start(graders_kinds(problems_by_ds))
+            new: list[dict[str, Any]] = []
+            if todo:
+                url = server_url
+                if url is None and generator is None:
+                    from areal_cli.rollout.server import EmbeddedServer
 
-            out_dir.mkdir(parents=True, exist_ok=True)
-            server = EmbeddedServer.launch(model_path, seed=seed, log_path=out_dir / "eval_server.log")
-            url = server.url
-        progress = None
-        task_ids: dict[str, Any] = {}
-        if show_progress:
-            progress = Progress(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                console=console, transient=False,
-            )
-            for ds, problems in problems_by_ds.items():
-                task_ids[ds] = progress.add_task(f"{ds} (generate+grade)", total=len(problems) * n)
-            progress.start()
-        try:
-            samples = asyncio.run(
-                _generate_and_grade(jobs, n, params, seed, url, vocab_size, tokenizer, pool, max_concurrency,
-                                    progress, task_ids)
-            )
-        finally:
-            if progress is not None:
-                progress.stop()
-        if server is not None:
-            server.stop()
-            server = None
-        metrics = summarize(samples, pool=pool)
-        counters = pool.counters
+                    server = EmbeddedServer.launch(model_path, seed=seed, log_path=out_dir / "eval_server.log")
+                    url = server.url
+                progress = _Progress(console, show_progress)
+                for ds in problems_by_ds:
+                    for pass_name in ("greedy", "sample"):
+                        total = sum(1 for j in jobs if j.key[:2] == (pass_name, ds))
+                        progress.add(ds, pass_name, total, total - sum(1 for j in todo if j.key[:2] == (pass_name, ds)),
+                                     "generate+grade")
+                with progress:
+                    new = asyncio.run(_generate_and_grade(todo, generator, url, vocab_size, params, proto, seed,
+                                                          tokenizer, graders, partial, progress, max_concurrency))
+                if server is not None:
+                    server.stop()
+                    server = None
+            by_key = {**done, **{sample_key(r): r for r in new}}
+            samples = [by_key[j.key] for j in jobs]
+            metrics = summarize(samples, pool=graders.math_pool, problems=problems_by_ds, cf_data=cf_data)
+            counters = graders.counters()
+    except BaseException:
+        partial.close()
+        if not partial.records and not _has_samples(partial.path):
+            partial.remove()  # nothing finished: leave no trace of this attempt
+            if created_out:
+                _remove_if_empty(out_dir)
+        raise
     finally:
         if server is not None:
             server.stop()
-        pool.close()
 
     results: dict[str, Any] = {
         "config": {
+            "mode": "generate",
             "datasets": list(problems_by_ds),
-            "data_dir": str(data_dir),
+            "data_dir": None if data_dir is None else str(data_dir),
+            "data": reports,
             "model": model_label,
             "model_dir": str(model_path),
             "server_url": server_url,
-            "n": n,
-            "temperature": float(temperature),
-            "top_p": float(top_p),
-            "max_new_tokens": max_new_tokens,
+            "protocol": protocol_record(preset, proto),
+            "n": proto.n_samples,
+            "temperature": float(proto.temperature),
+            "top_p": float(proto.top_p),
+            "top_k": proto.top_k,
+            "max_new_tokens": proto.max_new_tokens,
+            "stop": list(proto.stop),
+            "greedy_pass": proto.greedy_pass,
             "seed": seed,
-            "prompt_user_template": USER_TEMPLATE.format(problem="{problem}"),
-            "stop_token_ids": params.stop_token_ids,
-            "grader": "areal_cli.reward.math_grader:grade (last \\boxed{} after </think>; math-verify 0.9.0)",
-            "grader_timeout_s": float(grader_timeout_s),
+            "stop_token_ids": stop_ids or None,
+            "grader": {k: GRADER_DESCRIPTION[k] for k in graders_kinds(problems_by_ds)},
+            "grader_timeout_s": graders.math_timeout_s,
             "grader_calls": counters,
+            "config_hash": digest,
+            "resumed_samples": len(done),
+            "cf_data": None if cf_data is None else str(cf_data),
             "elapsed_s": round(time.monotonic() - t_start, 3),
         }
     }
     results.update(metrics)
-    write_results(out_dir, results, samples)
+    results = json_safe(results)
+    write_outputs(out_dir, results, samples)
+    partial.remove()
     render_table(results, console)
     return results
+
+
+def _has_samples(path: Path) -> bool:
+    """True if the partial file holds more than its header line."""
+    try:
+        return path.read_text(encoding="utf-8").count("\n") > 1
+    except OSError:
+        return False
+
+
+def _remove_if_empty(directory: Path) -> None:
+    try:
+        directory.rmdir()
+    except OSError:
+        pass
+
+
+def graders_kinds(problems_by_ds: dict[str, list[Problem]]) -> list[str]:
+    """Problem kinds present, sorted ("code", "math")."""
+    return sorted({problem_kind(p) for ps in problems_by_ds.values() for p in ps})
+
+
+def json_safe(obj: Any) -> Any:
+    """``obj`` with non-finite floats (NaN stderr of a one-problem group) replaced by None: JSON has no NaN."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
+# ---------------------------------------------------------------------------------------------- regrade
+def run_regrade(
+    generations: str | Path,
+    out_dir: str | Path,
+    *,
+    datasets: Sequence[str] | str | None = None,
+    data_dir: str | Path | None = None,
+    protocol: str | None = None,
+    grader_timeout_s: float = DEFAULT_GRADER_TIMEOUT_S,
+    grader_workers: int = DEFAULT_GRADER_WORKERS,
+    cf_data: str | Path | None = None,
+    revision: str | None = None,
+    date_from: Any = None,
+    date_to: Any = None,
+    console: Any = None,
+    show_progress: bool = True,
+    graders: Graders | None = None,
+) -> dict[str, Any]:
+    """Grade saved completions again (no model, no generation) and write the same outputs as :func:`run_eval`.
+
+    Args:
+        generations: JSON Lines of completions (format in :mod:`areal_cli.eval.regrade`).
+        out_dir: output directory for results.json, report.md, samples.jsonl.
+        datasets: restrict to these benchmarks (a record of another one is an error); None = the
+            benchmarks named in the file.
+        data_dir: directory holding the benchmark files.
+        protocol: the protocol the completions were generated with (recorded only), if known.
+        grader_timeout_s, grader_workers, cf_data, revision, date_from, date_to, console, show_progress,
+            graders: as :func:`run_eval`.
+
+    Raises:
+        UserError: ``FILE:LINE`` of a malformed record, an unknown benchmark or problem id; a benchmark
+            whose problems are not all covered evenly; bad options. Nothing is written then.
+    """
+    from areal_cli.eval.regrade import datasets_in, match_problems, read_generations
+
+    t_start = time.monotonic()
+    validate_run_options(0, grader_timeout_s, grader_workers, 1)
+    out_dir = Path(out_dir)
+    check_out_dir(out_dir)
+    path = Path(generations)
+    saved = read_generations(path)
+    _check_benchmark_names(path, saved)
+    names = datasets if datasets is not None else datasets_in(saved)
+    problems_by_ds, reports = load_selected(names, data_dir, revision=revision, date_from=date_from, date_to=date_to)
+    proto_record = get_protocol(protocol).to_dict() if protocol else None
+    records = match_problems(path, saved, problems_by_ds)
+    if CODEFORCES_BENCHMARK in problems_by_ds:
+        check_cf_data(cf_data)
+    problem_of = {(ds, p.id): p for ds, ps in problems_by_ds.items() for p in ps}
+
+    from rich.console import Console
+
+    console = console or Console()
+    with _graders(graders, grader_timeout_s, grader_workers) as graders:
+        graders.start(graders_kinds(problems_by_ds))
+        progress = _Progress(console, show_progress)
+        for ds in problems_by_ds:
+            for pass_name in ("greedy", "sample"):
+                progress.add(ds, pass_name, sum(r["dataset"] == ds and r["pass"] == pass_name for r in records), 0,
+                             "grade")
+
+        def is_math(r: dict[str, Any]) -> bool:
+            return problem_kind(problem_of[(r["dataset"], r["problem_id"])]) == "math"
+
+        async def grade_all() -> list[dict[str, Any]]:
+            async def one(r: dict[str, Any]) -> dict[str, Any]:
+                verdict = await graders.grade(problem_of[(r["dataset"], r["problem_id"])], r["text"],
+                                              bool(r.get("think_open")))
+                progress.advance(r["dataset"], r["pass"])
+                return {**r, **verdict}
+
+            async def math_chunk(chunk: list[dict[str, Any]]) -> list[dict[str, Any]]:
+                # Math is graded in batches (much faster than one pool call per answer).
+                items = [(r["text"], problem_of[(r["dataset"], r["problem_id"])].answer, bool(r.get("think_open")))
+                         for r in chunk]
+                verdicts = await asyncio.to_thread(graders.grade_math_batch, items)
+                for r in chunk:
+                    progress.advance(r["dataset"], r["pass"])
+                return [{**r, **v} for r, v in zip(chunk, verdicts)]
+
+            math_idx = [i for i, r in enumerate(records) if is_math(r)]
+            other_idx = [i for i, r in enumerate(records) if not is_math(r)]
+            chunks = [math_idx[i : i + 256] for i in range(0, len(math_idx), 256)]
+            out: list[dict[str, Any] | None] = [None] * len(records)
+            done_math = await asyncio.gather(*(math_chunk([records[i] for i in c]) for c in chunks))
+            for c, graded_chunk in zip(chunks, done_math):
+                for i, g in zip(c, graded_chunk):
+                    out[i] = g
+            done_other = await asyncio.gather(*(one(records[i]) for i in other_idx))
+            for i, g in zip(other_idx, done_other):
+                out[i] = g
+            return [g for g in out if g is not None]
+
+        with progress:
+            graded = asyncio.run(grade_all())
+        metrics = summarize(graded, pool=graders.math_pool, problems=problems_by_ds, cf_data=cf_data)
+        counters = graders.counters()
+
+    results: dict[str, Any] = {
+        "config": {
+            "mode": "regrade",
+            "generations": str(path),
+            "datasets": list(problems_by_ds),
+            "data_dir": None if data_dir is None else str(data_dir),
+            "data": reports,
+            "protocol": proto_record,
+            "grader": {k: GRADER_DESCRIPTION[k] for k in graders_kinds(problems_by_ds)},
+            "grader_timeout_s": graders.math_timeout_s,
+            "grader_calls": counters,
+            "cf_data": None if cf_data is None else str(cf_data),
+            "elapsed_s": round(time.monotonic() - t_start, 3),
+        }
+    }
+    results.update(metrics)
+    results = json_safe(results)
+    write_outputs(out_dir, results, graded)
+    render_table(results, console)
+    return results
+
+
+def _check_benchmark_names(path: Path, saved: list[Any]) -> None:
+    """Unknown benchmark names in a generations file, reported with the first line that uses them.
+
+    Raises:
+        UserError: ``FILE:LINE: field 'dataset': unknown benchmark 'x'; known benchmarks: ...``.
+    """
+    from areal_cli.eval.datasets import load_benchmark_specs
+
+    known = load_benchmark_specs()
+    for s in saved:
+        if s.dataset not in known:
+            raise UserError(f"{where(path, s.line, 'dataset')}: unknown benchmark '{s.dataset}'; known benchmarks: "
+                            f"{', '.join(sorted(known))}")

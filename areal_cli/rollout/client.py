@@ -19,6 +19,12 @@
   (tests: ``httpx.MockTransport``) uses httpx instead.
 - Keep-alive: the client drops idle connections after 30 s, before the server does (the embedded server
   keeps them 75 s), so a request never races a connection the server is closing.
+- (added) ``interruptible=False``: a weight update does not abort anything; new submissions wait while the
+  servers finish their in-flight requests (``abort_all_requests: false``, SGLang waits for them), then load.
+  This is AReaL's non-interruptible baseline (blog v0.3, Fig. 5).
+- (added) ``on_activity(url, kind, start, end)`` receives, on ``time.monotonic()`` seconds, each interval in
+  which a server had at least one ``/generate`` in flight (kind ``"generate"``) and each weight-update
+  window (kind ``"update"``), for throughput timelines. It is called on the event loop; keep it cheap.
 """
 
 from __future__ import annotations
@@ -27,8 +33,9 @@ import asyncio
 import json
 import uuid
 from collections import OrderedDict
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+import time
+from typing import Any, Callable
 
 import aiohttp
 import httpx
@@ -78,6 +85,17 @@ class Completion:
     rid: str = ""
 
 
+@dataclass
+class _Partial:
+    """An aborted sample of a group being resumed: its tokens so far and interruption count."""
+
+    rid: str
+    ids: list[int] = field(default_factory=list)
+    lps: list[float] = field(default_factory=list)
+    vers: list[int] = field(default_factory=list)
+    n_int: int = 0
+
+
 class RolloutClient:
     """Client for one or more SGLang-protocol servers (see module docstring).
 
@@ -87,12 +105,16 @@ class RolloutClient:
         request_timeout_s: per HTTP request (a request held by a paused server waits this long).
         max_retries: (added) retries of a request that failed to connect / lost its connection.
         transport: (added) an ``httpx.AsyncBaseTransport`` (tests use ``httpx.MockTransport``).
+        interruptible: (added) False: weight updates wait for in-flight requests instead of aborting them.
+        on_activity: (added) callback ``(url, kind, start_s, end_s)``, see the module docstring.
     Raises:
         ValueError: no urls, vocab_size < 1.
     """
 
     def __init__(self, urls: list[str], *, vocab_size: int, request_timeout_s: float = 3600,
-                 max_retries: int = 3, transport: httpx.AsyncBaseTransport | None = None):
+                 max_retries: int = 3, transport: httpx.AsyncBaseTransport | None = None,
+                 interruptible: bool = True,
+                 on_activity: Callable[[str, str, float, float], None] | None = None):
         if not urls:
             raise ValueError("RolloutClient needs at least one server url")
         if vocab_size < 1:
@@ -111,6 +133,10 @@ class RolloutClient:
         self._paused = False
         self._closed = False
         self._sticky_max = 4096
+        self.interruptible = bool(interruptible)
+        self.on_activity = on_activity
+        self._in_flight: dict[str, int] = {}  # url -> /generate requests in flight
+        self._busy_since: dict[str, float] = {}
 
     # -- plumbing -------------------------------------------------------------------------------------------
 
@@ -226,6 +252,7 @@ class RolloutClient:
         closing = self._closing
         post = asyncio.ensure_future(self._post(url, path, body))
         stop = asyncio.ensure_future(closing.wait())
+        self._activity_enter(url)
         try:
             await asyncio.wait({post, stop}, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
@@ -233,10 +260,23 @@ class RolloutClient:
             raise
         finally:
             stop.cancel()
+            self._activity_exit(url)
         if post.done():
             return post.result()
         post.cancel()
         return _CLOSED
+
+    def _activity_enter(self, url: str) -> None:
+        n = self._in_flight.get(url, 0)
+        if n == 0:
+            self._busy_since[url] = time.monotonic()
+        self._in_flight[url] = n + 1
+
+    def _activity_exit(self, url: str) -> None:
+        n = self._in_flight[url] - 1
+        self._in_flight[url] = n
+        if n == 0 and self.on_activity is not None:
+            self.on_activity(url, "generate", self._busy_since.pop(url), time.monotonic())
 
     async def _wait_not_paused(self) -> None:
         while self._paused and not self._closed:
@@ -278,7 +318,10 @@ class RolloutClient:
 
         The first attempt is one SGLang batch request (``input_ids`` = n copies, one rid each) to one server,
         which costs the server and the client far less than n separate requests; samples that come back
-        aborted are then resumed one by one exactly as in :meth:`generate`. Sample i has rid ``{rid}.{i}``.
+        aborted are resumed as in :meth:`generate` (prefix, remaining budget), all of them in one batched
+        request per round (per-sample ``sampling_params`` list), so that a weight update, which interrupts
+        every running group, costs one request per group and not one per sample. Sample i has rid
+        ``{rid}.{i}``; its k-th resubmission ``{rid}.{i}.r{k}``.
 
         Raises:
             Same as :meth:`generate`.
@@ -304,21 +347,88 @@ class RolloutClient:
         if not isinstance(resps, list) or len(resps) != n:
             raise ProtocolError(f"batched /generate of {n} prompts did not return a list of {n} responses")
         out: list[Completion | None] = [None] * n
-        resumes = {}
+        aborted: dict[int, _Partial] = {}
         for i, (r, resp) in enumerate(zip(rids, resps)):
-            ids: list[int] = []
-            lps: list[float] = []
-            vers: list[int] = []
-            self._accumulate(resp, ids, lps, vers)
+            part = _Partial(r)
+            self._accumulate(resp, part.ids, part.lps, part.vers)
             if resp.finish_reason == "abort":
-                resumes[i] = self._finish(prompt, ids, lps, vers, 1, params, r)
-            elif len(ids) > params.max_new_tokens:
-                raise ProtocolError(f"server returned {len(ids)} tokens for a budget of {params.max_new_tokens}")
+                aborted[i] = part
+            elif len(part.ids) > params.max_new_tokens:
+                raise ProtocolError(f"server returned {len(part.ids)} tokens for a budget of {params.max_new_tokens}")
             else:
-                out[i] = Completion(prompt, ids, lps, vers, resp.finish_reason, 0, url, resp.matched_stop, r)
-        for i, comp in zip(resumes, await asyncio.gather(*resumes.values())):
-            out[i] = comp
+                out[i] = Completion(prompt, part.ids, part.lps, part.vers, resp.finish_reason, 0, url,
+                                    resp.matched_stop, r)
+        if aborted:
+            for i, comp in (await self._resume_group(prompt, aborted, params)).items():
+                out[i] = comp
         return out
+
+    async def _resume_group(self, prompt: list[int], parts: dict[int, "_Partial"], params: SamplingParams
+                            ) -> dict[int, Completion]:
+        """Resume aborted samples of one prompt together: each round is one batched ``/generate`` of
+        ``prompt + tokens so far`` with each sample's remaining budget, until every sample stops, reaches
+        ``params.max_new_tokens`` in total, or the client is closed (then finish_reason "abort")."""
+        budget = int(params.max_new_tokens)
+        done: dict[int, Completion] = {}
+        url = self.choose_server(next(iter(parts.values())).rid)
+        for p in parts.values():
+            p.n_int = 1
+
+        def finish(i: int, reason: str, matched=None) -> None:
+            p = parts.pop(i)
+            done[i] = Completion(prompt, p.ids, p.lps, p.vers, reason, p.n_int, url, matched, p.rid)
+
+        for i in [i for i, p in parts.items() if len(p.ids) >= budget]:  # aborted exactly at the budget
+            finish(i, "length")
+        idle_backoff = 0.0
+        while parts:
+            await self._wait_not_paused()
+            order = list(parts)
+            if not self._closed:
+                url = self.choose_server(parts[order[0]].rid)
+                payload = {
+                    "input_ids": [prompt + parts[i].ids for i in order],
+                    "sampling_params": [replace(params, max_new_tokens=budget - len(parts[i].ids),
+                                                min_new_tokens=max(0, params.min_new_tokens - len(parts[i].ids))
+                                                ).to_json() for i in order],
+                    "return_logprob": True,
+                    # each attempt has its own wire id (a server may still be releasing the aborted one)
+                    "rid": [f"{parts[i].rid}.r{parts[i].n_int}" for i in order],
+                }
+                try:
+                    body = await self._post_or_closed(url, "/generate", payload)
+                except Exception:
+                    if not self._closed:
+                        raise
+                    body = _CLOSED
+            if self._closed or body is _CLOSED:
+                for i in order:
+                    finish(i, "abort")
+                break
+            resps = parse_generate_response(body)
+            if not isinstance(resps, list) or len(resps) != len(order):
+                raise ProtocolError(f"batched /generate of {len(order)} prompts did not return "
+                                    f"a list of {len(order)} responses")
+            progressed = False
+            for i, resp in zip(order, resps):
+                p = parts[i]
+                self._accumulate(resp, p.ids, p.lps, p.vers)
+                progressed = progressed or bool(resp.output_ids)
+                if resp.finish_reason != "abort":
+                    if len(p.ids) > budget:
+                        raise ProtocolError(f"server returned {len(p.ids)} tokens for a budget of {budget}")
+                    finish(i, resp.finish_reason, resp.matched_stop)
+                elif len(p.ids) >= budget:  # aborted exactly at the end of the budget
+                    finish(i, "length")
+                else:
+                    p.n_int += 1
+            # aborts that produced nothing while we are not paused: back off a little so we never spin
+            if parts and not progressed and not self._paused:
+                idle_backoff = min(1.0, idle_backoff * 2 or 0.05)
+                await asyncio.sleep(idle_backoff)
+            else:
+                idle_backoff = 0.0
+        return done
 
     async def _finish(self, prompt: list[int], out_ids: list[int], out_lps: list[float], out_vers: list[int],
                       n_int: int, params: SamplingParams, rid: str) -> Completion:
@@ -401,24 +511,38 @@ class RolloutClient:
             self._paused = False
 
     async def update_weights_from_disk(self, model_path: str, version: int) -> None:
-        """Pause all servers, load ``model_path`` with ``weight_version = str(version)`` on all, continue.
+        """Load ``model_path`` with ``weight_version = str(version)`` on every server.
 
-        Servers are always continued, even when a load fails; the first failure is then raised.
+        Interruptible (default): pause all servers (in-flight samples are aborted, resumed afterwards),
+        load, continue; servers are always continued, even when a load fails. Non-interruptible: hold new
+        submissions here, let every server finish its in-flight requests, then load (no abort).
+        The first failure is raised after the servers are serving again.
 
         Raises:
             ServerError: a server refused the update (e.g. bad path) or could not be reached.
         """
-        await self.pause()
+        t0 = time.monotonic()
+        if self.interruptible:
+            await self.pause()
+        else:
+            self._paused = True  # new submissions wait; in-flight ones run to completion on the servers
         err: BaseException | None = None
         try:
             res = await self._all("/update_weights_from_disk", build_update_weights_from_disk_payload(
-                model_path, weight_version=str(int(version)), abort_all_requests=True))
+                model_path, weight_version=str(int(version)), abort_all_requests=self.interruptible))
             for url, r in zip(self.urls, res):
                 if isinstance(r, dict) and r.get("success") is False:
                     raise ServerError(200, parse_error_message(r), url)
         except BaseException as e:  # noqa: BLE001 - re-raised after the servers are continued
             err = e
-        await self.resume()
+        if self.interruptible:
+            await self.resume()
+        else:
+            self._paused = False
+        if self.on_activity is not None:
+            t1 = time.monotonic()
+            for u in self.urls:
+                self.on_activity(u, "update", t0, t1)
         if err is not None:
             raise err
 

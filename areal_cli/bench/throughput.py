@@ -1,0 +1,731 @@
+"""``areal bench throughput``: synchronous vs asynchronous RL measured side by side on this machine.
+
+What is measured (AReaL v0.3, reference (c) and (e) of the workspace notes):
+
+- **Effective training throughput** = tokens consumed by training / time. AReaL's definition: "tokens used in
+  each RL training step / time of that step"; generated tokens the trainer never consumes (groups dropped by
+  the success-rate filter, samples still in flight at the end) are not counted. Consumed tokens are prompt +
+  response tokens of every trained sample (AReaL's ``ppo_actor/n_tokens``). Reported two ways:
+  ``effective_tokens_per_s`` = sum of step tokens / RL wall time (warm start excluded), and
+  ``effective_tokens_per_s_step_mean`` = mean over steps of tokens_i / (end_i - end_{i-1}).
+- **Generation throughput** = every token the servers generated (kept or not) / RL wall time.
+- **Idle fractions** over the RL window, from the run's timeline (``timeline.json`` of
+  :func:`areal_cli.train_loop.run_training`): trainer idle = time waiting for a batch; server idle = time
+  with no request in flight and no weight update.
+- **Staleness distribution**: trained samples by (policy version at training) - (version of their first
+  token), AReaL's head off-policyness.
+- **Accuracy reached**: held-out greedy accuracy after the same number of RL steps, same eval set, for every
+  run; "equal within noise" compares the mean difference with two binomial standard errors.
+
+Runs: one shared supervised warm start (reported separately, excluded from throughput), then for each repeat
+the modes sync (eta = ``eta_sync``), async (eta = ``eta_async``) and, optionally, async with
+non-interruptible weight updates, in ABBA order (sync, async | async, sync | ...), so that a linear drift of
+the machine's speed cancels in the ratios. Every run uses the same recipe + scenario overrides; only eta
+(and the interruptible switch) differ. The scenario pins the trainer thread to one core and the rollout side
+(server, controller, reward workers) to the other.
+
+Also: the embedded server's continuous batching vs Hugging Face static ``generate`` on one variable-length
+workload (:func:`compare_generation`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import yaml
+
+from areal_cli.errors import UserError
+
+SCHEMA = "areal.bench.throughput/1"
+TARGETS = {"async_over_sync": 1.8, "continuous_over_static": 1.5}
+MODES = ("sync", "async", "async_noninterruptible")
+
+# The built-in scenario; benchmarks/scenarios/throughput-tiny-arith.yaml holds the same values with the
+# reasons for each (a test keeps the two equal).
+DEFAULT_SCENARIO: dict[str, Any] = {
+    "name": "throughput-tiny-arith",
+    "recipe": "tiny-arith",
+    "steps": 40,
+    "repeats": 2,
+    "eta_sync": 0,
+    "eta_async": 2,
+    "compare_interruptible": True,
+    "cpus": {"trainer": "0", "server": "1", "controller": "1"},
+    "overrides": {"success_rate_lb": 0.0, "success_rate_ub": 1.0},
+    "generate_compare": {"n_prompts": 32, "min_new_tokens": 16, "max_new_tokens": 256, "seed": 0,
+                         "hf_per_prompt": True},
+}
+
+_GEN_KEYS = {"n_prompts": int, "min_new_tokens": int, "max_new_tokens": int, "seed": int, "hf_per_prompt": bool}
+
+
+@dataclass
+class Scenario:
+    """One throughput benchmark: the recipe, the overrides shared by every run, and the run plan.
+
+    Attributes:
+        steps: RL steps per run (every run trains exactly this many; no early stop).
+        repeats: how many times each mode runs (interleaved, ABBA order).
+        eta_sync, eta_async: ``max_head_offpolicyness`` of the two modes.
+        compare_interruptible: also run async with non-interruptible weight updates.
+        cpus: ``trainer`` / ``server`` / ``controller`` Linux cpu lists ("" = no pinning).
+        overrides: recipe fields set for every run (and the warm start).
+        generate_compare: workload of :func:`compare_generation`, or None to skip it.
+    """
+
+    name: str
+    recipe: str
+    steps: int
+    repeats: int
+    eta_sync: int
+    eta_async: int
+    compare_interruptible: bool
+    cpus: dict[str, str]
+    overrides: dict[str, Any]
+    generate_compare: dict[str, Any] | None
+    source: str = "built-in"
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _scenario_from_dict(data: Any, where: Callable[[str], str]) -> Scenario:
+    """Validate a scenario mapping; ``where(key)`` names the location of ``key`` for error messages."""
+    if not isinstance(data, dict):
+        raise UserError(f"{where('')}: a scenario must be a mapping")
+    known = {f.name for f in dataclasses.fields(Scenario)} - {"source"}
+    for k in data:
+        if k not in known:
+            raise UserError(f"{where(k)}: field '{k}': unknown key (known: {', '.join(sorted(known))})")
+    merged = {**DEFAULT_SCENARIO, **data}
+
+    def need(key: str, typ: type, ok: Callable[[Any], bool] = lambda v: True, why: str = "") -> Any:
+        v = merged[key]
+        if typ is int and isinstance(v, bool) or not isinstance(v, typ) or not ok(v):
+            raise UserError(f"{where(key)}: field '{key}': expected {why or typ.__name__}, got {v!r}")
+        return v
+
+    name = need("name", str)
+    recipe = need("recipe", str, lambda v: bool(v), "a recipe name or path")
+    steps = need("steps", int, lambda v: v >= 1, "an int >= 1")
+    repeats = need("repeats", int, lambda v: v >= 1, "an int >= 1")
+    eta_sync = need("eta_sync", int, lambda v: v >= 0, "an int >= 0")
+    eta_async = need("eta_async", int, lambda v: v >= 1, "an int >= 1")
+    compare = need("compare_interruptible", bool)
+    cpus = need("cpus", dict)
+    for k, v in cpus.items():
+        if k not in ("trainer", "server", "controller") or not isinstance(v, (str, int)) or isinstance(v, bool):
+            raise UserError(f"{where('cpus')}: field 'cpus': keys trainer/server/controller with cpu lists, "
+                            f"got {k}: {v!r}")
+    cpus = {k: str(cpus.get(k, "")) for k in ("trainer", "server", "controller")}
+    overrides = need("overrides", dict)
+    gen = merged["generate_compare"]
+    if gen is False or gen is None:
+        gen = None
+    else:
+        if not isinstance(gen, dict):
+            raise UserError(f"{where('generate_compare')}: field 'generate_compare': a mapping or false")
+        gen = {**DEFAULT_SCENARIO["generate_compare"], **gen}
+        for k, v in gen.items():
+            typ = _GEN_KEYS.get(k)
+            if typ is None or not isinstance(v, typ) or (typ is int and (isinstance(v, bool) or v < (k != "seed"))):
+                raise UserError(f"{where('generate_compare')}: field 'generate_compare.{k}': bad value {v!r}")
+        if gen["min_new_tokens"] > gen["max_new_tokens"]:
+            raise UserError(f"{where('generate_compare')}: field 'generate_compare': min_new_tokens > max_new_tokens")
+    return Scenario(name, recipe, steps, repeats, eta_sync, eta_async, compare, cpus, dict(overrides), gen)
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read a scenario YAML (keys of :class:`Scenario`; missing keys take the built-in values).
+
+    Raises:
+        UserError: unreadable file, invalid YAML, unknown key or bad value (``file:line: field 'x': ...``).
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"{p}: cannot read scenario: {getattr(e, 'strerror', None) or e}") from None
+    try:
+        node = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise UserError(f"{p}{':' + str(mark.line + 1) if mark else ''}: invalid YAML: {getattr(e, 'problem', e)}") from None
+    lines = {k.value: k.start_mark.line + 1 for k, _ in node.value} if isinstance(node, yaml.MappingNode) else {}
+    sc = _scenario_from_dict(data if data is not None else {}, lambda k: f"{p}:{lines.get(k, 1)}")
+    sc.source = str(p)
+    return sc
+
+
+def default_scenario(recipe: str | None = None) -> Scenario:
+    """The built-in scenario (tiny-arith), optionally for another ``recipe``."""
+    sc = _scenario_from_dict(json.loads(json.dumps(DEFAULT_SCENARIO)), lambda k: "built-in scenario")
+    if recipe:
+        sc.recipe = recipe
+    return sc
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Pure accounting on a run's timeline (timeline.json of run_training)
+# ----------------------------------------------------------------------------------------------------------
+
+
+def merge_intervals(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Union of ``[start, end)`` intervals as sorted, disjoint intervals (empty ones dropped)."""
+    out: list[list[float]] = []
+    for a, b in sorted((a, b) for a, b in intervals if b > a):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def covered_seconds(intervals: Iterable[tuple[float, float]], window: tuple[float, float]) -> float:
+    """Seconds of ``window`` covered by the union of ``intervals``."""
+    w0, w1 = window
+    return sum(max(0.0, min(b, w1) - max(a, w0)) for a, b in merge_intervals(intervals))
+
+
+def activity(timeline: dict, window: tuple[float, float] | None = None) -> dict[str, dict[str, float]]:
+    """Fraction of the window each lane spends in each kind of activity, plus ``idle``.
+
+    Args:
+        timeline: ``{"events": [{"lane", "kind", "start", "end"}], "marks": {"rl_start", "rl_end"}}``.
+        window: ``(start, end)`` in the timeline's clock; default the RL window.
+    Returns:
+        ``{lane: {kind: fraction, ..., "idle": fraction}}``. Trainer idle = not train/publish/eval (it waits
+        for a batch); server idle = neither generating nor updating weights. Fractions of one lane's kinds
+        can overlap (e.g. a server generating while an update drains it), so they need not sum to 1.
+    Raises:
+        ValueError: an empty window.
+    """
+    w = window or (timeline["marks"]["rl_start"], timeline["marks"]["rl_end"])
+    span = w[1] - w[0]
+    if span <= 0:
+        raise ValueError(f"empty window {w}")
+    by_lane: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    for e in timeline["events"]:
+        by_lane.setdefault(e["lane"], {}).setdefault(e["kind"], []).append((e["start"], e["end"]))
+    out: dict[str, dict[str, float]] = {}
+    for lane, kinds in sorted(by_lane.items()):
+        fr = {k: covered_seconds(iv, w) / span for k, iv in sorted(kinds.items())}
+        busy_kinds = ("train", "publish", "eval") if lane == "trainer" else ("generate", "update")
+        busy = [iv for k in busy_kinds for iv in kinds.get(k, [])]
+        fr["idle"] = 1.0 - covered_seconds(busy, w) / span
+        out[lane] = fr
+    return out
+
+
+def effective_throughput(steps: list[dict], rl_start: float) -> dict[str, float]:
+    """Effective training throughput of one run (AReaL: tokens used by each step / time of the step).
+
+    Args:
+        steps: step records ``{"tokens", "end", ...}`` in order (``end``: new version published).
+        rl_start: time the RL phase started (the first step's time runs from here).
+    Returns:
+        ``{"tokens", "seconds", "tokens_per_s", "step_mean_tokens_per_s", "steps"}``; ``tokens_per_s`` is
+        the sum of step tokens over the sum of step times, the other the mean of per-step ratios.
+    Raises:
+        ValueError: no steps, or step times that are not increasing.
+    """
+    if not steps:
+        raise ValueError("no RL steps")
+    prev, per_step = rl_start, []
+    for s in steps:
+        dt = s["end"] - prev
+        if dt <= 0:
+            raise ValueError(f"step {s.get('step')}: end {s['end']} is not after {prev}")
+        per_step.append(s["tokens"] / dt)
+        prev = s["end"]
+    tokens = sum(s["tokens"] for s in steps)
+    seconds = steps[-1]["end"] - rl_start
+    return {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds,
+            "step_mean_tokens_per_s": sum(per_step) / len(per_step), "steps": len(steps)}
+
+
+def staleness_distribution(steps: list[dict]) -> dict[int, int]:
+    """Trained samples by staleness (versions behind at their first token), summed over ``steps``."""
+    out: dict[int, int] = {}
+    for s in steps:
+        for k, n in s["staleness"].items():
+            out[int(k)] = out.get(int(k), 0) + int(n)
+    return dict(sorted(out.items()))
+
+
+def _cpu_use(timeline: dict) -> dict[str, float | None]:
+    """CPU seconds per wall second of each process over the RL window (1.0 = one core all the time)."""
+    c0, c1 = timeline["cpu"].get("rl_start", {}), timeline["cpu"].get("rl_end", {})
+    span = c1.get("t", 0) - c0.get("t", 0)
+    out: dict[str, float | None] = {}
+    for k in c0:
+        if k == "t":
+            continue
+        a, b = c0.get(k), c1.get(k)
+        out[k] = (b - a) / span if (a is not None and b is not None and span > 0) else None
+    return out
+
+
+def summarize_run(timeline: dict, summary: dict, *, label: str, mode: str, repeat: int, eta: int,
+                  interruptible: bool, eval_n_prompts: int) -> dict:
+    """One run's figures (a ``runs[]`` entry of results.json) from its timeline.json and summary.json."""
+    steps = timeline["steps"]
+    rl_start = timeline["marks"]["rl_start"]
+    eff = effective_throughput(steps, rl_start)
+    generated = steps[-1].get("generated_tokens", 0)
+    act = activity(timeline, (rl_start, steps[-1]["end"]))
+    train_wall = sum(s["train_s"] for s in steps)
+    return {
+        "label": label, "mode": mode, "repeat": repeat, "eta": eta, "interruptible": interruptible,
+        "steps": eff["steps"], "rl_seconds": round(eff["seconds"], 4), "tokens_consumed": eff["tokens"],
+        "response_tokens_consumed": sum(s["response_tokens"] for s in steps),
+        "effective_tokens_per_s": eff["tokens_per_s"],
+        "effective_tokens_per_s_step_mean": eff["step_mean_tokens_per_s"],
+        "generated_tokens": generated, "generation_tokens_per_s": generated / eff["seconds"],
+        "idle": {lane: fr["idle"] for lane, fr in act.items()}, "activity": act,
+        "cpu_use": _cpu_use(timeline),
+        "trainer_cpu_over_wall": sum(s["train_cpu_s"] for s in steps) / train_wall if train_wall > 0 else None,
+        "step_seconds": {k: statistics.fmean(s[k] for s in steps) for k in ("wait_s", "train_s", "publish_s")},
+        "staleness": staleness_distribution(steps),
+        "final_accuracy": summary["final_accuracy"], "eval_n_prompts": eval_n_prompts,
+        "interruptions": summary["controller"]["interruptions"],
+        "groups_dropped_filter": summary["controller"]["groups_dropped_filter"],
+        "warm_start_s": summary["warm_start"]["seconds"],
+    }
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """``{"mean", "std" (sample, 0 for one value), "min", "max", "n"}`` of ``values``."""
+    if not values:
+        raise ValueError("no values")
+    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+            "min": min(values), "max": max(values), "n": len(values)}
+
+
+def paired_ratio(runs: list[dict], num_mode: str, den_mode: str, key: str = "effective_tokens_per_s") -> dict | None:
+    """Ratio num/den of ``key`` per repeat (runs of the same repeat are neighbours in time), and its spread.
+
+    Returns ``None`` when a mode has no run. ``of_means`` = mean(num) / mean(den).
+    """
+    num = {r["repeat"]: r[key] for r in runs if r["mode"] == num_mode}
+    den = {r["repeat"]: r[key] for r in runs if r["mode"] == den_mode}
+    pairs = [num[k] / den[k] for k in sorted(num) if k in den and den[k] > 0]
+    if not pairs:
+        return None
+    return {**spread(pairs), "pairs": pairs,
+            "of_means": statistics.fmean(num.values()) / statistics.fmean(den.values())}
+
+
+def accuracy_comparison(runs: list[dict], a: str = "async", b: str = "sync") -> dict | None:
+    """Mean final accuracy of modes ``a`` and ``b`` and whether they are equal within noise.
+
+    Noise: two standard errors of the difference of means, each mean's error from the binomial error of one
+    eval (sqrt(p(1-p)/n_prompts)) over the number of runs, plus the runs' own spread when there are several.
+    """
+    acc = {m: [r["final_accuracy"] for r in runs if r["mode"] == m] for m in (a, b)}
+    if not acc[a] or not acc[b]:
+        return None
+    n_eval = runs[0]["eval_n_prompts"]
+
+    def var_of_mean(xs: list[float]) -> float:
+        p = statistics.fmean(xs)
+        binom = max(p * (1 - p), 1.0 / n_eval) / n_eval
+        run_var = statistics.variance(xs) if len(xs) > 1 else 0.0
+        return max(binom, run_var) / len(xs)
+
+    diff = statistics.fmean(acc[a]) - statistics.fmean(acc[b])
+    noise = 2 * math.sqrt(var_of_mean(acc[a]) + var_of_mean(acc[b]))
+    return {a: statistics.fmean(acc[a]), b: statistics.fmean(acc[b]), "difference": diff,
+            "two_standard_errors": noise, "equal_within_noise": abs(diff) <= noise}
+
+
+def aggregate_modes(runs: list[dict]) -> dict[str, dict]:
+    """Per mode: spread of effective/generation throughput, idle fractions, accuracy; merged staleness."""
+    out: dict[str, dict] = {}
+    for mode in MODES:
+        rs = [r for r in runs if r["mode"] == mode]
+        if not rs:
+            continue
+        stale: dict[int, int] = {}
+        for r in rs:
+            for k, n in r["staleness"].items():
+                stale[int(k)] = stale.get(int(k), 0) + n
+        lanes = sorted({lane for r in rs for lane in r["idle"]})
+        out[mode] = {
+            "eta": rs[0]["eta"], "interruptible": rs[0]["interruptible"], "runs": len(rs),
+            "effective_tokens_per_s": spread([r["effective_tokens_per_s"] for r in rs]),
+            "effective_tokens_per_s_step_mean": spread([r["effective_tokens_per_s_step_mean"] for r in rs]),
+            "generation_tokens_per_s": spread([r["generation_tokens_per_s"] for r in rs]),
+            "idle": {lane: spread([r["idle"][lane] for r in rs if lane in r["idle"]]) for lane in lanes},
+            "final_accuracy": spread([r["final_accuracy"] for r in rs]),
+            "rl_seconds": spread([r["rl_seconds"] for r in rs]),
+            "staleness": dict(sorted(stale.items())),
+            "staleness_mean": sum(k * n for k, n in stale.items()) / max(sum(stale.values()), 1),
+            "interruptions": spread([float(r["interruptions"]) for r in rs]),
+        }
+    return out
+
+
+def run_plan(scenario: Scenario) -> list[tuple[int, str]]:
+    """``(repeat, mode)`` in execution order: ABBA interleaving (odd repeats reversed)."""
+    modes = ["sync", "async"] + (["async_noninterruptible"] if scenario.compare_interruptible else [])
+    plan = []
+    for r in range(scenario.repeats):
+        plan += [(r, m) for m in (modes if r % 2 == 0 else modes[::-1])]
+    return plan
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Machine description
+# ----------------------------------------------------------------------------------------------------------
+
+
+def machine_description() -> dict:
+    """CPU model, core counts, load average, memory, Python/torch versions of this machine."""
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gib = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_gib = round(int(line.split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    try:
+        import torch
+
+        torch_version = torch.__version__
+    except ImportError:
+        torch_version = None
+    return {
+        "cpu": cpu, "cpu_count": os.cpu_count(),
+        "cpus_usable": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+        "memory_gib": mem_gib, "python": platform.python_version(), "platform": platform.platform(),
+        "torch": torch_version,
+    }
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Continuous batching (embedded server) vs Hugging Face static generate
+# ----------------------------------------------------------------------------------------------------------
+
+
+def generation_workload(vocab_size: int, n_prompts: int, min_new_tokens: int, max_new_tokens: int,
+                        seed: int) -> tuple[list[list[int]], list[int]]:
+    """Deterministic variable-length workload: prompt i has 4 + (7i mod 37) random ids in [3, V) and a
+    budget of ``min + (37 i mod (max - min + 1))`` new tokens (defaults: prompts 4-40, budgets 16-256)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(3, vocab_size, (4 + (i * 7) % 37,), generator=g).tolist() for i in range(n_prompts)]
+    budgets = [min_new_tokens + (i * 37) % (max_new_tokens - min_new_tokens + 1) for i in range(n_prompts)]
+    return prompts, budgets
+
+
+def compare_generation(model_dir: str | Path, *, n_prompts: int = 32, min_new_tokens: int = 16,
+                       max_new_tokens: int = 256, seed: int = 0, hf_per_prompt: bool = True,
+                       cpus: str = "") -> dict:
+    """Embedded server (continuous batching, all prompts sent at once) vs HF ``generate`` on one workload.
+
+    Greedy, ``ignore_eos``, one torch thread each; tokens/s = useful tokens (sum of budgets) / wall s. HF
+    static batching: one left-padded batch decoded to the largest budget (the finished rows keep computing);
+    ``hf_per_prompt`` also times HF one prompt at a time (each only as long as its budget) and checks that
+    the server's greedy outputs equal HF's. ``cpus``: pin this process and the server to these cpus (both
+    sides then run on the same core, one after the other).
+
+    Returns:
+        ``{"workload", "embedded_server", "hf_static_batch", "hf_per_prompt", "continuous_over_static",
+        "greedy_identical"}`` with seconds and tokens/s for each side.
+    Raises:
+        RuntimeError: the server did not return exactly the budgeted number of tokens.
+    """
+    import asyncio
+
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    from areal_cli.config import parse_cpu_list
+    from areal_cli.rollout.client import RolloutClient
+    from areal_cli.rollout.protocol import SamplingParams
+    from areal_cli.rollout.server import EmbeddedServer
+    from areal_cli.train_loop import pin_process
+
+    pin = parse_cpu_list(cpus)
+    before = os.sched_getaffinity(0) if pin else None
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        if pin:
+            pin_process(0, pin)
+        hf_logging.disable_progress_bar()
+        hf = AutoModelForCausalLM.from_pretrained(str(model_dir)).eval()
+        V = hf.config.vocab_size
+        prompts, budgets = generation_workload(V, n_prompts, min_new_tokens, max_new_tokens, seed)
+        useful = sum(budgets)
+        with EmbeddedServer.launch(model_dir, num_threads=1, max_running_requests=max(64, n_prompts)) as srv:
+            if pin:
+                pin_process(srv.proc.pid, pin)
+
+            async def run():
+                c = RolloutClient([srv.url], vocab_size=V)
+                try:
+                    await c.generate(prompts[0], SamplingParams(4, temperature=0.0))  # warm-up
+                    t = time.perf_counter()
+                    outs = await asyncio.gather(*(
+                        c.generate(p, SamplingParams(m, temperature=0.0, ignore_eos=True))
+                        for p, m in zip(prompts, budgets)))
+                    return outs, time.perf_counter() - t
+                finally:
+                    await c.aclose()
+
+            outs, dt_srv = asyncio.run(run())
+        if sum(len(o.output_ids) for o in outs) != useful:
+            raise RuntimeError("the server did not generate exactly the budgeted tokens")
+
+        hf.generation_config.eos_token_id = None  # = ignore_eos (min_new_tokens would MASK eos instead)
+        pad = hf.config.pad_token_id if hf.config.pad_token_id is not None else 0
+        L = max(map(len, prompts))
+        ids = torch.full((n_prompts, L), pad)
+        mask = torch.zeros(n_prompts, L, dtype=torch.long)
+        for i, p in enumerate(prompts):  # left padding; HF derives position_ids from the mask
+            ids[i, L - len(p):] = torch.tensor(p)
+            mask[i, L - len(p):] = 1
+        with torch.no_grad():
+            hf.generate(ids[:2], attention_mask=mask[:2], max_new_tokens=4, do_sample=False, pad_token_id=pad)
+            t = time.perf_counter()
+            hf.generate(ids, attention_mask=mask, max_new_tokens=max(budgets), do_sample=False, pad_token_id=pad)
+            dt_hf = time.perf_counter() - t
+            per_prompt = None
+            if hf_per_prompt:
+                t = time.perf_counter()
+                seq = [hf.generate(torch.tensor([p]), max_new_tokens=m, do_sample=False,
+                                   pad_token_id=pad)[0, len(p):].tolist() for p, m in zip(prompts, budgets)]
+                dt_seq = time.perf_counter() - t
+                per_prompt = {"seconds": dt_seq, "tokens_per_s": useful / dt_seq}
+                same = sum(o.output_ids == s for o, s in zip(outs, seq))
+    finally:
+        torch.set_num_threads(threads)
+        if before is not None:
+            pin_process(0, frozenset(before))
+    return {
+        "workload": {"n_prompts": n_prompts, "prompt_lengths": [min(map(len, prompts)), max(map(len, prompts))],
+                     "budgets": [min(budgets), max(budgets)], "useful_tokens": useful, "greedy": True,
+                     "ignore_eos": True, "seed": seed, "torch_threads": 1, "cpus": cpus or None},
+        "embedded_server": {"seconds": dt_srv, "tokens_per_s": useful / dt_srv},
+        "hf_static_batch": {"seconds": dt_hf, "tokens_per_s": useful / dt_hf,
+                            "computed_tokens_per_s": n_prompts * max(budgets) / dt_hf},
+        "hf_per_prompt": per_prompt,
+        "continuous_over_static": dt_hf / dt_srv,
+        "greedy_identical": f"{same}/{n_prompts}" if per_prompt else None,
+    }
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The benchmark
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _run_cfg(scenario: Scenario, extra_overrides: list[str], items: list[str]):
+    from areal_cli.config import apply_overrides, load_recipe
+
+    cfg, _ = load_recipe(scenario.recipe)
+    ov = [f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in scenario.overrides.items()]
+    return apply_overrides(cfg, ov + list(extra_overrides) + items)
+
+
+@contextlib.contextmanager
+def _output_to(path: Path):
+    """Send this process's stdout (the run's status lines and summary table) to ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f, contextlib.redirect_stdout(f):
+        yield
+
+
+def run_benchmark(scenario: Scenario, out: Path, *, extra_overrides: list[str] | None = None,
+                  log: Callable[[str], None] = print) -> dict:
+    """Run ``scenario`` into ``out``: warm start, interleaved runs, generate comparison, results.json, plots.
+
+    Args:
+        extra_overrides: ``key=value`` recipe overrides after the scenario's (e.g. from ``-o``).
+        log: receives one line per finished phase.
+    Returns:
+        the results dict (also ``out/results.json``).
+    Raises:
+        UserError: ``out`` already holds results, bad recipe/overrides, unavailable cpus.
+    """
+    from areal_cli.atomic import write_json_atomic
+    from areal_cli.bench.timeline_plot import plot_throughput_bars, plot_timelines
+    from areal_cli.train_loop import run_training
+
+    extra = list(extra_overrides or [])
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out}: --out exists and is not a directory")
+    if (out / "results.json").exists() or (out / "warm").exists():
+        raise UserError(f"{out}: already holds a benchmark; choose another --out")
+    cpu_items = [f"trainer_cpus={scenario.cpus['trainer']}", f"server_cpus={scenario.cpus['server']}",
+                 f"controller_cpus={scenario.cpus['controller']}"]
+    base_cfg = _run_cfg(scenario, extra, cpu_items)  # validates everything before any work
+    out.mkdir(parents=True, exist_ok=True)
+    machine = {"start": machine_description()}
+    t_bench = time.monotonic()
+
+    # 1. one supervised warm start, shared by every run
+    log(f"warm start ({scenario.recipe})")
+    with _output_to(out / "warm" / "console.log"):
+        warm_summary = run_training(_run_cfg(scenario, extra, cpu_items + ["max_steps=0"]), out / "warm", live=False)
+    weights = sorted((out / "warm" / "weights").glob("sft-step*"))
+    if not weights:
+        raise RuntimeError(f"the warm start left no weights in {out / 'warm' / 'weights'}")
+    warm = {**warm_summary["warm_start"], "weights": str(weights[-1])}
+    log(f"warm start: {warm['steps']} steps, {warm['seconds']:.1f} s, accuracy {warm['accuracy']:.3f}")
+
+    # 2. interleaved runs
+    runs: list[dict] = []
+    timelines: dict[str, dict] = {}
+    for i, (rep, mode) in enumerate(run_plan(scenario)):
+        eta = scenario.eta_sync if mode == "sync" else scenario.eta_async
+        interruptible = mode != "async_noninterruptible"
+        label = f"{i:02d}-{mode}-r{rep}"
+        items = cpu_items + [f"model_path={weights[-1].resolve()}", "sft_max_steps=0",
+                             f"max_steps={scenario.steps}", f"eval_every={scenario.steps}", "target_accuracy=0",
+                             "time_limit_s=0", f"max_head_offpolicyness={eta}",
+                             f"interruptible={'true' if interruptible else 'false'}"]
+        cfg = _run_cfg(scenario, extra, items)
+        run_dir = out / "runs" / label
+        with _output_to(out / "runs" / f"{label}.console.log"):
+            summary = run_training(cfg, run_dir, live=False, record_timeline=True)
+        tl = json.loads((run_dir / "timeline.json").read_text())
+        r = summarize_run(tl, summary, label=label, mode=mode, repeat=rep, eta=eta, interruptible=interruptible,
+                          eval_n_prompts=cfg.eval_n_prompts)
+        r["dir"] = str(run_dir)
+        runs.append(r)
+        timelines.setdefault(mode, tl)  # the first run of each mode is plotted
+        log(f"{label}: {r['effective_tokens_per_s']:.0f} tok/s effective, {r['rl_seconds']:.1f} s for "
+            f"{r['steps']} steps, accuracy {r['final_accuracy']:.3f}, idle trainer {r['idle'].get('trainer', 0):.2f} "
+            f"server {r['idle'].get('server0', 0):.2f}")
+
+    # 3. continuous batching vs static generate
+    gen = None
+    if scenario.generate_compare:
+        log("continuous batching vs HF static generate")
+        gen = compare_generation(weights[-1], cpus=scenario.cpus["server"], **scenario.generate_compare)
+        log(f"embedded server {gen['embedded_server']['tokens_per_s']:.0f} tok/s vs HF static batch "
+            f"{gen['hf_static_batch']['tokens_per_s']:.0f} tok/s: {gen['continuous_over_static']:.2f}x")
+
+    machine["end"] = machine_description()
+    results = build_results(scenario, runs, warm=warm, generate=gen, machine=machine, extra_overrides=extra,
+                            recipe_config=base_cfg.to_dict(), seconds=time.monotonic() - t_bench)
+    plot_timelines([(m, timelines[m]) for m in MODES if m in timelines], out / results["plots"]["timeline"])
+    plot_throughput_bars(results, out / results["plots"]["throughput"])
+    write_json_atomic(out / "results.json", results)
+    return results
+
+
+def build_results(scenario: Scenario, runs: list[dict], *, warm: dict, generate: dict | None, machine: dict,
+                  extra_overrides: list[str], recipe_config: dict, seconds: float) -> dict:
+    """The ``results.json`` document (schema :data:`SCHEMA`) from the per-run figures of :func:`summarize_run`.
+
+    Top-level keys: schema, created, command, machine, scenario, extra_overrides, recipe_config, definitions,
+    warm_start, runs, modes (:func:`aggregate_modes`), ratios (``async_over_sync``,
+    ``async_over_sync_generation``, ``interruptible_over_noninterruptible``: :func:`paired_ratio` or None),
+    accuracy (:func:`accuracy_comparison`), generate (:func:`compare_generation` or None), targets (with
+    ``reached``), plots, bench_seconds.
+    """
+    ratios = {"async_over_sync": paired_ratio(runs, "async", "sync"),
+              "async_over_sync_generation": paired_ratio(runs, "async", "sync", "generation_tokens_per_s"),
+              "interruptible_over_noninterruptible": paired_ratio(runs, "async", "async_noninterruptible")}
+    accuracy = accuracy_comparison(runs)
+    reached = {
+        "async_over_sync": bool(ratios["async_over_sync"] and ratios["async_over_sync"]["mean"] >= TARGETS["async_over_sync"]
+                                and accuracy and accuracy["equal_within_noise"]),
+        "continuous_over_static": bool(generate and generate["continuous_over_static"] >= TARGETS["continuous_over_static"]),
+    }
+    argv = sys.argv[1:]
+    return {
+        "schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": " ".join(["areal", *argv]) if argv[:2] == ["bench", "throughput"] else None,
+        "machine": machine, "scenario": scenario.to_dict(), "extra_overrides": list(extra_overrides),
+        "recipe_config": dict(recipe_config),
+        "definitions": {
+            "effective_tokens_per_s": "prompt+response tokens of trained samples / RL wall seconds (warm start excluded)",
+            "generation_tokens_per_s": "all tokens the servers generated / RL wall seconds",
+            "idle": "fraction of the RL window: trainer waiting for a batch; server with nothing in flight and no update",
+            "staleness": "trained samples by versions between their first token and the training step",
+        },
+        "warm_start": warm, "runs": runs, "modes": aggregate_modes(runs), "ratios": ratios, "accuracy": accuracy,
+        "generate": generate, "targets": {**TARGETS, "reached": reached},
+        "plots": {"timeline": "timeline.png", "throughput": "throughput.png"}, "bench_seconds": seconds,
+    }
+
+
+def results_table(results: dict):
+    """A rich Table of the results (modes as columns, ratio last)."""
+    from rich.table import Table
+
+    modes = results["modes"]
+    cols = [m for m in MODES if m in modes]
+    t = Table(title=f"areal bench throughput: {results['scenario']['name']} "
+                    f"({results['scenario']['steps']} RL steps x {results['scenario']['repeats']} repeats)")
+    t.add_column("metric", style="cyan")
+    names = {"sync": f"sync (eta={results['scenario']['eta_sync']})",
+             "async": f"async (eta={results['scenario']['eta_async']})",
+             "async_noninterruptible": "async, non-interruptible"}
+    for m in cols:
+        t.add_column(names[m], justify="right")
+    t.add_column("async / sync", justify="right", style="bold")
+
+    def ms(d: dict, fmt: str = "{:.0f}") -> str:
+        return (fmt + " ± " + fmt).format(d["mean"], d["std"]) if d["n"] > 1 else fmt.format(d["mean"])
+
+    r = results["ratios"]["async_over_sync"]
+    rg = results["ratios"]["async_over_sync_generation"]
+    t.add_row("effective training throughput (tok/s)", *[ms(modes[m]["effective_tokens_per_s"]) for m in cols],
+              f"{r['mean']:.2f}x [{r['min']:.2f}-{r['max']:.2f}]" if r else "-")
+    t.add_row("generation throughput (tok/s)", *[ms(modes[m]["generation_tokens_per_s"]) for m in cols],
+              f"{rg['mean']:.2f}x" if rg else "-")
+    t.add_row("RL wall time (s)", *[ms(modes[m]["rl_seconds"], "{:.1f}") for m in cols], "")
+    for lane in sorted({lane for m in cols for lane in modes[m]["idle"]}):
+        t.add_row(f"idle fraction: {lane}", *[ms(modes[m]["idle"][lane], "{:.2f}") if lane in modes[m]["idle"]
+                                               else "-" for m in cols], "")
+    t.add_row("staleness (samples by versions behind)",
+              *[" ".join(f"{k}:{n}" for k, n in modes[m]["staleness"].items()) for m in cols], "")
+    acc = results["accuracy"]
+    t.add_row("held-out accuracy after the last step", *[ms(modes[m]["final_accuracy"], "{:.3f}") for m in cols],
+              (f"{acc['difference']:+.3f} ({'equal' if acc['equal_within_noise'] else 'NOT equal'} within "
+               f"±{acc['two_standard_errors']:.3f})") if acc else "")
+    ri = results["ratios"]["interruptible_over_noninterruptible"]
+    if ri:
+        t.add_row("interruptible / non-interruptible (effective)", *["" for _ in cols],
+                  f"{ri['mean']:.2f}x [{ri['min']:.2f}-{ri['max']:.2f}]")
+    g = results.get("generate")
+    if g:
+        t.add_row(f"continuous batching vs HF static generate: {g['embedded_server']['tokens_per_s']:.0f} vs "
+                  f"{g['hf_static_batch']['tokens_per_s']:.0f} tok/s", *["" for _ in cols],
+                  f"{g['continuous_over_static']:.2f}x")
+    load = results["machine"]["start"]["load_average"]
+    t.caption = (f"{results['machine']['start']['cpu']}, {results['machine']['start']['cpu_count']} cpus, load "
+                 f"{load} at start; targets: async/sync >= {TARGETS['async_over_sync']}x at equal accuracy "
+                 f"({'reached' if results['targets']['reached']['async_over_sync'] else 'not reached'}), "
+                 f"continuous/static >= {TARGETS['continuous_over_static']}x "
+                 f"({'reached' if results['targets']['reached']['continuous_over_static'] else 'not reached'})")
+    return t

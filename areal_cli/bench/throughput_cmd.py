@@ -1,0 +1,83 @@
+"""``areal bench throughput``: sync vs async RL measured side by side on this machine (click command).
+
+Importing this module imports only click and the standard library; the benchmark (torch, the trainer,
+matplotlib, rich) is imported when the command runs. Writes ``DIR/results.json``, ``DIR/timeline.png``,
+``DIR/throughput.png`` and one folder per run under ``DIR/runs/``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+
+@click.command("throughput")
+@click.argument("recipe", required=False, default=None)
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
+              help="Output folder. Default: runs/bench-throughput-<date>-<time>.")
+@click.option("--scenario", "scenario_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Scenario YAML (e.g. benchmarks/scenarios/throughput-tiny-arith.yaml). Default: the built-in "
+                   "tiny-arith scenario (the same values).")
+@click.option("--steps", type=click.IntRange(min=1), default=None, help="RL steps per run (overrides the scenario).")
+@click.option("--repeats", type=click.IntRange(min=1), default=None,
+              help="Runs per mode, interleaved (overrides the scenario).")
+@click.option("--no-interruptible-compare", is_flag=True, help="Skip the non-interruptible async runs.")
+@click.option("--no-generate-compare", is_flag=True, help="Skip continuous batching vs HF static generate.")
+@click.option("-o", "--override", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override a recipe field in every run, e.g. -o group_size=8. Repeatable.")
+def throughput(recipe: str | None, out_dir: Path | None, scenario_path: Path | None, steps: int | None,
+               repeats: int | None, no_interruptible_compare: bool, no_generate_compare: bool,
+               overrides: tuple[str, ...]) -> None:
+    """Measure synchronous (eta=0) vs asynchronous RL of RECIPE (default: tiny-arith) on this machine.
+
+    Same recipe, same cores for generation and training; only eta differs. Reports effective training
+    throughput (tokens consumed by training per second, AReaL's definition), generation throughput, idle
+    fractions, staleness and accuracy reached, with the async/sync ratio; also interruptible vs
+    non-interruptible weight updates and continuous batching vs Hugging Face static generate.
+    """
+    from areal_cli.errors import UserError
+
+    try:
+        _run(recipe, out_dir, scenario_path, steps, repeats, no_interruptible_compare, no_generate_compare,
+             list(overrides))
+    except UserError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+
+
+def _run(recipe, out_dir, scenario_path, steps, repeats, no_interruptible, no_generate, overrides) -> None:
+    import time
+
+    from rich.console import Console
+
+    from areal_cli.bench.throughput import default_scenario, load_scenario, results_table, run_benchmark
+
+    sc = load_scenario(scenario_path) if scenario_path else default_scenario()
+    if recipe:
+        sc.recipe = recipe
+    if steps is not None:
+        sc.steps = steps
+    if repeats is not None:
+        sc.repeats = repeats
+    if no_interruptible:
+        sc.compare_interruptible = False
+    if no_generate:
+        sc.generate_compare = None
+    if out_dir is None:
+        out_dir = Path("runs") / f"bench-throughput-{time.strftime('%Y%m%d-%H%M%S')}"
+    console = Console()
+    t0 = time.monotonic()
+
+    def log(msg: str) -> None:
+        console.print(f"[{time.monotonic() - t0:6.1f}s] {msg}", highlight=False, soft_wrap=True)
+
+    log(f"scenario {sc.name} ({sc.source}): recipe {sc.recipe}, {sc.steps} RL steps x {sc.repeats} repeats, "
+        f"eta {sc.eta_sync} vs {sc.eta_async}, cpus {sc.cpus}, out {out_dir}")
+    results = run_benchmark(sc, out_dir, extra_overrides=overrides, log=log)
+    console.print(results_table(results))
+    console.print(f"wrote {out_dir}/results.json, {out_dir}/timeline.png, {out_dir}/throughput.png")

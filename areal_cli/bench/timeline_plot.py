@@ -1,0 +1,133 @@
+"""Plots of ``areal bench throughput``: per-worker activity timelines and throughput bars (matplotlib, Agg).
+
+Both functions write a PNG atomically (temporary file in the same folder, then rename).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+# kind -> colour; lanes: "trainer" then "server<i>" (see areal_cli.train_loop.Timeline)
+COLOURS = {"train": "#1f77b4", "publish": "#ff7f0e", "wait": "#dddddd", "eval": "#9467bd",
+           "generate": "#2ca02c", "update": "#d62728"}
+TITLES = {"sync": "sync (eta = 0)", "async": "async", "async_noninterruptible": "async, non-interruptible updates"}
+
+
+def _save(fig, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".png", dir=path.parent)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=110, bbox_inches="tight")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def plot_timelines(runs: list[tuple[str, dict]], path: Path, *, window_s: float | None = 12.0) -> None:
+    """One panel per run: a row per worker (trainer, each server) with its activity intervals.
+
+    Args:
+        runs: ``(mode, timeline)`` pairs; timeline as written by ``run_training(record_timeline=True)``.
+        path: PNG to write.
+        window_s: show the first ``window_s`` seconds of RL (None: the whole RL phase); x = seconds since
+            the RL phase started.
+    Raises:
+        ValueError: no runs.
+    """
+    if not runs:
+        raise ValueError("no runs to plot")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    fig, axes = plt.subplots(len(runs), 1, figsize=(11, 1.6 + 1.3 * len(runs)), squeeze=False, sharex=True)
+    kinds_seen: set[str] = set()
+    for ax, (mode, tl) in zip(axes[:, 0], runs):
+        t0 = tl["marks"]["rl_start"]
+        t_end = tl["marks"].get("rl_end", t0)
+        x1 = min(t_end - t0, window_s) if window_s else t_end - t0
+        lanes = ["trainer"] + sorted({e["lane"] for e in tl["events"] if e["lane"] != "trainer"})
+        for row, lane in enumerate(lanes):
+            by_kind: dict[str, list[tuple[float, float]]] = {}
+            for e in tl["events"]:
+                if e["lane"] == lane and e["end"] > t0 and e["start"] - t0 < x1:
+                    by_kind.setdefault(e["kind"], []).append((e["start"] - t0, e["end"] - e["start"]))
+            # generation underneath, updates on top, so a drain during an update stays visible
+            for kind in sorted(by_kind, key=lambda k: ("wait", "generate", "train", "eval", "publish", "update").index(k)
+                               if k in COLOURS else 9):
+                kinds_seen.add(kind)
+                height = 0.5 if kind == "update" else 0.8
+                ax.broken_barh(by_kind[kind], (row - height / 2, height), color=COLOURS.get(kind, "#888888"),
+                               linewidth=0)
+        for s in tl["steps"]:
+            if s["end"] - t0 <= x1:
+                ax.axvline(s["end"] - t0, color="black", linewidth=0.4, alpha=0.4)
+        ax.set_yticks(range(len(lanes)), lanes)
+        ax.set_ylim(-0.6, len(lanes) - 0.4)
+        ax.set_xlim(0, x1)
+        ax.invert_yaxis()
+        ax.set_title(TITLES.get(mode, mode) + " (vertical lines: policy version published)", fontsize=9, loc="left")
+    axes[-1, 0].set_xlabel("seconds since the RL phase started")
+    handles = [Patch(color=COLOURS[k], label=k) for k in COLOURS if k in kinds_seen]
+    fig.legend(handles=handles, loc="upper right", ncol=len(handles), fontsize=8, frameon=False)
+    fig.suptitle("Generation and training activity per worker", x=0.01, ha="left", fontsize=11)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    _save(fig, path)
+    plt.close(fig)
+
+
+def plot_throughput_bars(results: dict, path: Path) -> None:
+    """Bars with the run-to-run range: effective and generation throughput per mode; and, when measured,
+    the embedded server vs HF static generate tokens/s.
+
+    Args:
+        results: the ``results.json`` dict of :func:`areal_cli.bench.throughput.run_benchmark`.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modes = results["modes"]
+    names = [m for m in ("sync", "async", "async_noninterruptible") if m in modes]
+    gen = results.get("generate")
+    fig, axes = plt.subplots(1, 2 if gen else 1, figsize=(11 if gen else 7, 4), squeeze=False)
+    ax = axes[0, 0]
+    width = 0.38
+    for j, (key, label, colour) in enumerate((("effective_tokens_per_s", "effective training", "#1f77b4"),
+                                              ("generation_tokens_per_s", "generation", "#2ca02c"))):
+        xs = [i + (j - 0.5) * width for i in range(len(names))]
+        d = [modes[m][key] for m in names]
+        ax.bar(xs, [v["mean"] for v in d], width, color=colour, label=label,
+               yerr=[[v["mean"] - v["min"] for v in d], [v["max"] - v["mean"] for v in d]], capsize=3)
+        for x, v in zip(xs, d):
+            ax.text(x, v["max"], f"{v['mean']:.0f}", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(names)), [TITLES.get(m, m).replace(", ", ",\n") for m in names], fontsize=8)
+    ax.set_ylabel("tokens / s")
+    r = results["ratios"]["async_over_sync"]
+    ax.set_title(f"RL throughput (async/sync effective: {r['mean']:.2f}x)" if r else "RL throughput", fontsize=10)
+    ax.legend(fontsize=8)
+    if gen:
+        ax = axes[0, 1]
+        bars = [("embedded server\n(continuous batching)", gen["embedded_server"]["tokens_per_s"]),
+                ("HF generate\n(static batch)", gen["hf_static_batch"]["tokens_per_s"])]
+        if gen.get("hf_per_prompt"):
+            bars.append(("HF generate\n(one prompt at a time)", gen["hf_per_prompt"]["tokens_per_s"]))
+        ax.bar(range(len(bars)), [b[1] for b in bars], color=["#2ca02c", "#7f7f7f", "#bcbcbc"][: len(bars)])
+        for i, (_, v) in enumerate(bars):
+            ax.text(i, v, f"{v:.0f}", ha="center", va="bottom", fontsize=8)
+        ax.set_xticks(range(len(bars)), [b[0] for b in bars], fontsize=8)
+        ax.set_ylabel("useful tokens / s")
+        w = gen["workload"]
+        ax.set_title(f"{w['n_prompts']} prompts, {w['budgets'][0]}-{w['budgets'][1]} new tokens "
+                     f"({gen['continuous_over_static']:.2f}x)", fontsize=10)
+    fig.tight_layout()
+    _save(fig, path)
+    plt.close(fig)

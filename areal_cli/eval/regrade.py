@@ -1,0 +1,167 @@
+"""``areal eval --regrade GENERATIONS.jsonl``: read saved completions to grade them again, no generation.
+
+Record format (JSON Lines, one completion a line; blank lines skipped; a ``samples.jsonl`` written by
+``areal eval`` qualifies as is):
+
+- ``dataset`` (str, required): benchmark name;
+- ``problem_id`` (str or int, required): the problem's id in that benchmark;
+- ``text`` (str, required; ``completion`` accepted instead): the completion;
+- ``sample_index`` (int >= 0, optional): default = the record's position among the same problem's records;
+- ``pass`` (optional): ``"sample"`` (default) or ``"greedy"``;
+- ``output_ids`` (list of ints), ``finish_reason`` (str): optional, kept for the length metrics.
+
+Grading fields of the input (``extracted``, ``correct``, ...) are ignored: everything is graded again.
+
+Every problem of every benchmark named in the file must have completions, the same number n of them, with
+indices 0..n-1 (pass@k and maj@n are defined over the whole benchmark). All violations are
+:class:`UserError` with ``file:line`` (or the problem id): unknown benchmark, unknown problem id,
+malformed JSON, a missing or mistyped field, a duplicate (problem, sample index).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from areal_cli.errors import UserError, where
+from areal_cli.eval.datasets import Problem
+from areal_cli.eval.generate import PASSES
+
+KEPT_FIELDS = ("output_ids", "finish_reason")
+
+
+@dataclass(frozen=True)
+class SavedCompletion:
+    """One parsed line of a generations file (``line`` is 1-based, for messages)."""
+
+    line: int
+    dataset: str
+    problem_id: str
+    text: str
+    pass_name: str
+    sample_index: int | None
+    extra: dict[str, Any]
+
+
+def read_generations(path: str | Path) -> list[SavedCompletion]:
+    """Parse a generations file (field checks only; problems are matched by :func:`match_problems`).
+
+    Raises:
+        UserError: missing file, not UTF-8, malformed JSON, missing/mistyped field, no records.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: generations file not found")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not UTF-8 text: {exc}") from None
+    out: list[SavedCompletion] = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{where(path, lineno)}: malformed JSON: {exc.msg} (column {exc.colno})") from None
+        if not isinstance(rec, dict):
+            raise UserError(f"{where(path, lineno)}: expected a JSON object, got {type(rec).__name__}")
+        out.append(_parse_record(rec, path, lineno))
+    if not out:
+        raise UserError(f"{path}: no records")
+    return out
+
+
+def _parse_record(rec: dict[str, Any], path: Path, lineno: int) -> SavedCompletion:
+    def field_error(field: str, what: str) -> UserError:
+        return UserError(f"{where(path, lineno, field)} {what}")
+
+    ds = rec.get("dataset")
+    if not isinstance(ds, str) or not ds.strip():
+        raise field_error("dataset", "missing" if ds is None else "must be a non-empty string")
+    pid = rec.get("problem_id")
+    if isinstance(pid, bool) or not isinstance(pid, (str, int)) or not str(pid).strip():
+        raise field_error("problem_id", "missing" if pid is None else "must be a string or integer")
+    text_field = "text" if "text" in rec else "completion"
+    text = rec.get(text_field)
+    if not isinstance(text, str):
+        raise field_error("text", "missing" if text is None else "must be a string")
+    idx = rec.get("sample_index")
+    if idx is not None and (isinstance(idx, bool) or not isinstance(idx, int) or idx < 0):
+        raise field_error("sample_index", f"must be an integer >= 0, got {idx!r}")
+    pass_name = rec.get("pass", "sample")
+    if pass_name not in PASSES:
+        raise field_error("pass", f"must be one of {', '.join(PASSES)}, got {pass_name!r}")
+    ids = rec.get("output_ids")
+    if ids is not None and (not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool)
+                                                                  for t in ids)):
+        raise field_error("output_ids", "must be a list of integers")
+    extra = {k: rec[k] for k in KEPT_FIELDS if rec.get(k) is not None}
+    return SavedCompletion(lineno, ds.strip(), str(pid).strip(), text, pass_name, idx, extra)
+
+
+def datasets_in(saved: list[SavedCompletion]) -> list[str]:
+    """Benchmark names in order of first appearance."""
+    return list(dict.fromkeys(s.dataset for s in saved))
+
+
+def match_problems(path: str | Path, saved: list[SavedCompletion],
+                   problems_by_ds: dict[str, list[Problem]]) -> list[dict[str, Any]]:
+    """Attach each completion to its problem and check that every benchmark is covered evenly.
+
+    Returns:
+        sample records (pass, dataset, problem_id, sample_index, text, gold, + kept fields), in file order.
+
+    Raises:
+        UserError: ``file:line: problem_id 'x' not in benchmark 'aime24'``; a completion for a benchmark
+            not selected; duplicate (pass, problem, sample index); problems without completions; unequal
+            numbers of completions or indices that are not 0..n-1 (names the problem).
+    """
+    path = Path(path)
+    by_id = {ds: {p.id: p for p in ps} for ds, ps in problems_by_ds.items()}
+    next_index: dict[tuple[str, str, str], int] = {}
+    seen: dict[tuple[str, str, str, int], int] = {}
+    records: list[dict[str, Any]] = []
+    for s in saved:
+        if s.dataset not in by_id:
+            raise UserError(f"{where(path, s.line, 'dataset')}: benchmark '{s.dataset}' is not among the "
+                            f"selected benchmarks ({', '.join(by_id)})")
+        problem = by_id[s.dataset].get(s.problem_id)
+        if problem is None:
+            raise UserError(f"{where(path, s.line)}: problem_id '{s.problem_id}' not in benchmark '{s.dataset}'")
+        group = (s.pass_name, s.dataset, s.problem_id)
+        idx = s.sample_index if s.sample_index is not None else next_index.get(group, 0)
+        next_index[group] = max(next_index.get(group, 0), idx + 1)
+        key = (*group, idx)
+        if key in seen:
+            raise UserError(f"{where(path, s.line)}: problem '{s.problem_id}' ({s.dataset}, {s.pass_name} pass) "
+                            f"has sample_index {idx} twice (first on line {seen[key]})")
+        seen[key] = s.line
+        records.append({"pass": s.pass_name, "dataset": s.dataset, "problem_id": s.problem_id,
+                        "sample_index": idx, "text": s.text, "gold": problem.answer, **s.extra})
+    _check_coverage(path, records, problems_by_ds)
+    return records
+
+
+def _check_coverage(path: Path, records: list[dict[str, Any]], problems_by_ds: dict[str, list[Problem]]) -> None:
+    for ds, problems in problems_by_ds.items():
+        for pass_name in PASSES:
+            indices: dict[str, list[int]] = {}
+            for r in records:
+                if r["dataset"] == ds and r["pass"] == pass_name:
+                    indices.setdefault(r["problem_id"], []).append(r["sample_index"])
+            if not indices and (pass_name == "greedy" or not problems):
+                continue
+            missing = [p.id for p in problems if p.id not in indices]
+            if missing:
+                what = "greedy completions" if pass_name == "greedy" else "completions"
+                raise UserError(f"{path}: benchmark '{ds}': {len(missing)} of {len(problems)} problems have no "
+                                f"{what} (first: problem_id '{missing[0]}')")
+            n = max(len(v) for v in indices.values())
+            for p in problems:
+                got = sorted(indices[p.id])
+                if got != list(range(n)):
+                    raise UserError(f"{path}: benchmark '{ds}' problem_id '{p.id}' ({pass_name} pass): sample "
+                                    f"indices {got} are not 0..{n - 1} (every problem needs the same n)")

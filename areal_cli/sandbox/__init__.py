@@ -1,0 +1,30 @@
+"""Sandbox for untrusted programs (model-written code): limits, isolation, and a per-test harness.
+
+Public API: :class:`Limits`, :func:`run_python`, :func:`run_tests`, :class:`RunResult`,
+:class:`SandboxRun`, :class:`SandboxError`, :func:`network_isolation`. See :mod:`.runner` for the
+isolation levels and ``harness.py`` for the process layout.
+"""
+
+from areal_cli.sandbox.limits import Limits
+from areal_cli.sandbox.runner import (
+    LCB_PRELUDE,
+    RunResult,
+    SandboxError,
+    SandboxRun,
+    network_isolation,
+    read_roots,
+    run_python,
+    run_tests,
+)
+
+__all__ = [
+    "LCB_PRELUDE",
+    "Limits",
+    "RunResult",
+    "SandboxError",
+    "SandboxRun",
+    "network_isolation",
+    "read_roots",
+    "run_python",
+    "run_tests",
+]

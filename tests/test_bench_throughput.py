@@ -1,0 +1,322 @@
+"""Claims about `areal bench throughput`: idle fractions and effective throughput follow from a run's timeline
+as defined (AReaL: tokens consumed by training / time), ratios pair runs that ran next to each other,
+results.json carries every figure, the plots are written, the client records generation activity and
+non-interruptible weight updates never abort a sample, and the command runs end to end."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+from areal_cli.bench import throughput as tp
+from areal_cli.bench.throughput_cmd import throughput
+from areal_cli.bench.timeline_plot import plot_throughput_bars, plot_timelines
+from areal_cli.config import TrainConfig, apply_overrides, parse_cpu_list
+from areal_cli.errors import UserError
+from areal_cli.rollout.client import RolloutClient
+from areal_cli.rollout.protocol import SamplingParams
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "sglang"
+
+
+def _timeline(steps=((100, 1.0), (300, 3.0)), rl_start=0.0) -> dict:
+    """A synthetic timeline.json: trainer waits, trains, publishes; one server generates and updates."""
+    events = [
+        {"lane": "trainer", "kind": "wait", "start": 0.0, "end": 0.6},
+        {"lane": "trainer", "kind": "train", "start": 0.6, "end": 0.9},
+        {"lane": "trainer", "kind": "publish", "start": 0.9, "end": 1.0},
+        {"lane": "trainer", "kind": "wait", "start": 1.0, "end": 2.0},
+        {"lane": "trainer", "kind": "train", "start": 2.0, "end": 2.8},
+        {"lane": "trainer", "kind": "publish", "start": 2.8, "end": 3.0},
+        {"lane": "server0", "kind": "generate", "start": 0.0, "end": 0.5},
+        {"lane": "server0", "kind": "generate", "start": 0.4, "end": 0.6},  # overlaps: counted once
+        {"lane": "server0", "kind": "update", "start": 0.9, "end": 1.0},
+        {"lane": "server0", "kind": "generate", "start": 1.0, "end": 2.0},
+        {"lane": "server0", "kind": "update", "start": 2.8, "end": 3.0},
+    ]
+    recs = []
+    prev = rl_start
+    for i, (tokens, end) in enumerate(steps, 1):
+        recs.append({"step": i, "start": prev, "end": end, "tokens": tokens, "response_tokens": tokens // 4,
+                     "n_samples": 8, "staleness": {"0": 6, "1": 2} if i > 1 else {"0": 8},
+                     "wait_s": 0.5, "train_s": 0.4, "train_cpu_s": 0.3, "publish_s": 0.1, "eval_s": 0.0,
+                     "accuracy": 0.5, "cpu": None, "generated_tokens": 250 * i})
+        prev = end
+    return {"clock": "time.monotonic", "marks": {"rl_start": rl_start, "rl_end": steps[-1][1]}, "events": events,
+            "steps": recs, "cpu": {"rl_start": {"t": 0.0, "trainer_process": 1.0, "server0": 2.0},
+                                   "rl_end": {"t": 3.0, "trainer_process": 2.5, "server0": 3.5}}}
+
+
+def _summary(acc: float) -> dict:
+    return {"final_accuracy": acc, "warm_start": {"seconds": 5.0},
+            "controller": {"interruptions": 3, "groups_dropped_filter": 0}}
+
+
+def _runs(sync_tps=(100.0, 110.0), async_tps=(190.0, 200.0), acc=(0.8, 0.82)) -> list[dict]:
+    runs = []
+    for rep in range(2):
+        for mode, tps in (("sync", sync_tps[rep]), ("async", async_tps[rep])):
+            tl = _timeline(steps=((int(tps), 1.0),))
+            runs.append(tp.summarize_run(tl, _summary(acc[rep]), label=f"{rep}-{mode}", mode=mode, repeat=rep,
+                                         eta=0 if mode == "sync" else 2, interruptible=True, eval_n_prompts=128))
+    return runs
+
+
+# ------------------------------------------------------------------------------------------------ accounting
+
+
+def test_merged_intervals_count_overlaps_once_and_clip_to_the_window():
+    assert tp.merge_intervals([(2, 3), (0, 1), (0.5, 1.5), (4, 4)]) == [(0, 1.5), (2, 3)]
+    assert tp.covered_seconds([(0, 1), (0.5, 1.5), (2, 3)], (1.0, 2.5)) == pytest.approx(1.0)
+
+
+def test_idle_fractions_follow_from_the_timeline():
+    act = tp.activity(_timeline())
+    # trainer busy = train + publish = 0.4 + 1.0 of 3 s; it waits the rest
+    assert act["trainer"]["idle"] == pytest.approx(1 - 1.4 / 3)
+    assert act["trainer"]["wait"] == pytest.approx(1.6 / 3)
+    # server busy = generate [0,0.6) + [1,2) and updates [0.9,1) + [2.8,3) = 1.9 of 3 s
+    assert act["server0"]["generate"] == pytest.approx(1.6 / 3)
+    assert act["server0"]["idle"] == pytest.approx(1 - 1.9 / 3)
+    # a window restricts everything to it
+    assert tp.activity(_timeline(), (0.0, 1.0))["server0"]["idle"] == pytest.approx(0.3)
+    with pytest.raises(ValueError):
+        tp.activity(_timeline(), (1.0, 1.0))
+
+
+def test_effective_throughput_is_consumed_tokens_over_step_time():
+    steps = _timeline()["steps"]  # 100 tokens in [0, 1], 300 tokens in [1, 3]
+    eff = tp.effective_throughput(steps, rl_start=0.0)
+    assert eff["tokens"] == 400 and eff["seconds"] == pytest.approx(3.0)
+    assert eff["tokens_per_s"] == pytest.approx(400 / 3)
+    assert eff["step_mean_tokens_per_s"] == pytest.approx((100 / 1 + 300 / 2) / 2)
+    with pytest.raises(ValueError):
+        tp.effective_throughput([], 0.0)
+    with pytest.raises(ValueError):
+        tp.effective_throughput(steps, rl_start=2.0)  # the first step would end before it started
+
+
+def test_run_figures_generation_staleness_and_cpu():
+    r = tp.summarize_run(_timeline(), _summary(0.7), label="x", mode="async", repeat=0, eta=2,
+                         interruptible=True, eval_n_prompts=64)
+    assert r["generated_tokens"] == 500 and r["generation_tokens_per_s"] == pytest.approx(500 / 3)
+    assert r["staleness"] == {0: 14, 1: 2}
+    assert r["cpu_use"] == {"trainer_process": pytest.approx(0.5), "server0": pytest.approx(0.5)}
+    assert r["trainer_cpu_over_wall"] == pytest.approx(0.75)
+    assert r["response_tokens_consumed"] == 25 + 75
+
+
+def test_async_over_sync_ratio_pairs_runs_of_the_same_repeat():
+    runs = _runs()
+    r = tp.paired_ratio(runs, "async", "sync")
+    assert r["pairs"] == [pytest.approx(1.9), pytest.approx(200 / 110)]
+    assert r["mean"] == pytest.approx((1.9 + 200 / 110) / 2)
+    assert r["of_means"] == pytest.approx(195 / 105)
+    assert tp.paired_ratio(runs, "async", "async_noninterruptible") is None
+
+
+def test_accuracies_two_points_apart_are_equal_within_noise_of_128_prompts():
+    acc = tp.accuracy_comparison(_runs(acc=(0.80, 0.82)))
+    assert acc["difference"] == pytest.approx(0.0)
+    assert acc["equal_within_noise"]
+    runs = _runs()
+    for r in runs:
+        r["final_accuracy"] = 0.9 if r["mode"] == "async" else 0.5
+    far = tp.accuracy_comparison(runs)
+    assert far["difference"] == pytest.approx(0.4) and not far["equal_within_noise"]
+
+
+def test_runs_are_interleaved_abba():
+    sc = tp.default_scenario()
+    sc.repeats = 2
+    assert tp.run_plan(sc) == [(0, "sync"), (0, "async"), (0, "async_noninterruptible"),
+                               (1, "async_noninterruptible"), (1, "async"), (1, "sync")]
+    sc.compare_interruptible = False
+    assert [m for _, m in tp.run_plan(sc)] == ["sync", "async", "async", "sync"]
+
+
+# ------------------------------------------------------------------------------------------------ scenario
+
+
+def test_builtin_scenario_is_the_benchmarks_scenario_file():
+    from_file = tp.load_scenario(REPO / "benchmarks" / "scenarios" / "throughput-tiny-arith.yaml")
+    builtin = tp.default_scenario()
+    from_file.source = builtin.source
+    assert from_file == builtin
+    # every override is a recipe field, accepted by the recipe's validation
+    apply_overrides(TrainConfig(), [f"{k}={v}" for k, v in builtin.overrides.items()])
+
+
+def test_bad_scenario_is_reported_with_file_and_line(tmp_path):
+    p = tmp_path / "s.yaml"
+    p.write_text("name: x\nsteps: 3\nstepz: 4\n")
+    with pytest.raises(UserError, match=r"s\.yaml:3: field 'stepz': unknown key"):
+        tp.load_scenario(p)
+    p.write_text("steps: 0\n")
+    with pytest.raises(UserError, match=r"s\.yaml:1: field 'steps'"):
+        tp.load_scenario(p)
+    p.write_text("generate_compare: {n_prompts: 4, min_new_tokens: 9, max_new_tokens: 8}\n")
+    with pytest.raises(UserError, match="min_new_tokens > max_new_tokens"):
+        tp.load_scenario(p)
+
+
+def test_cpu_lists_are_parsed_and_bad_ones_rejected():
+    assert parse_cpu_list("") == frozenset() and parse_cpu_list("0-2,5") == {0, 1, 2, 5}
+    cfg = apply_overrides(TrainConfig(), ["trainer_cpus=0", "server_cpus=1", "interruptible=false"])
+    assert (cfg.trainer_cpus, cfg.server_cpus, cfg.interruptible) == ("0", "1", False)
+    for bad in ("x", "3-1", "0,"):
+        with pytest.raises(UserError, match="field 'server_cpus'"):
+            apply_overrides(TrainConfig(), [f"server_cpus={bad}"])
+
+
+# ------------------------------------------------------------------------------------------------ outputs
+
+
+def test_results_json_schema_plots_and_table(tmp_path):
+    runs = _runs()
+    gen = {"workload": {"n_prompts": 4, "budgets": [16, 64]}, "embedded_server": {"seconds": 1.0, "tokens_per_s": 300.0},
+           "hf_static_batch": {"seconds": 2.0, "tokens_per_s": 150.0}, "hf_per_prompt": None,
+           "continuous_over_static": 2.0, "greedy_identical": None}
+    res = tp.build_results(tp.default_scenario(), runs, warm={"steps": 3, "accuracy": 0.3, "seconds": 5.0},
+                           generate=gen, machine={"start": tp.machine_description()}, extra_overrides=[],
+                           recipe_config=TrainConfig().to_dict(), seconds=1.0)
+    res = json.loads(json.dumps(res))  # what results.json holds
+    assert res["schema"] == tp.SCHEMA
+    for key in ("machine", "scenario", "warm_start", "runs", "modes", "ratios", "accuracy", "generate", "targets"):
+        assert key in res
+    assert res["ratios"]["async_over_sync"]["mean"] == pytest.approx((1.9 + 200 / 110) / 2)
+    assert set(res["modes"]) == {"sync", "async"}
+    assert res["modes"]["async"]["idle"]["trainer"]["n"] == 2
+    assert res["targets"]["reached"] == {"async_over_sync": True, "continuous_over_static": True}
+    m = res["machine"]["start"]
+    assert m["cpu_count"] >= 1 and len(m["load_average"]) == 3 and m["torch"]
+    plot_timelines([("sync", _timeline()), ("async", _timeline())], tmp_path / "timeline.png")
+    plot_throughput_bars(res, tmp_path / "throughput.png")
+    for name in ("timeline.png", "throughput.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert (tmp_path / name).stat().st_size > 10_000
+    from rich.console import Console
+
+    console = Console(record=True, width=160)
+    console.print(tp.results_table(res))
+    text = console.export_text()
+    assert "1.86x" in text and "effective training throughput" in text
+
+
+def test_command_module_imports_only_click_and_stdlib():
+    code = ("import sys; import areal_cli.bench.throughput_cmd as m; "
+            "print(sorted(x for x in ('torch', 'numpy', 'yaml', 'rich', 'matplotlib', 'transformers', 'httpx') "
+            "if x in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip() == "[]"
+
+
+# ------------------------------------------------------------------------------------------------ client
+
+
+class _FakeServer:
+    """httpx.MockTransport: /generate answers a recorded SGLang response after ``delay`` seconds."""
+
+    def __init__(self, delay: float = 0.05):
+        self.delay = delay
+        self.calls: list[tuple[str, dict | None]] = []
+        self.resp = json.loads((FIXTURES / "generate_single.json").read_text())["response"]
+
+    async def handler(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content) if request.content else None
+        self.calls.append((request.url.path, body))
+        if request.url.path == "/generate":
+            await asyncio.sleep(self.delay)
+            return httpx.Response(200, json=self.resp)
+        if request.url.path == "/update_weights_from_disk":
+            return httpx.Response(200, json={"success": True, "message": "ok", "num_paused_requests": 0})
+        return httpx.Response(200, json={"status": "ok", "message": "ok"})
+
+
+@pytest.mark.parametrize("interruptible", [True, False])
+def test_client_records_generation_activity_and_update_windows(interruptible):
+    fake = _FakeServer()
+    events = []
+    c = RolloutClient(["http://a:1"], vocab_size=1024, transport=httpx.MockTransport(fake.handler),
+                      interruptible=interruptible, on_activity=lambda *e: events.append(e))
+
+    async def run():
+        sp = SamplingParams(max_new_tokens=16)
+        await asyncio.gather(c.generate([1, 2, 3], sp), c.generate([4, 5], sp))  # overlap: one interval
+        await c.update_weights_from_disk("/m", 1)
+        await c.aclose()
+
+    asyncio.run(run())
+    kinds = [(u, k) for u, k, _, _ in events]
+    assert kinds == [("http://a:1", "generate"), ("http://a:1", "update")]
+    assert all(b >= a for _, _, a, b in events) and events[0][3] - events[0][2] >= 0.04
+    paths = [p for p, _ in fake.calls]
+    update = next(b for p, b in fake.calls if p == "/update_weights_from_disk")
+    if interruptible:  # pause (abort) -> load -> continue
+        assert "/pause_generation" in paths and "/continue_generation" in paths
+        assert update["abort_all_requests"] is True
+    else:  # no pause: the server finishes in-flight requests before it loads
+        assert "/pause_generation" not in paths and "/continue_generation" not in paths
+        assert update["abort_all_requests"] is False
+
+
+@pytest.mark.slow
+def test_noninterruptible_update_lets_in_flight_samples_finish_with_old_weights(tmp_path):
+    from areal_cli.models.tiny import build_tiny_model
+    from areal_cli.rollout.server import EmbeddedServer
+
+    model = build_tiny_model(tmp_path / "m", seed=0)
+    with EmbeddedServer.launch(model, step_delay_s=0.01) as srv:  # ~0.6 s for 60 tokens
+
+        async def run(interruptible: bool):
+            c = RolloutClient([srv.url], vocab_size=512, interruptible=interruptible)
+            sp = SamplingParams(max_new_tokens=60, min_new_tokens=60, temperature=1.0)
+            task = asyncio.create_task(c.generate([5, 6, 7], sp))
+            await asyncio.sleep(0.2)
+            await c.update_weights_from_disk(str(model), 7 if interruptible else 9)
+            comp = await task
+            await c.aclose()
+            return comp
+
+        ni = asyncio.run(run(False))
+        assert ni.n_interruptions == 0 and len(ni.output_ids) == 60
+        assert set(ni.output_versions) == {0}  # finished entirely with the weights it started with
+        it = asyncio.run(run(True))
+        assert it.n_interruptions >= 1 and len(it.output_ids) == 60
+        assert it.output_versions[0] == 9 and it.output_versions[-1] == 7  # resumed under the new version
+
+
+# ------------------------------------------------------------------------------------------------ end to end
+
+
+@pytest.mark.slow
+def test_bench_command_writes_results_and_plots(tmp_path):
+    cpus = sorted(os.sched_getaffinity(0))
+    scenario = tmp_path / "quick.yaml"
+    scenario.write_text(
+        "name: quick\nsteps: 2\nrepeats: 1\ncompare_interruptible: false\n"
+        f"cpus: {{trainer: '{cpus[0]}', server: '{cpus[-1]}', controller: '{cpus[-1]}'}}\n"
+        "overrides: {success_rate_lb: 0.0, success_rate_ub: 1.0, sft_max_steps: 2, eval_n_prompts: 16}\n"
+        "generate_compare: {n_prompts: 4, min_new_tokens: 4, max_new_tokens: 12, hf_per_prompt: false}\n")
+    out = tmp_path / "bench"
+    res = CliRunner().invoke(throughput, ["--scenario", str(scenario), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    results = json.loads((out / "results.json").read_text())
+    assert [r["mode"] for r in results["runs"]] == ["sync", "async"]
+    assert all(r["steps"] == 2 and r["effective_tokens_per_s"] > 0 for r in results["runs"])
+    assert results["ratios"]["async_over_sync"]["mean"] > 0  # a ratio, whatever this machine gives
+    assert results["generate"]["continuous_over_static"] > 0
+    assert (out / "timeline.png").stat().st_size > 10_000 and (out / "throughput.png").stat().st_size > 10_000
+    assert "async / sync" in res.output
+    # the same output folder is never overwritten
+    again = CliRunner().invoke(throughput, ["--scenario", str(scenario), "--out", str(out)])
+    assert again.exit_code == 2 and "already holds a benchmark" in again.output

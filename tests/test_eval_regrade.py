@@ -1,0 +1,199 @@
+"""Claims: `areal eval --regrade FILE` grades saved completions without a model: each real math file's own
+gold answers, boxed, score pass@1 = maj@1 = 1.0 on all four benchmarks through the command line, with
+results.json, report.md and samples.jsonl written; metrics over several samples per problem follow the
+published definitions; bad records give one line with FILE:LINE (or the problem id), exit code 2, and
+leave nothing behind."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from areal_cli.cli import main
+from areal_cli.eval.datasets import load_datasets
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+DATA = SHARED / "data" / "math"
+NAMES = ["aime24", "aime25", "amc23", "math_500"]
+
+
+@pytest.fixture(scope="module")
+def problems():
+    return load_datasets(NAMES, DATA)
+
+
+def write_jsonl(path: Path, records: list) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records))
+    return path
+
+
+def regrade(gens: Path, out: Path, *extra: str):
+    res = CliRunner().invoke(main, ["eval", "--regrade", str(gens), "--data-dir", str(DATA), "--out", str(out),
+                                    *extra])
+    return res.exit_code, res.output
+
+
+def own_answers(problems, names):
+    return [{"dataset": ds, "problem_id": p.id, "text": f"The answer is \\boxed{{{p.answer}}}"}
+            for ds in names for p in problems[ds]]
+
+
+def test_regrade_of_each_problems_own_answer_scores_one_on_all_four_real_math_files(tmp_path, problems):
+    gens = write_jsonl(tmp_path / "gens.jsonl", own_answers(problems, NAMES))
+    out = tmp_path / "out"
+    code, text = regrade(gens, out)
+    assert code == 0, text
+    results = json.loads((out / "results.json").read_text())
+    assert results["config"]["mode"] == "regrade" and results["config"]["datasets"] == NAMES
+    for ds, n_problems in zip(NAMES, (30, 30, 40, 500)):
+        m = results[ds]
+        assert (m["pass@1"], m["maj@1"], m["n_problems"], m["n_samples"]) == (1.0, 1.0, n_problems, 1)
+        assert m["n_grader_errors"] == m["n_grader_timeouts"] == m["n_no_answer"] == 0
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 600 and all(s["correct"] and s["grader_status"] == "ok" for s in samples)
+    report = (out / "report.md").read_text()
+    assert "| aime24 | 30 | 1 |" in report and "100.0" in report and "mode: regrade" in report
+
+
+def test_regrade_metrics_over_several_samples_follow_the_definitions(tmp_path, problems):
+    # aime24 only; sample 0 right, sample 1 wrong; sample_index omitted (= order within the problem).
+    recs = []
+    for p in problems["aime24"]:
+        recs.append({"dataset": "aime24", "problem_id": p.id, "text": f"\\boxed{{{p.answer}}}"})
+        recs.append({"dataset": "aime24", "problem_id": int(p.id), "completion": "\\boxed{-1}"})
+    gens = write_jsonl(tmp_path / "gens.jsonl", recs)
+    out = tmp_path / "out"
+    code, text = regrade(gens, out, "--data", "aime24")
+    assert code == 0, text
+    m = json.loads((out / "results.json").read_text())["aime24"]
+    # pass@1 = mean correctness; pass@2 = 1 - C(1,2)/C(2,2) = 1; maj@2: a 1-1 tie goes to the earlier sample.
+    assert (m["pass@1"], m["pass@2"], m["maj@2"], m["n_samples"]) == (0.5, 1.0, 1.0, 2)
+    assert m["pass@1_stderr"] == 0.0  # every problem has the same per-problem mean 0.5
+
+
+def base_records(problems):
+    return own_answers(problems, ["aime24"])
+
+
+@pytest.mark.parametrize(
+    "mutate,needles",
+    [
+        (lambda recs: recs.__setitem__(1, {**recs[1], "problem_id": "999"}),
+         ["gens.jsonl:2: problem_id '999' not in benchmark 'aime24'"]),
+        (lambda recs: recs.__setitem__(1, '{"dataset": "aime24", '), ["gens.jsonl:2: malformed JSON"]),
+        (lambda recs: recs.__setitem__(2, {**recs[2], "dataset": "gsm9k"}),
+         ["gens.jsonl:3: field 'dataset': unknown benchmark 'gsm9k'", "aime24"]),
+        (lambda recs: recs[3].pop("text"), ["gens.jsonl:4: field 'text' missing"]),
+        (lambda recs: recs.__setitem__(4, {**recs[4], "sample_index": -1}),
+         ["gens.jsonl:5: field 'sample_index' must be an integer >= 0"]),
+        (lambda recs: recs.append({**recs[0], "sample_index": 0}),
+         ["gens.jsonl:31: problem '60' (aime24, sample pass) has sample_index 0 twice (first on line 1)"]),
+        (lambda recs: recs.append(dict(recs[0])),  # no index: it becomes sample 1, the others have one sample
+         ["benchmark 'aime24' problem_id '61' (sample pass): sample indices [0] are not 0..1"]),
+        (lambda recs: recs.pop(5), ["benchmark 'aime24': 1 of 30 problems have no completions (first: problem_id '65')"]),
+        (lambda recs: recs.__setitem__(0, {**recs[0], "sample_index": 1}),
+         ["benchmark 'aime24' problem_id '60' (sample pass): sample indices [1] are not 0..0"]),
+        (lambda recs: recs.__setitem__(6, {**recs[6], "pass": "best"}), ["gens.jsonl:7: field 'pass' must be one of"]),
+    ],
+)
+def test_bad_generations_give_one_line_exit_2_and_no_output(tmp_path, problems, mutate, needles):
+    recs = base_records(problems)
+    mutate(recs)
+    gens = write_jsonl(tmp_path / "gens.jsonl", recs)
+    out = tmp_path / "out"
+    code, text = regrade(gens, out)
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), text
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+    assert not out.exists()
+
+
+def test_regrade_refuses_generation_options_and_records_outside_the_selection(tmp_path, problems):
+    gens = write_jsonl(tmp_path / "gens.jsonl", base_records(problems))
+    code, text = regrade(gens, tmp_path / "out", "-n", "4", "--temperature", "1.0")
+    assert code == 2 and "does not take -n, --temperature" in text
+    code, text = regrade(gens, tmp_path / "out", "--data", "amc23")
+    assert code == 2 and "gens.jsonl:1: field 'dataset': benchmark 'aime24' is not among the selected" in text
+    assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------ code benchmarks (sandboxed grading)
+BENCH = Path(__file__).resolve().parent / "data" / "benchmarks"  # small fixtures in the upstream schemas
+
+
+def fenced(code: str) -> str:
+    return f"Here is my solution.\n```python\n{code}\n```\n"
+
+
+LCB_COMPLETIONS = {  # lcb_v5 problems inside the declared 2024-10-01..2025-02-01 window
+    "abc375_a": fenced("n = int(input())\ns = input()\nprint(sum(s[i:i+3] == '#.#' for i in range(n)))"),
+    "3496": fenced("class Solution:\n    def sumArray(self, nums):\n        return sum(nums)"),
+    "2053_B": fenced("t = int(input())\nfor _ in range(t):\n    print(int(input()))"),  # wrong: not doubled
+    "abc391_b": fenced("a, b = map(int, input().split())\nprint(a + b)"),
+}
+
+
+def test_code_regrade_runs_the_tests_and_breaks_down_by_difficulty_and_platform(tmp_path):
+    gens = write_jsonl(tmp_path / "gens.jsonl", [{"dataset": "lcb_v5", "problem_id": pid, "text": text}
+                                                  for pid, text in LCB_COMPLETIONS.items()])
+    out = tmp_path / "out"
+    res = CliRunner().invoke(main, ["eval", "--regrade", str(gens), "--data-dir", str(BENCH), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    m = json.loads((out / "results.json").read_text())["lcb_v5"]
+    assert (m["pass@1"], m["n_problems"], m["n_grader_errors"]) == (0.75, 4, 0)
+    assert m["code_status_counts"] == {"passed": 3, "wrong_answer": 1}
+    assert "maj@1" not in m  # no answers to vote on in code
+    by = m["breakdown"]
+    assert {k: (v["n_problems"], v["pass@1"]) for k, v in by["difficulty"].items()} == {
+        "easy": (1, 1.0), "hard": (1, 0.0), "medium": (2, 1.0)}
+    assert {k: (v["n_problems"], v["pass@1"]) for k, v in by["platform"].items()} == {
+        "atcoder": (2, 1.0), "codeforces": (1, 0.0), "leetcode": (1, 1.0)}
+    samples = {s["problem_id"]: s for s in map(json.loads, (out / "samples.jsonl").read_text().splitlines())}
+    assert samples["2053_B"]["first_failure"]["status"] == "wrong_answer" and samples["3496"]["n_passed"] == 3
+    report = (out / "report.md").read_text()
+    assert "## lcb_v5: by difficulty" in report and "| hard | 1 | 0.0 |" in report
+
+
+def synthetic_contest(contest_id: int, n_rows: int = 250) -> dict:
+    """Codeforces API responses for one Codeforces-rules contest: problems A (500) and B (1000); row i
+    scored 1500 - 6 i points; everyone rated 1500 before."""
+    rows = [{"party": {"members": [{"handle": f"u{i}"}]}, "points": float(1500 - 6 * i), "penalty": 0}
+            for i in range(n_rows)]
+    return {
+        "standings": {"status": "OK", "result": {
+            "contest": {"id": contest_id, "name": "synthetic"},
+            "problems": [{"contestId": contest_id, "index": "A", "points": 500.0},
+                         {"contestId": contest_id, "index": "B", "points": 1000.0}],
+            "rows": rows}},
+        "rating_changes": {"status": "OK", "result": [{"handle": f"u{i}", "oldRating": 1500} for i in range(n_rows)]},
+    }
+
+
+def test_codeforces_rating_needs_cf_data_and_is_computed_with_it(tmp_path):
+    square = fenced("n = int(input())\nprint(n * n)")
+    gens = write_jsonl(tmp_path / "gens.jsonl", [{"dataset": "codeforces", "problem_id": "2057A", "text": square},
+                                                  {"dataset": "codeforces", "problem_id": "2057B", "text": "no code"}])
+    base = ["eval", "--regrade", str(gens), "--data-dir", str(BENCH)]
+    res = CliRunner().invoke(main, [*base, "--out", str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    assert "codeforces: rating: needs --cf-data DIR" in res.output
+    m = json.loads((tmp_path / "a" / "results.json").read_text())["codeforces"]
+    assert m["codeforces"] == {"rating": "needs --cf-data DIR"} and m["pass@1"] == 0.5
+
+    cf = tmp_path / "cf"
+    cf.mkdir()
+    (cf / "sorted_rating.json").write_text(json.dumps({"1000": 10, "1500": 10, "2000": 10}))
+    res = CliRunner().invoke(main, [*base, "--out", str(tmp_path / "b"), "--cf-data", str(cf)])
+    assert res.exit_code == 2 and "--cf-data needs all_contest_data.json" in res.output  # checked up front
+    assert not (tmp_path / "b").exists()
+    (cf / "all_contest_data.json").write_text(json.dumps({"2057": synthetic_contest(2057)}))
+    res = CliRunner().invoke(main, [*base, "--out", str(tmp_path / "b"), "--cf-data", str(cf)])
+    assert res.exit_code == 0, res.output
+    rating = json.loads((tmp_path / "b" / "results.json").read_text())["codeforces"]["codeforces"]
+    # solved A at the first attempt: 500 points, ranked behind the 167 rows with more than 500 points
+    assert rating["n_contests"] == 1 and rating["contests"][0]["rank"] == 167
+    assert 0 < rating["rating"] < 1500 and f"rating: {rating['summary']} (rating / percentile" in res.output

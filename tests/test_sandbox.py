@@ -1,0 +1,409 @@
+"""The sandbox runs untrusted programs with limits and isolation, and hostile programs do no harm.
+
+The hostile suite (tests/hostile/*.py, see its README) runs in every configuration this machine offers:
+all layers (``auto``), the fallback without namespaces (``none``: rlimits + process group + audit hook),
+and, where namespaces work, the operating-system layers alone (audit hook off).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import stat
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from areal_cli.reward.code_grader import judge_run
+from areal_cli.sandbox import Limits, SandboxRun, network_isolation, run_python, run_tests
+from areal_cli.sandbox.limits import MiB
+
+HOSTILE_DIR = Path(__file__).resolve().parent / "hostile"
+HOSTILE = sorted(HOSTILE_DIR.glob("[0-9][0-9]_*.py"))
+FAST = Limits(wall_s=1.0, memory_bytes=512 * MiB, max_file_bytes=8 * MiB)
+
+
+def _full_isolation(info: dict) -> bool:
+    return bool(info.get("pid_ns") and info.get("net_ns") and info.get("fs_root") and info.get("user") != "unchanged")
+
+
+@pytest.fixture(scope="module")
+def isolation_info() -> dict:
+    return network_isolation()
+
+
+# ------------------------------------------------------------------------------------ basic behaviour
+def test_program_reads_stdin_and_its_stdout_is_returned():
+    r = run_python("a, b = map(int, input().split())\nprint(a + b)", stdin="2 40\n", limits=FAST)
+    assert (r.returncode, r.stdout, r.outcome, r.timed_out) == (0, "42\n", "completed", False)
+
+
+def test_exit_status_stderr_and_exception_are_reported():
+    r = run_python("import sys\nprint('partial')\nraise ValueError('bad input')", limits=FAST)
+    assert r.returncode == 1 and r.outcome == "raised"
+    assert r.stdout == "partial\n"
+    assert "ValueError: bad input" in r.error and "ValueError: bad input" in r.stderr
+    r = run_python("import sys\nsys.exit(3)", limits=FAST)
+    assert (r.returncode, r.outcome) == (0, "system_exit")  # SystemExit ends the program normally, as in LCB
+
+
+def test_busy_loop_is_killed_at_the_wall_clock_limit():
+    limits = Limits(wall_s=0.5)
+    t0 = time.monotonic()
+    r = run_python("while True:\n    pass", limits=limits)
+    assert r.timed_out and r.killed_by == "SIGKILL" and r.returncode is None
+    assert 0.5 <= r.wall_s < 3.0 and time.monotonic() - t0 < 10.0
+
+
+def test_sleeping_program_is_killed_although_it_uses_no_cpu():
+    r = run_python("import time\ntime.sleep(100)", limits=Limits(wall_s=0.5))
+    assert r.timed_out and r.cpu_s < 0.5
+
+
+def test_allocation_beyond_the_memory_limit_fails_with_memory_error():
+    r = run_python("x = bytearray(300 * 1024 * 1024)\nprint(len(x))", limits=Limits(wall_s=5, memory_bytes=256 * MiB))
+    assert r.outcome == "raised" and r.error.startswith("MemoryError")
+    r = run_python("x = bytearray(50 * 1024 * 1024)\nprint(len(x))", limits=Limits(wall_s=5, memory_bytes=256 * MiB))
+    assert r.stdout == f"{50 * 1024 * 1024}\n"
+
+
+def test_output_beyond_the_file_size_limit_fails():
+    r = run_python("import sys\nsys.stdout.write('x' * (2 << 20))", limits=Limits(wall_s=5, max_file_bytes=1 << 20))
+    assert r.outcome == "raised" and "File too large" in r.error
+
+
+def test_each_test_starts_in_a_fresh_process_and_an_empty_directory():
+    src = "import os\nprint(sorted(os.listdir('.')), os.getpid() > 0)\nopen('left_over.txt', 'w').write('x')"
+    run = run_tests(src, ["", "", ""], limits=FAST, prelude="")
+    assert [r.stdout for r in run.results] == ["[] True\n"] * 3
+
+
+def test_environment_is_scrubbed(monkeypatch):
+    monkeypatch.setenv("AREAL_TEST_TOKEN", "do-not-leak")
+    r = run_python("import os\nprint(sorted(os.environ))", limits=FAST)
+    names = eval(r.stdout)  # noqa: S307 - our own program's repr of a list of str
+    assert "AREAL_TEST_TOKEN" not in names and "PYTHONPATH" not in names
+    assert {"PATH", "HOME", "TMPDIR", "LANG"} <= set(names)
+
+
+def test_program_cannot_import_the_grader_or_see_the_repository():
+    r = run_python("import areal_cli", limits=FAST)
+    assert r.outcome == "raised" and "ModuleNotFoundError" in r.error
+
+
+def test_call_based_program_returns_a_json_value():
+    src = "class Solution:\n    def twoSum(self, nums: List[int], target: int) -> List[int]:\n        return (0, 1)\n"
+    from areal_cli.sandbox import LCB_PRELUDE
+
+    run = run_tests(src, [[[2, 7], 9]], fn_name="twoSum", limits=FAST, prelude=LCB_PRELUDE)
+    assert run.results[0].outcome == "returned" and json.loads(run.results[0].value_json) == [0, 1]
+
+
+def test_stop_callback_ends_the_run_early():
+    seen = []
+    run = run_tests("print(input())", ["a", "b", "c"], limits=FAST, on_result=lambda i, r: seen.append(i) or i < 1)
+    assert seen == [0, 1] and run.stopped_early and len(run.results) == 2
+
+
+def test_total_time_cap_stops_the_run():
+    run = run_tests("import time\ntime.sleep(0.6)\nprint(1)", [""] * 10, limits=Limits(wall_s=2.0), total_timeout_s=1.5)
+    assert run.total_timed_out and len(run.results) < 10
+
+
+def test_syntax_error_is_a_compile_error_with_no_run():
+    run = run_tests("def f(:\n  pass", ["x"], limits=FAST)
+    assert run.compile_error is not None and "SyntaxError" in run.compile_error and run.results == []
+
+
+def test_bad_arguments_are_rejected():
+    with pytest.raises(ValueError, match="isolation"):
+        run_tests("print(1)", [""], isolation="chroot")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="stdin-mode tests must be strings"):
+        run_tests("print(1)", [[1]])
+    with pytest.raises(ValueError, match="wall_s"):
+        Limits(wall_s=0)
+    with pytest.raises(ValueError, match="max_open_files"):
+        Limits(max_open_files=3)
+
+
+def test_isolation_report_is_consistent_with_what_the_program_sees(isolation_info):
+    info = isolation_info
+    assert info["guard"] and info["rlimits"]
+    probe = info["probe"]
+    if info["net_ns"]:
+        assert probe["interfaces"] == ["lo"] and probe["route_to_internet"] is False
+        assert info["network"] == "network namespace"
+    else:
+        assert info["network"] == "audit hook only"
+    if info["fs_root"]:
+        assert probe["host_paths_visible"][os.path.realpath(os.sys.modules["tempfile"].gettempdir())] is False
+    if info["pid_ns"]:
+        assert probe["pid"] == 1
+
+
+@pytest.mark.parametrize("isolation", ["auto", "none"])
+def test_killing_the_grader_takes_the_sandbox_down_with_it(isolation, tmp_path):
+    """The harness and the program die with the grader (parent-death signals, pid namespace)."""
+    import subprocess
+    import sys
+
+    os.chmod(tmp_path, 0o755)
+    code = (
+        f"import tempfile; tempfile.tempdir = {str(tmp_path)!r}  # a killed grader cannot remove its temp dir\n"
+        "from areal_cli.sandbox import run_tests, Limits\n"
+        f"run_tests('import time\\ntime.sleep(100)', [''], limits=Limits(wall_s=60), isolation='{isolation}')\n"
+    )
+    grader = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 20
+        harness = []
+        while not harness and time.monotonic() < deadline:
+            time.sleep(0.1)
+            harness = [pid for pid in _children(grader.pid) if b"harness.py" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        assert harness, "the harness did not start"
+        time.sleep(0.5)  # let it fork the test process
+        sid = harness[0]  # the harness leads its own session
+        assert _processes(lambda s, uid, state: s == sid), "no process in the harness's session"
+    finally:
+        grader.kill()
+        grader.wait()
+    deadline = time.monotonic() + 5
+    while _processes(lambda s, uid, state: s == sid and state != b"Z") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _processes(lambda s, uid, state: s == sid and state != b"Z")
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                raw = Path(f"/proc/{name}/stat").read_bytes()
+                if int(raw[raw.rindex(b")") + 2 :].split()[1]) == pid:
+                    out.append(int(name))
+            except (OSError, ValueError):
+                continue
+    return out
+
+
+def test_fallback_without_namespaces_still_runs_programs():
+    run = run_tests("print(int(input()) * 2)", ["21"], limits=FAST, isolation="none")
+    assert run.results[0].stdout == "42\n"
+    assert run.isolation["pid_ns"] is False and run.isolation["guard"] is True
+
+
+def test_audit_hook_allows_ordinary_programs():
+    """Common competitive-programming idioms keep working under the guard (no false refusals)."""
+    src = (
+        "import sys, os, io, threading, resource, tempfile, numpy\n"
+        "resource.setrlimit(resource.RLIMIT_STACK, resource.getrlimit(resource.RLIMIT_STACK))\n"
+        "threading.stack_size(1 << 26)\n"
+        "data = sys.stdin.buffer.read().split()\n"
+        "with open('scratch.txt', 'w') as fh: fh.write('ok')\n"
+        "with tempfile.TemporaryFile() as t: t.write(b'x')\n"
+        "out = []\n"
+        "def main():\n"
+        "    out.append(str(sum(map(int, data)) + int(numpy.int64(0))))\n"
+        "t = threading.Thread(target=main); t.start(); t.join()\n"
+        "os.write(1, (open('scratch.txt').read() + ' ' + out[0] + '\\n').encode())\n"
+    )
+    for isolation in ("auto", "none"):
+        r = run_python(src, stdin="1 2 3\n", limits=Limits(wall_s=20), isolation=isolation)
+        assert r.stdout == "ok 6\n", (isolation, r.stderr)
+
+
+# ---------------------------------------------------------------------------------- hostile programs
+@dataclass
+class Canary:
+    dir: Path
+    victim: Path
+    secret: Path
+    secret_text: str
+    token: str
+    port: int
+    env_marker: str
+    before: dict
+
+    def snapshot(self) -> dict:
+        return {
+            p.name: (p.read_bytes(), stat.S_IMODE(p.stat().st_mode)) for p in sorted(self.dir.iterdir())
+        }
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_canary(base: Path, env_marker: str) -> Canary:
+    """A world-readable, world-writable directory with a victim file and a secret file (random name)."""
+    d = base / "canary"
+    d.mkdir(parents=True)
+    os.chmod(base, 0o755)
+    os.chmod(d, 0o777)  # only the sandbox stands between the program and these files
+    victim = d / "victim.txt"
+    victim.write_text("victim data\n")
+    os.chmod(victim, 0o644)
+    secret_text = "SECRET-" + secrets.token_hex(16)
+    secret = d / f"secret_{secrets.token_hex(6)}.txt"
+    secret.write_text(secret_text + "\n")
+    os.chmod(secret, 0o644)
+    c = Canary(d, victim, secret, secret_text, secrets.token_hex(6), _free_port(), env_marker, {})
+    c.before = c.snapshot()
+    return c
+
+
+def _header(path: Path) -> dict[str, str]:
+    out = {}
+    for line in path.read_text().splitlines():
+        if not line.startswith("# "):
+            break
+        key, _, value = line[2:].partition(":")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _processes(pred) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                raw = fh.read()
+            fields = raw[raw.rindex(b")") + 2 :].split()
+            uid = os.stat(f"/proc/{name}").st_uid
+        except (OSError, ValueError):
+            continue
+        if pred(int(fields[3]), uid, fields[0]):
+            found.append(int(name))
+    return found
+
+
+def _leftover_processes(run: SandboxRun) -> list[int]:
+    """Processes still in the harness's session or owned by the sandbox's uid (zombies ignored), after
+    giving the kernel up to 3 s to finish tearing the namespace down."""
+    deadline = time.monotonic() + 3.0
+    while True:
+        left = _processes(
+            lambda sid, uid, state: state != b"Z"
+            and (sid == run.harness_pid or (run.sandbox_uid is not None and uid == run.sandbox_uid))
+        )
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+def _grader_initial_environment() -> list[str]:
+    """Distinctive ``KEY=VALUE`` entries of this process's initial environment (what /proc/PID/environ
+    shows), excluding entries the sandbox sets itself."""
+    own = {"PATH=/usr/bin:/bin", "LANG=C.UTF-8", "LC_ALL=C.UTF-8", "TZ=UTC"}
+    with open(f"/proc/{os.getpid()}/environ", "rb") as fh:
+        entries = fh.read().decode("utf-8", "replace").split("\0")
+    return [
+        e for e in entries
+        if len(e) >= 12 and e not in own and e.isprintable() and not any(ch in e for ch in "\\'\"")
+    ]
+
+
+def _run_hostile(path: Path, c: Canary, isolation: str, audit_hook: bool) -> list[str]:
+    """Run one hostile program; return the list of harms/problems found (empty = contained)."""
+    header = _header(path)
+    src = (
+        path.read_text()
+        .replace("{CANARY}", str(c.dir))
+        .replace("{TOKEN}", c.token)
+        .replace("{PORT}", str(c.port))
+        .replace("{PID}", str(os.getpid()))
+    )
+    call = header.get("mode") == "call"
+    tests = [[1, 2]] if call else ["1 2\n"]
+    run = run_tests(
+        src, tests, fn_name="solve" if call else None, limits=FAST, total_timeout_s=20,
+        isolation=isolation, audit_hook=audit_hook,  # type: ignore[arg-type]
+    )
+    problems = []
+    if run.compile_error is None:
+        if len(run.results) != 1:
+            problems.append(f"expected one result, got {len(run.results)}")
+        else:
+            verdict, _ = judge_run(run.results[0], "3", call_based=call)
+            if verdict == "passed":
+                problems.append("graded as passed")
+    text = "\n".join(r.stdout + r.stderr + r.error for r in run.results)
+    for needle, what in ((c.secret_text, "secret content"), (c.secret.name, "secret file name"), (c.env_marker, "grader env")):
+        if needle in text:
+            problems.append(f"leaked {what}")
+    leaked_env = [entry for entry in _grader_initial_environment() if entry in text]
+    if leaked_env:
+        problems.append(f"leaked the grader's environment: {leaked_env[:3]}")
+    if c.snapshot() != c.before:
+        problems.append(f"canary changed: {sorted(c.snapshot())} vs {sorted(c.before)}")
+    for place in ("/tmp", "/dev/shm", "/var/tmp"):
+        if os.path.exists(f"{place}/areal_pwned_{c.token}"):
+            os.unlink(f"{place}/areal_pwned_{c.token}")
+            problems.append(f"created {place}/areal_pwned_{c.token}")
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        if s.connect_ex(("127.0.0.1", c.port)) == 0:
+            problems.append(f"port {c.port} is listening")
+    left = _leftover_processes(run)
+    if left:
+        problems.append(f"processes left: {left}")
+    return problems
+
+
+def _run_suite(canary_factory, isolation: str, audit_hook: bool, only_os_layer: bool = False) -> None:
+    programs = [p for p in HOSTILE if not only_os_layer or _header(p).get("layers") == "os"]
+    assert len(programs) >= (15 if only_os_layer else 30)
+
+    def one(path: Path) -> tuple[str, list[str]]:
+        return path.name, _run_hostile(path, canary_factory(), isolation, audit_hook)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        outcomes = list(pool.map(one, programs))
+    harmed = {name: problems for name, problems in outcomes if problems}
+    assert not harmed, json.dumps(harmed, indent=1)
+    # The grader (this process) is alive and still grades: a correct program passes.
+    run = run_tests("a, b = map(int, input().split())\nprint(a + b)", ["1 2\n"], limits=FAST, isolation=isolation)  # type: ignore[arg-type]
+    assert judge_run(run.results[0], "3", call_based=False)[0] == "passed"
+
+
+@pytest.fixture
+def canary_factory(tmp_path, monkeypatch):
+    """A fresh canary directory per hostile program (programs run two at a time); the grader's own
+    environment holds a marker that must never reach a program's output."""
+    marker = "ENVMARK-" + secrets.token_hex(12)
+    monkeypatch.setenv("AREAL_GRADER_SECRET", marker)
+    counter = iter(range(10**6))
+    return lambda: make_canary(tmp_path / f"c{next(counter)}", marker)
+
+
+def test_hostile_suite_has_at_least_30_documented_programs():
+    assert len(HOSTILE) >= 30
+    for path in HOSTILE:
+        header = _header(path)
+        assert header.get("harm") and header.get("check"), f"{path.name}: header needs '# harm:' and '# check:'"
+
+
+@pytest.mark.slow
+def test_hostile_programs_do_no_harm_with_all_layers(canary_factory):
+    _run_suite(canary_factory, "auto", audit_hook=True)
+
+
+@pytest.mark.slow
+def test_hostile_programs_do_no_harm_in_the_fallback_without_namespaces(canary_factory):
+    _run_suite(canary_factory, "none", audit_hook=True)
+
+
+@pytest.mark.slow
+def test_operating_system_layers_alone_contain_hostile_programs(canary_factory, isolation_info):
+    if not _full_isolation(isolation_info):
+        pytest.skip(f"namespaces not available here: {isolation_info.get('errors')}")
+    _run_suite(canary_factory, "namespaces", audit_hook=False, only_os_layer=True)

@@ -1,0 +1,220 @@
+"""``areal bench simulate``: the discrete-event cluster model, its calibration and its command."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from areal_cli.bench import simulate as sim
+from areal_cli.bench.simulate_cmd import simulate as simulate_cmd
+from areal_cli.errors import UserError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def small(**kw) -> sim.Scenario:
+    """A cluster small enough to simulate in a fraction of a second: 4 servers, 4 trainer GPUs."""
+    base = dict(name="small", gen_gpus=4, train_gpus=4, batch_size=16, group_size=4, prompt_tokens=100,
+                max_new_tokens=2048, response_median_tokens=300, response_sigma=1.0, response_prompt_corr=0.5,
+                decode_overhead_s=0.005, train_mfu=0.1, train_fixed_s=1.0, sim_steps=14, warmup_steps=4,
+                sync_overhead_s=0.2, weight_io_gb_s=20.0,
+                scaling_gpus=[])
+    base.update(kw)
+    return sim.Scenario(**base)
+
+
+def exact_costs(**kw) -> dict:
+    """Explicit costs, so expected times can be written down by hand."""
+    d = dict(decode_step_fixed_s=1e-3, decode_step_per_seq_s=1e-4, decode_step_per_ctx_token_s=1e-6,
+             prefill_s_per_token=0.0, train_gpu_s_per_token=0.0, train_gpu_s_per_token_sq=0.0, train_fixed_s=0.5,
+             sync_save_s=0.1, sync_load_s=0.2, weight_poll_s=0.0)
+    d.update(kw)
+    return d
+
+
+def test_sync_step_equals_hand_computed_decode_sum():
+    # one server, one prompt of 4 samples, every response exactly 100 tokens: a sync step is
+    # load 0.2 + sum over 100 decode steps of (a + b*4 + c*sum of the 4 contexts) + train 0.5 + save 0.1
+    sc = sim.Scenario(gen_gpus=1, train_gpus=1, batch_size=1, group_size=4, prompt_tokens=10, max_new_tokens=1000,
+                      response_median_tokens=100, response_sigma=0.0, sim_steps=6, warmup_steps=2,
+                      **exact_costs())
+    decode = sum(1e-3 + 4 * 1e-4 + 1e-6 * 4 * (10 + k) for k in range(100))
+    r = sim.simulate(sc, "sync")
+    assert r["step_s"] == pytest.approx(0.2 + decode + 0.5 + 0.1, rel=1e-9)
+    assert r["tokens_per_step"] == 4 * 110
+    assert r["staleness"] == {0: 1.0}
+
+
+def test_prefill_stalls_decoding_for_prompt_tokens_times_cost():
+    kw = dict(gen_gpus=1, train_gpus=1, batch_size=1, group_size=4, prompt_tokens=10, max_new_tokens=1000,
+              response_median_tokens=100, response_sigma=0.0, sim_steps=6, warmup_steps=2)
+    without = sim.simulate(sim.Scenario(**kw, **exact_costs()), "sync")["step_s"]
+    with_prefill = sim.simulate(sim.Scenario(**kw, **exact_costs(prefill_s_per_token=1e-3)), "sync")["step_s"]
+    # the 4 samples of a prompt share one server and its prompt cache: 10 prompt tokens are prefilled once
+    assert with_prefill - without == pytest.approx(10 * 1e-3, rel=1e-9)
+
+
+def test_staleness_is_zero_in_sync_one_in_overlap_and_bounded_by_eta_in_async():
+    sc = small()
+    assert sim.simulate(sc, "sync")["staleness"] == {0: 1.0}
+    ov = sim.simulate(sc, "overlap")
+    # one step behind; a server still loading version v-1 when v appears loads v before starting (lag 0)
+    assert set(ov["staleness"]) <= {0, 1} and ov["staleness_mean"] > 0.9
+    r = sim.simulate(sc, "async", eta=2)
+    # AReaL bounds the head version at admission; a group can finish after later-admitted ones, so at most eta + 1
+    assert r["staleness_max"] <= 3
+    assert 0 < r["staleness_mean"] <= 2
+
+
+def test_long_tail_drives_the_async_speedup():
+    narrow = sim.async_sync_ratio(small(response_sigma=0.1, response_median_tokens=450))
+    tailed = sim.async_sync_ratio(small(response_sigma=1.2))
+    assert tailed > narrow + 0.3
+    assert narrow > 1.0  # overlap of generation and training alone already helps
+
+
+def test_interrupting_updates_beats_waiting_for_in_flight_requests():
+    sc = small(chunk_tokens=0, train_mfu=0.5)  # generation-bound; non-interruptible waits for whole requests
+    inter = sim.simulate(sc, "async")
+    drain = sim.simulate(sc, "async_nointerrupt")
+    assert inter["interrupted_per_step"] > 0 and drain["interrupted_per_step"] == 0
+    assert inter["effective_tokens_per_s"] > 1.05 * drain["effective_tokens_per_s"]
+
+
+def test_shrunk_cluster_keeps_step_times():
+    sc = small(gen_gpus=16, train_gpus=16, batch_size=64)
+    for mode in ("sync", "async"):
+        full = sim.simulate(sc, mode)["step_s"]
+        quarter = sim.simulate(sc, mode, scale=4)["step_s"]
+        assert quarter == pytest.approx(full, rel=0.1)
+
+
+def test_fit_constants_recovers_the_values_that_made_the_targets():
+    truth = small(decode_overhead_s=0.006, train_mfu=0.15)
+    targets = {m: sim.simulate(truth, m)["step_s"] for m in ("sync", "async")}
+    fitted, rep = sim.fit_constants(small(decode_overhead_s=0.012, train_mfu=0.3), targets, scale=1)
+    assert fitted.decode_overhead_s == pytest.approx(0.006, rel=0.05)
+    assert fitted.train_mfu == pytest.approx(0.15, rel=0.05)
+    assert max(abs(e) for e in rep["rel_error"].values()) < 0.01
+
+
+def synthetic_run(tmp_path: Path) -> Path:
+    """A made-up measured run in ``areal bench throughput`` form: an eta=0 run whose training time is
+    0.2 s + 1e-4 s/token, publishing 0.05 s, evaluation 0.3 s, 40 groups finished and 32 kept per step."""
+    def steps(eta: int, step_s: float) -> list[dict]:
+        rows = [{"step": 0, "phase": "warm_start_end", "elapsed_s": 10.0}]
+        t, tok, smp, sub, acc = 10.0, 0, 0, 0, 0
+        for i in range(1, 13):
+            trained = 3000 + 400 * (i % 4)
+            t += step_s
+            tok, smp, sub, acc = tok + 40 * 4 * 5, smp + 40 * 4, sub + 40, acc + 32
+            rows.append({"step": i, "phase": "rl", "elapsed_s": t, "train_s": 0.2 + 1e-4 * trained,
+                         "sync_s": 0.05, "wait_s": 0.1, "tokens_generated": tok, "samples_generated": smp,
+                         "groups_submitted": sub, "groups_accepted": acc, "trained_tokens": trained,
+                         "staleness_mean": 0.0 if eta == 0 else 1.5, "staleness_max": eta, "truncated_frac": 0.0})
+        return rows
+    p = tmp_path / "results.json"
+    p.write_text(json.dumps({"runs": {"sync": {"eta": 0, "steps": steps(0, 1.0)},
+                                      "async": {"eta": 2, "steps": steps(2, 0.8)}}}))
+    return p
+
+
+def test_calibrate_from_run_reads_trainer_costs_and_fits_decode_to_the_sync_step(tmp_path):
+    base = sim.Scenario(gen_gpus=1, train_gpus=1, batch_size=32, group_size=4, prompt_tokens=20, max_new_tokens=8,
+                        response_sigma=0.1, max_concurrent_groups=96, eta=2, decoupled_recompute=False,
+                        decode_step_per_seq_s=0.0, decode_step_per_ctx_token_s=0.0, prefill_s_per_token=0.0,
+                        sim_steps=12, warmup_steps=3, scaling_gpus=[])
+    sc, rep = sim.calibrate_from_run(synthetic_run(tmp_path), base)
+    assert rep["sync_run"] == "sync"
+    assert sc.train_fixed_s == pytest.approx(0.2, rel=1e-6)
+    assert sc.train_gpu_s_per_token == pytest.approx(1e-4, rel=1e-6)
+    assert sc.sync_save_s == pytest.approx(0.05)
+    assert sc.accept_fraction == pytest.approx(0.8)
+    assert sc.response_median_tokens * 1.005 == pytest.approx(5.0, rel=0.01)  # mean 5 = median * exp(sigma^2/2)
+    # the decode cost was solved so that the simulated synchronous step takes the measured 1.0 s
+    assert rep["checks"]["sync"]["simulated_step_s"] == pytest.approx(1.0, rel=0.01)
+    assert rep["checks"]["async"]["eta"] == 2 and rep["checks"]["async"]["measured_step_s"] == pytest.approx(0.8)
+
+
+def test_calibrate_from_run_without_a_sync_run_is_a_user_error(tmp_path):
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps({"runs": [{"name": "a", "eta": 4, "steps": [{"step": 1}]}]}))
+    with pytest.raises(UserError, match="at least 4 RL steps"):
+        sim.calibrate_from_run(p)
+    p.write_text("{not json")
+    with pytest.raises(UserError, match=r"r\.json:1: invalid JSON"):
+        sim.calibrate_from_run(p)
+
+
+def test_bad_scenario_names_file_line_and_field(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("name: x\ngen_gpus: 8\nresponse_sigma: -1\n")
+    with pytest.raises(UserError, match=r"bad\.yaml:3: field 'response_sigma': must be >= 0"):
+        sim.load_scenario(str(p))
+    p.write_text("name: x\n\nnot_a_field: 3\n")
+    with pytest.raises(UserError, match=r"bad\.yaml:3: field 'not_a_field': unknown key"):
+        sim.load_scenario(str(p))
+    p.write_text("kind: throughput\n")
+    with pytest.raises(UserError, match=r"bad\.yaml:1: field 'kind': not a simulation scenario"):
+        sim.load_scenario(str(p))
+    p.write_text("gen_gpus: lots\n")
+    with pytest.raises(UserError, match=r"bad\.yaml:1: field 'gen_gpus': expected int"):
+        sim.load_scenario(str(p))
+    with pytest.raises(UserError, match=r"-o eta=x: field 'eta'"):
+        sim.apply_overrides(sim.Scenario(), ["eta=x"])
+    res = CliRunner().invoke(simulate_cmd, [str(p)])
+    assert res.exit_code == 2
+    assert "field 'gen_gpus'" in res.output
+
+
+def test_every_shipped_scenario_loads():
+    names = sim.known_scenarios()
+    assert {"published-1.5b-16node", "published-7b-24node", "cpu-tiny-arith", "scaling-1.5b-ctx16k"} <= set(names)
+    for n in names:
+        sc = sim.load_scenario(n)
+        assert sc.source.endswith(f"{n}.yaml")
+    assert "throughput-tiny-arith" not in names  # `areal bench throughput`'s file in the same folder
+
+
+def test_published_1p5b_setting_reproduces_the_2p77x_speedup_within_10_percent():
+    # shrunk 8x with fewer simulated steps for test speed; `areal bench simulate published-1.5b-16node` runs it full size
+    sc = sim.apply_overrides(sim.load_scenario("published-1.5b-16node"), ["sim_steps=18", "warmup_steps=8"])
+    sync, asyn = (sim.simulate(sc, m, scale=8) for m in ("sync", "async"))
+    ratio = sync["hours"] / asyn["hours"]
+    assert ratio == pytest.approx(41.0 / 14.8, rel=0.10)
+    assert asyn["trainer_idle_frac"] < sync["trainer_idle_frac"]
+
+
+def test_command_writes_results_and_plots(tmp_path):
+    scen = tmp_path / "s.yaml"
+    scen.write_text("name: tiny\ngen_gpus: 4\ntrain_gpus: 4\nbatch_size: 8\ngroup_size: 4\nmax_new_tokens: 1024\n"
+                    "response_median_tokens: 200\nsim_steps: 8\nwarmup_steps: 3\n"
+                    "published: {sync_hours: 1.0, async_hours: 0.5}\neta_sweep: [0, 1, -1]\n")
+    out = tmp_path / "out"
+    res = CliRunner().invoke(simulate_cmd, [str(scen), "--out", str(out), "--gpus", "8,16",
+                                            "-o", "steps=100"])
+    assert res.exit_code == 0, res.output
+    data = json.loads((out / "results.json").read_text())
+    assert set(data["modes"]) == set(sim.MODES)
+    assert data["scenario"]["steps"] == 100
+    assert data["published_check"]["published_ratio"] == 2.0
+    assert data["scaling"]["gpus"] == [8, 16] and len(data["scaling"]["async"]) == 2
+    assert list(data["eta_sweep"]) == ["0", "1", "inf"]
+    assert len(data["sensitivity"]["inputs"]) == len(sim.SENSITIVITY_INPUTS)
+    for png in ("scaling.png", "sensitivity.png", "staleness.png"):
+        assert (out / png).stat().st_size > 1000
+    assert sim.load_scenario(str(out / "scenario.yaml")).steps == 100
+    assert "published: sync 1.0 h, async 0.5 h = 2.00x" in res.output
+
+
+def test_importing_the_command_pulls_in_no_numpy_rich_or_matplotlib():
+    code = ("import sys; import areal_cli.bench.simulate_cmd; "
+            "print([m for m in ('numpy', 'rich', 'matplotlib', 'torch', 'yaml') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip() == "[]"
