@@ -1,6 +1,8 @@
 """Training configuration: one typed dataclass, loaded from a recipe YAML and ``-o key=value`` overrides.
 
-A recipe file is a flat YAML mapping whose keys are the fields of :class:`TrainConfig`. Unknown keys and
+A recipe file is either a locked recipe (``recipes/*.yaml``: sections model/data/train/resources/eval,
+validated by :mod:`areal_cli.recipe`; its ``train`` section holds the fields of :class:`TrainConfig`) or a
+flat YAML mapping whose keys are the fields of :class:`TrainConfig` (a quick user recipe). Unknown keys and
 wrong types are reported as :class:`~areal_cli.errors.UserError` with ``file:line: field 'key'``.
 This module imports no torch.
 """
@@ -170,8 +172,11 @@ def recipes_dir() -> Path:
 
 
 def known_recipes() -> list[str]:
+    """Recipe names in :func:`recipes_dir` (``NAME.yaml``; expected-metrics files ``*.expected.yaml`` excluded)."""
     d = recipes_dir()
-    return sorted(p.stem for p in d.glob("*.yaml")) if d.is_dir() else []
+    if not d.is_dir():
+        return []
+    return sorted(p.name[: -len(".yaml")] for p in d.glob("*.yaml") if not p.name.endswith(".expected.yaml"))
 
 
 def _coerce(name: str, value: object, where: str) -> object:
@@ -235,6 +240,13 @@ def load_recipe(name_or_path: str) -> tuple[TrainConfig, Path]:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark else ""
         raise UserError(f"{p}{line}: invalid YAML: {getattr(e, 'problem', e)}") from None
+    if isinstance(data, dict) and "kind" in data:
+        # A locked recipe (sections model/data/train/resources/eval): validated as a whole by
+        # areal_cli.recipe; its ``train`` section holds the TrainConfig keys.
+        from areal_cli.recipe import load_recipe as load_locked_recipe
+        from areal_cli.recipe import train_config_from_recipe
+
+        return train_config_from_recipe(load_locked_recipe(p)), p
     if data is None:
         data = {}
     if not isinstance(data, dict) or node is None or not isinstance(node, yaml.MappingNode):

@@ -610,21 +610,10 @@ class Recipe:
 # --- loading -----------------------------------------------------------------------------------------
 
 
-def _is_sectioned(path: Path) -> bool:
-    """True for a locked (sectioned) recipe; False for a legacy flat TrainConfig recipe."""
-    try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)  # noqa: S506 - a SafeLoader
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, _DuplicateKey):
-        return True  # let read_yaml report the problem
-    return isinstance(data, dict) and "kind" in data
-
-
 def recipe_names() -> list[str]:
     """Names of the locked recipes in the recipes folder (``<name>.yaml``, not ``*.expected.yaml``)."""
     d = recipes_dir()
     names = {p.name[: -len(".yaml")] for p in d.glob("*.yaml") if not p.name.endswith(".expected.yaml")}
-    # Transition: a flat recipe whose locked twin waits in _staging/ (moved over it at integration).
-    names |= {p.stem for p in (d / "_staging").glob("*.yaml")} if (d / "_staging").is_dir() else set()
     return sorted(names)
 
 
@@ -641,11 +630,8 @@ def recipe_path(name_or_path: str | Path) -> Path:
         return p
     d = recipes_dir()
     p = d / f"{name_or_path}.yaml"
-    staged = d / "_staging" / f"{name_or_path}.yaml"
-    if p.is_file() and (not staged.is_file() or _is_sectioned(p)):
+    if p.is_file() and not str(name_or_path).endswith(".expected"):
         return p
-    if staged.is_file():
-        return staged
     raise UserError(f"unknown recipe '{name_or_path}' (known: {', '.join(recipe_names()) or 'none'})")
 
 
