@@ -45,20 +45,35 @@ def main() -> None:
 
 
 @main.command()
-@click.argument("recipe", required=False, default="tiny-arith")
+@click.argument("recipe", required=False, default=None)
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
               help="Run directory (metrics.jsonl, learning_curve.png, weights). "
                    "Default: runs/<recipe>-<date>-<time>.")
 @click.option("--max-steps", type=int, default=None, help="Number of RL steps (overrides the recipe).")
 @click.option("-o", "--override", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a recipe field, e.g. -o max_head_offpolicyness=0. Repeatable.")
+@click.option("--resume", "resume_dir", type=click.Path(path_type=Path), default=None, metavar="DIR",
+              help="Continue the run in DIR (or from DIR/checkpoints/step-N) from its newest checkpoint, with "
+                   "the run's own settings (written with -o checkpoint_every=N).")
 @click.option("--no-live", is_flag=True, help="Plain log lines instead of the live status panel.")
 @_user_errors
-def train(recipe: str, out_dir: Path | None, max_steps: int | None, overrides: tuple[str, ...], no_live: bool) -> None:
+def train(recipe: str | None, out_dir: Path | None, max_steps: int | None, overrides: tuple[str, ...],
+          resume_dir: Path | None, no_live: bool) -> None:
     """Train RECIPE (default: tiny-arith, runs on CPU) with asynchronous RL."""
+    if resume_dir is not None:
+        given = [name for name, v in (("RECIPE", recipe), ("--out", out_dir), ("--max-steps", max_steps),
+                                      ("-o", overrides or None)) if v is not None]
+        if given:
+            raise UserError(f"option '--resume' continues a run with its own settings; it does not take "
+                            f"{', '.join(given)}")
+        from areal_cli.train_loop import resume_training
+
+        summary = resume_training(resume_dir, live=not no_live)
+        sys.exit(0 if summary.get("ok", True) else 1)
+
     from areal_cli.config import apply_overrides, load_recipe
 
-    cfg, _ = load_recipe(recipe)
+    cfg, _ = load_recipe(recipe or "tiny-arith")
     items = list(overrides) + ([f"max_steps={max_steps}"] if max_steps is not None else [])
     cfg = apply_overrides(cfg, items)
     if out_dir is None:

@@ -41,6 +41,10 @@ class TrainConfig:
     sft_max_steps: int = 400
     sft_eval_every: int = 10
     sft_stop_accuracy: float = 0.4  # stop as soon as held-out greedy accuracy reaches this (<= 0.5)
+    # packing (areal_cli.sft): micro-batches of at most this many tokens (first-fit decreasing), sequences
+    # packed end to end into rows of sft_pack_row_tokens (0: as wide as the micro-batch's longest sequence)
+    sft_max_tokens_per_mb: int = 16384
+    sft_pack_row_tokens: int = 0
 
     # --- rollout ------------------------------------------------------------------------------
     n_servers: int = 1
@@ -78,6 +82,10 @@ class TrainConfig:
     eval_every: int = 1
     eval_n_prompts: int = 128
     time_limit_s: float = 0.0  # 0: no limit
+    # checkpoints (areal_cli.checkpoint): every N RL steps into DIR/checkpoints/step-NNNNNN (0 = off);
+    # the newest keep_checkpoints are kept. `areal train --resume DIR` continues from the newest.
+    checkpoint_every: int = 0
+    keep_checkpoints: int = 2
     torch_threads: int = 1
     # CPU pinning ("" = none): Linux cpu lists such as "0" or "0-3,6". trainer_cpus: the trainer thread
     # (forward/backward, optimizer, weight saving); server_cpus: every embedded server process;
@@ -104,11 +112,12 @@ class TrainConfig:
             return UserError(f"{loc}: field '{name}': {why} (got {getattr(self, name)!r})")
 
         for name in ("batch_size", "group_size", "max_new_tokens", "n_servers", "sft_batch_size",
-                     "ppo_n_minibatches", "eval_n_prompts", "torch_threads", "reward_workers"):
+                     "ppo_n_minibatches", "eval_n_prompts", "torch_threads", "reward_workers",
+                     "sft_max_tokens_per_mb", "keep_checkpoints"):
             if getattr(self, name) <= 0:
                 raise bad(name, "must be > 0")
         for name in ("max_head_offpolicyness", "max_steps", "sft_max_steps", "max_concurrent_rollouts",
-                     "eval_every", "time_limit_s"):
+                     "eval_every", "time_limit_s", "sft_pack_row_tokens", "checkpoint_every"):
             if getattr(self, name) < 0:
                 raise bad(name, "must be >= 0")
         for name in ("lr", "sft_lr", "grad_clip", "eps_clip", "behav_imp_weight_cap", "reward_timeout_s"):
@@ -124,6 +133,10 @@ class TrainConfig:
             raise bad("temperature", "must be >= 0")
         if not 0.0 <= self.target_accuracy <= 1.0:
             raise bad("target_accuracy", "must be in [0, 1] (0 disables early stopping)")
+        if self.sft_pack_row_tokens > self.sft_max_tokens_per_mb:
+            raise bad("sft_pack_row_tokens", f"must be <= sft_max_tokens_per_mb={self.sft_max_tokens_per_mb}")
+        if self.checkpoint_every and self.rollout_process:
+            raise bad("checkpoint_every", "checkpoints need the controller in this process (rollout_process: false)")
         if self.batch_size % self.ppo_n_minibatches:
             raise bad("ppo_n_minibatches", f"must divide batch_size={self.batch_size}")
         for name in ("trainer_cpus", "server_cpus", "controller_cpus"):

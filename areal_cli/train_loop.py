@@ -30,13 +30,24 @@ import shutil
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from areal_cli.atomic import write_json_atomic
+from areal_cli.checkpoint import (
+    Checkpoint,
+    PromptStream,
+    capture_rng,
+    load_checkpoint,
+    restore_rng,
+    restore_trainer,
+    save_checkpoint,
+    staleness_capacity,
+    truncate_metrics,
+)
 from areal_cli.config import TrainConfig, parse_cpu_list
 from areal_cli.errors import UserError
 from areal_cli.rollout.client import RolloutClient
@@ -168,11 +179,13 @@ def prepare_out_dir(out: Path) -> None:
         raise UserError(f"{out}: cannot create the run directory: {e.strerror}") from None
 
 
-def run_training(cfg: TrainConfig, out: Path, *, live: bool = True, record_timeline: bool = False) -> dict:
+def run_training(cfg: TrainConfig, out: Path, *, live: bool = True, record_timeline: bool = False,
+                 resume: Checkpoint | None = None) -> dict:
     """Run warm start + asynchronous RL for ``cfg``; return the summary (also written to summary.json).
 
     Args:
         record_timeline: also write ``timeline.json`` (:class:`Timeline`) for throughput accounting.
+        resume: continue the run in ``out`` from this verified checkpoint (see :func:`resume_training`).
     Raises:
         UserError: unknown task, existing run directory, bad model path, or unavailable pinned cpus.
     """
@@ -180,37 +193,85 @@ def run_training(cfg: TrainConfig, out: Path, *, live: bool = True, record_timel
     if cfg.model_path is not None and not (Path(cfg.model_path) / "config.json").is_file():
         raise UserError(f"model_path '{cfg.model_path}': not a model directory (no config.json)")
     _check_cpus(cfg)
-    prepare_out_dir(out)
+    if resume is not None and record_timeline:
+        raise UserError("a resumed run cannot record a timeline (areal bench runs are not resumed)")
+    if resume is None:
+        prepare_out_dir(out)
     torch.set_num_threads(cfg.torch_threads)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
-    write_json_atomic(out / "config.json", cfg.to_dict())
+    if resume is None:
+        write_json_atomic(out / "config.json", cfg.to_dict())
     status = RunStatus(cfg, out, live=live)
     timeline = Timeline() if record_timeline else None
     with status:
-        summary = asyncio.run(_run(cfg, out, task, status, timeline))
+        summary = asyncio.run(_run(cfg, out, task, status, timeline, resume))
     status.summary(summary)
     return summary
 
 
-async def _run(cfg: TrainConfig, out: Path, task, status: RunStatus, timeline: Timeline | None = None) -> dict:
+def resume_training(path: Path, *, live: bool = True) -> dict:
+    """``areal train --resume PATH``: continue a run killed or stopped after a checkpoint.
+
+    ``PATH`` is the run directory (its newest checkpoint is used) or one ``checkpoints/step-*`` directory.
+    The configuration is the one stored in the checkpoint. Everything is verified before anything is
+    written; see :mod:`areal_cli.checkpoint` for what is restored and what is regenerated.
+    Raises:
+        UserError: no checkpoint, a corrupted one (naming the file), a finished run, a missing base model.
+    """
+    ckpt = load_checkpoint(path)
+    run_dir = ckpt.path.parent.parent
+    if (run_dir / "summary.json").exists():
+        raise UserError(f"{run_dir}: the run already finished (summary.json); nothing to resume")
+    cfg = _config_of_checkpoint(ckpt)
+    truncate_metrics(run_dir / "metrics.jsonl", ckpt.step, write=False)  # checked now, cut when the run restarts
+    if cfg.model_path is None and not (run_dir / "model" / "base" / "config.json").is_file():
+        raise UserError(f"{run_dir / 'model' / 'base'}: the run's base model is missing; cannot resume")
+    return run_training(cfg, run_dir, live=live, resume=ckpt)
+
+
+def _config_of_checkpoint(ckpt: Checkpoint) -> TrainConfig:
+    """The run's TrainConfig as stored in the (checksummed) checkpoint state."""
+    stored = ckpt.state.get("config")
+    where = ckpt.path / "state.json"
+    if not isinstance(stored, dict):
+        raise UserError(f"{where}: field 'config': missing")
+    known = {f.name for f in fields(TrainConfig)} - {"extra"}
+    unknown = sorted(set(stored) - known)
+    if unknown:
+        raise UserError(f"{where}: field 'config.{unknown[0]}': unknown key (written by another version?)")
+    cfg = TrainConfig(**stored)
+    cfg.validate(str(where))
+    return cfg
+
+
+async def _run(cfg: TrainConfig, out: Path, task, status: RunStatus, timeline: Timeline | None = None,
+               resume: Checkpoint | None = None) -> dict:
     from areal_cli.models.tiny import build_tiny_model, load_tokenizer
     from areal_cli.trainer.megatron_engine import MegatronEngine
 
     t0 = status.t0
-    if cfg.model_path is None:
+    if cfg.model_path is not None:
+        base = Path(cfg.model_path)
+    elif resume is not None:
+        base = out / "model" / "base"
+    else:
         status.log("building the embedded tiny Qwen3 model and tokenizer")
         base = build_tiny_model(out / "model" / "base", seed=cfg.seed, corpus=task.tokenizer_corpus(),
                                 vocab_size=cfg.model_vocab_size, hidden_size=cfg.model_hidden_size,
                                 num_layers=cfg.model_num_layers)
-    else:
-        base = Path(cfg.model_path)
     tokenizer = load_tokenizer(base)
+    serve_dir, serve_version = base, 0
+    if resume is not None:  # the servers restart with the checkpointed policy version
+        serve_version = int(resume.state["version"])
+        serve_dir = _restore_weights_dir(out, resume)
+        status.log(f"resuming from {resume.path} (step {resume.step}, policy version {serve_version})")
     status.log(f"starting {cfg.n_servers} embedded rollout server(s)")
     servers = [
-        EmbeddedServer.launch(base, max_running_requests=cfg.server_max_running_requests,
+        EmbeddedServer.launch(serve_dir, max_running_requests=cfg.server_max_running_requests,
                               max_total_tokens=cfg.server_max_total_tokens, seed=cfg.seed + i,
-                              log_path=out / "logs" / f"server{i}.log", weight_version="0", wait=False)
+                              log_path=out / "logs" / f"server{i}.log", weight_version=str(serve_version),
+                              wait=False)
         for i in range(cfg.n_servers)
     ]
     trainer_cpus, server_cpus, controller_cpus = _check_cpus(cfg)
@@ -233,6 +294,8 @@ async def _run(cfg: TrainConfig, out: Path, task, status: RunStatus, timeline: T
         engine = await asyncio.get_running_loop().run_in_executor(trainer_thread, lambda: MegatronEngine(
             base, lr=cfg.sft_lr, weight_decay=cfg.weight_decay, betas=(cfg.adam_beta1, cfg.adam_beta2),
             grad_clip=cfg.grad_clip, seed=cfg.seed))
+        if resume is not None:
+            await asyncio.get_running_loop().run_in_executor(trainer_thread, restore_trainer, engine, resume)
         for s in servers:
             await asyncio.to_thread(s.wait_until_ready)
             if server_cpus:  # again: threads the child started before the first pinning
@@ -249,8 +312,8 @@ async def _run(cfg: TrainConfig, out: Path, task, status: RunStatus, timeline: T
         eval_items = [_prompt_item(tokenizer, p) for p in task.heldout(cfg.eval_n_prompts)]
         ctx = RunContext(cfg, out, task, tokenizer, engine, client, servers, pool, eval_items, status, t0, timeline,
                          trainer_thread, remote)
-        warm = await warm_start(ctx)
-        summary = await rl_loop(ctx, warm)
+        warm = await warm_start(ctx) if resume is None else resume.state["warm_start"]
+        summary = await rl_loop(ctx, warm, resume)
     finally:
         if remote is not None:
             remote.close()
@@ -268,6 +331,24 @@ async def _run(cfg: TrainConfig, out: Path, task, status: RunStatus, timeline: T
         timeline.marks["t0"] = t0
         write_json_atomic(out / "timeline.json", timeline.to_dict())
     return summary
+
+
+def _restore_weights_dir(out: Path, ckpt: Checkpoint) -> Path:
+    """Put the checkpoint's weights at ``out/weights/v<version>`` (what the loop expects) and drop weight
+    directories of later versions (those steps are redone). Returns the directory."""
+    version = int(ckpt.state["version"])
+    wdir = out / "weights"
+    for p in wdir.glob("v*"):
+        if p.name[1:].isdigit() and int(p.name[1:]) > version:
+            shutil.rmtree(p, ignore_errors=True)
+    dst = wdir / f"v{version}"
+    tmp = wdir / f".v{version}.restore-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(ckpt.hf_dir, tmp)
+    if dst.exists():
+        shutil.rmtree(dst)
+    os.replace(tmp, dst)
+    return dst
 
 
 def _prompt_item(tokenizer, problem) -> PromptItem:
@@ -313,32 +394,40 @@ async def publish(ctx: RunContext, version: int, tag: str) -> Path:
 # Phase 1: supervised warm start
 # --------------------------------------------------------------------------------------------------
 async def warm_start(ctx: RunContext) -> dict:
-    """Supervised fine-tuning on the task's training split until held-out accuracy reaches
-    ``sft_stop_accuracy``; rolls back one eval interval if accuracy overshoots 0.5.
+    """Supervised warm start: the SFT stage (:class:`areal_cli.sft.SftStage`, recipe keys ``sft_*``) on the
+    task's training split, until held-out accuracy reaches ``sft_stop_accuracy``; rolls back one eval
+    interval if accuracy overshoots 0.5.
 
-    Loss: mean negative log-likelihood over response tokens only (prompt tokens masked).
+    Loss: mean negative log-likelihood over response tokens only (prompt tokens masked), sequences packed
+    (:mod:`areal_cli.sft`).
     Returns:
         {"steps", "accuracy", "seconds"} of the warm start.
+    Raises:
+        UserError: the ``sft_*`` keys do not fit the examples (fewer examples than a batch, a sequence longer
+            than ``sft_max_tokens_per_mb`` or ``sft_pack_row_tokens``).
     """
+    from areal_cli.sft import SftConfig, SftStage
+
     cfg, eng = ctx.cfg, ctx.engine
-    examples = ctx.task.sft_examples(cfg.sft_n_examples)
-    eos = ctx.tokenizer.convert_tokens_to_ids("<|im_end|>")
-    encoded = [(_prompt_item(ctx.tokenizer, p).prompt_ids, ctx.tokenizer.encode(target, add_special_tokens=False) + [eos])
-               for p, target in examples]
-    batches = _sft_batches(encoded, cfg.sft_batch_size, cfg.seed, ctx.tokenizer.pad_token_id)
     t_start = time.monotonic()
     acc = await evaluate(ctx)
     ctx.status.phase("warm start", step=0, acc=acc)
     step, kept_state, kept_step = 0, None, 0
+    if cfg.sft_max_steps > 0 and acc < cfg.sft_stop_accuracy:
+        examples = ctx.task.sft_examples(cfg.sft_n_examples)
+        eos = ctx.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        encoded = [(_prompt_item(ctx.tokenizer, p).prompt_ids,
+                    ctx.tokenizer.encode(target, add_special_tokens=False) + [eos]) for p, target in examples]
+        try:
+            stage = SftStage(eng, encoded, SftConfig.from_train_config(cfg), pad_id=ctx.tokenizer.pad_token_id)
+        except ValueError as e:
+            raise UserError(f"config: fields 'sft_*': {e}") from None
     while step < cfg.sft_max_steps and acc < cfg.sft_stop_accuracy:
         # weights evaluated below the stop accuracy: where to roll back to if the next eval overshoots 0.5
         kept_state = {k: v.clone() for k, v in eng.model.state_dict().items() if "_extra_state" not in k}
         kept_step = step
         for _ in range(min(cfg.sft_eval_every, cfg.sft_max_steps - step)):
-            batch = next(batches)
-            n_valid = batch.n_loss_tokens
-            stats = await ctx.in_trainer(
-                eng.train_step, [batch], lambda lp, mb: -(lp * mb.loss_mask).sum() / n_valid)
+            stats = await ctx.in_trainer(stage.step)
             step += 1
         await publish(ctx, 0, f"sft-step{step}")
         acc = await evaluate(ctx)
@@ -355,17 +444,6 @@ async def warm_start(ctx: RunContext) -> dict:
     return {"steps": step, "accuracy": acc, "seconds": time.monotonic() - t_start}
 
 
-def _sft_batches(encoded: list[tuple[list[int], list[int]]], batch_size: int, seed: int, pad_id: int):
-    """Endless shuffled epochs of right-padded SFT batches (loss on response tokens only)."""
-    rng = random.Random(seed)
-    order = list(range(len(encoded)))
-    while True:
-        rng.shuffle(order)
-        for i in range(0, len(order) - batch_size + 1, batch_size):
-            pairs = [encoded[j] for j in order[i : i + batch_size]]
-            yield build_train_batch([(p, t, [0.0] * len(t), [0] * len(t)) for p, t in pairs], pad_id=pad_id)
-
-
 # --------------------------------------------------------------------------------------------------
 # Phase 2: asynchronous RL
 # --------------------------------------------------------------------------------------------------
@@ -379,10 +457,12 @@ def _cpu_snapshot(ctx: RunContext) -> dict:
     return snap
 
 
-def make_controller(cfg: TrainConfig, client: RolloutClient, reward_pool, tokenizer, task) -> RolloutController:
-    """The rollout controller of a run: the task's training prompts, the staleness rule of ``cfg``."""
+def make_controller(cfg: TrainConfig, client: RolloutClient, reward_pool, tokenizer, task,
+                    prompts=None) -> RolloutController:
+    """The rollout controller of a run: the task's training prompts (or ``prompts``, e.g. a
+    :class:`~areal_cli.checkpoint.PromptStream`), the staleness rule of ``cfg``."""
     staleness = StalenessManager(cfg.batch_size, cfg.max_head_offpolicyness, cfg.effective_max_concurrent)
-    train_items = (_prompt_item(tokenizer, p) for p in task.train_stream())
+    train_items = prompts if prompts is not None else (_prompt_item(tokenizer, p) for p in task.train_stream())
     return RolloutController(
         client, staleness, train_items, reward_pool,
         lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
@@ -441,8 +521,14 @@ def ppo_update(engine, batch: TrainBatch, cfg: TrainConfig) -> dict[str, float]:
             "iw_capped_frac": totals["n_iw_capped"] / n, "cpu_s": time.thread_time() - cpu0}
 
 
-async def rl_loop(ctx: RunContext, warm: dict) -> dict:
+async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None) -> dict:
     """Asynchronous RL until ``max_steps``, the target accuracy or the time limit.
+
+    Every ``checkpoint_every`` steps a checkpoint (:func:`save_checkpoint`) is written after the step's
+    metrics line. With ``resume``, the loop continues after the checkpointed step: weights and optimizer are
+    already restored (:func:`_run`); here the data position, staleness counters, controller counters and
+    RNG states are, ``metrics.jsonl`` is cut back to the checkpointed step, and the next line carries
+    ``"resumed_from"`` (semantics: :mod:`areal_cli.checkpoint`).
 
     With a :class:`Timeline`, each step adds ``{"step", "start", "end"`` (end = new version published,
     before any eval), ``"tokens"`` (prompt + response tokens of the batch: what the trainer consumed,
@@ -453,33 +539,48 @@ async def rl_loop(ctx: RunContext, warm: dict) -> dict:
     """
     cfg = ctx.cfg
     tl = ctx.timeline
+    rs = resume.state if resume is not None else None
+    stream = PromptStream(ctx.task.train_stream(), lambda p: _prompt_item(ctx.tokenizer, p),
+                          **(rs["data"] if rs else {}))
     if ctx.rollout_process is not None:
         controller = ctx.rollout_process
         await controller.wait_ready()
     else:
-        controller = make_controller(cfg, ctx.client, ctx.reward_pool, ctx.tokenizer, ctx.task)
-    ctx.engine.set_lr(cfg.lr)
-    ctx.engine.optimizer.state.clear()  # fresh AdamW moments for the RL phase
+        controller = make_controller(cfg, ctx.client, ctx.reward_pool, ctx.tokenizer, ctx.task, prompts=stream)
     metrics_path = ctx.out / "metrics.jsonl"
-    version, acc = 0, warm["accuracy"]
-    t_rl = time.monotonic()
-    time_to_target = None
+    resumes: list[dict] = list(rs.get("resumes", [])) if rs else []
+    if rs is None:
+        ctx.engine.set_lr(cfg.lr)
+        ctx.engine.optimizer.state.clear()  # fresh AdamW moments for the RL phase
+        version, acc, first_step = 0, warm["accuracy"], 1
+        time_to_target, trained_tokens, last_tokens = None, 0, 0
+        t_rl = time.monotonic()
+    else:  # optimizer state and its lr were restored with the weights
+        version, acc, first_step = int(rs["version"]), rs["accuracy"], int(rs["step"]) + 1
+        time_to_target, trained_tokens, last_tokens = rs["time_to_target"], rs["trained_tokens"], rs["last_tokens"]
+        resumes.append(_restore_controller(controller, cfg, resume, truncate_metrics(metrics_path, resume.step)))
+        now = time.monotonic()  # the run's clocks continue from the checkpoint (the downtime is not counted)
+        ctx.t0 = ctx.status.t0 = now - rs["elapsed_s"]
+        t_rl = now - rs["rl_elapsed_s"]
+        restore_rng(resume.load_rng())
+        ctx.status.log(f"resumed at step {first_step}: {len(rs['data']['pending'])} pending prompt(s) re-issued")
     if tl is not None:
         tl.marks["rl_start"] = t_rl
         tl.cpu["rl_start"] = _cpu_snapshot(ctx)
-    first = {"step": 0, "version": 0, "phase": "warm_start_end", "reward_mean": None, "accuracy": acc,
-             "staleness_max": 0, "staleness_mean": 0.0, "elapsed_s": round(ctx.elapsed(), 3),
-             "rl_elapsed_s": 0.0, "warm_start_steps": warm["steps"], "warm_start_s": round(warm["seconds"], 3)}
-    with metrics_path.open("w") as mf:
-        mf.write(json.dumps(first) + "\n")
-        mf.flush()
-        ctx.status.step(first, controller.stats.as_dict())
+    with metrics_path.open("a" if rs else "w") as mf:
+        if rs is None:
+            first = {"step": 0, "version": 0, "phase": "warm_start_end", "reward_mean": None, "accuracy": acc,
+                     "staleness_max": 0, "staleness_mean": 0.0, "elapsed_s": round(ctx.elapsed(), 3),
+                     "rl_elapsed_s": 0.0, "warm_start_steps": warm["steps"],
+                     "warm_start_s": round(warm["seconds"], 3)}
+            mf.write(json.dumps(first) + "\n")
+            mf.flush()
+            ctx.status.step(first, controller.stats.as_dict())
         controller.start()
         loading: asyncio.Task | None = None  # the servers loading the latest version
         try:
-            last_tokens, last_t = 0, time.monotonic()
-            trained_tokens = 0
-            for step in range(1, cfg.max_steps + 1):
+            last_t = time.monotonic()
+            for step in range(first_step, cfg.max_steps + 1):
                 t_wait = time.monotonic()
                 groups = await controller.get_batch(cfg.batch_size)
                 t_batch = time.monotonic()
@@ -543,10 +644,29 @@ async def rl_loop(ctx: RunContext, warm: dict) -> dict:
                     "truncated_frac": sum(s.finish_reason == "length" for s in samples) / len(samples),
                     **{k: round(v, 6) for k, v in train_stats.items()}, **cs,
                 }
+                if rs is not None and step == first_step:
+                    line["resumed_from"] = str(resume.path.relative_to(ctx.out))
                 last_tokens, last_t = cs["tokens_generated"], now
                 mf.write(json.dumps(line) + "\n")
                 mf.flush()
                 ctx.status.step(line, cs)
+                if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+                    if loading is not None:  # the servers must hold this version: the staleness counter is v
+                        await loading
+                        loading = None
+                    state = {
+                        "step": step, "version": version, "accuracy": acc, "elapsed_s": line["elapsed_s"],
+                        "rl_elapsed_s": line["rl_elapsed_s"], "trained_tokens": trained_tokens,
+                        "last_tokens": last_tokens, "time_to_target": time_to_target, "warm_start": warm,
+                        **_controller_state(controller, stream, cfg, step), "engine_steps": ctx.engine.steps,
+                        "resumes": resumes, "config": cfg.to_dict(),
+                    }
+                    rng = capture_rng()
+                    t_ck = time.monotonic()
+                    ck = await ctx.in_trainer(lambda: save_checkpoint(
+                        ctx.out, step, hf_dir=path, optimizer_state=ctx.engine.optimizer.state_dict(), rng=rng,
+                        state=state, keep=cfg.keep_checkpoints))
+                    ctx.status.log(f"checkpoint {ck.relative_to(ctx.out)} ({time.monotonic() - t_ck:.2f} s)")
                 if time_to_target is None and cfg.target_accuracy and acc >= cfg.target_accuracy:
                     time_to_target = {"step": step, "elapsed_s": line["elapsed_s"], "rl_elapsed_s": line["rl_elapsed_s"]}
                     break
@@ -570,11 +690,53 @@ async def rl_loop(ctx: RunContext, warm: dict) -> dict:
 
             plot_learning_curve(metrics_path, ctx.out / "learning_curve.png", target=cfg.target_accuracy)
     final = ctx.out / "weights" / f"v{version}"
-    return {
+    summary = {
         "recipe": cfg.recipe, "ok": True, "final_version": version, "final_accuracy": acc,
         "target_accuracy": cfg.target_accuracy, "target_reached": time_to_target is not None,
         "warm_start": warm, "time_to_target": time_to_target, "elapsed_s": round(ctx.elapsed(), 3),
         "final_weights": str(final), "controller": controller.stats.as_dict(),
         "reward_failures": controller.stats.reward_failure_examples,
+    }
+    if resumes:
+        summary["resumes"] = resumes
+    return summary
+
+
+def _controller_state(controller: RolloutController, stream: PromptStream, cfg: TrainConfig, step: int) -> dict:
+    """The controller's part of a checkpoint, read in one go (no await): staleness counters and their
+    capacity, controller counters, data position (:class:`PromptStream`)."""
+    counters = controller.staleness.state_dict()
+    return {
+        "staleness": counters,
+        "staleness_capacity": staleness_capacity(cfg.max_head_offpolicyness, cfg.batch_size, counters),
+        "trained_groups": step * cfg.batch_size,
+        "controller": {f.name: getattr(controller.stats, f.name) for f in fields(controller.stats)},
+        "data": stream.position(controller.pending_group_ids()),
+    }
+
+
+def _restore_controller(controller: RolloutController, cfg: TrainConfig, ckpt: Checkpoint, dropped_lines: int) -> dict:
+    """Set the staleness and controller counters of a resumed run (before the controller starts).
+
+    Staleness: version = the checkpoint's, accepted = groups trained, running = 0, rejected kept; the
+    pending groups are re-admitted first, after which the capacity equals the checkpoint's (see
+    :mod:`areal_cli.checkpoint`). Returns the record of this resume (also in summary.json ``resumes``).
+    """
+    rs = ckpt.state
+    sm = controller.staleness
+    sm.set_version(int(rs["staleness"]["version"]))
+    sm.accepted, sm.running, sm.rejected = int(rs["trained_groups"]), 0, int(rs["staleness"]["rejected"])
+    for name, value in rs["controller"].items():
+        setattr(controller.stats, name, Counter(value) if name == "reward_status" else value)
+    restored = sm.state_dict()
+    n_pending = len(rs["data"]["pending"])
+    eta, b = cfg.max_head_offpolicyness, cfg.batch_size
+    return {
+        "checkpoint": str(ckpt.path.relative_to(ckpt.path.parent.parent)), "step": ckpt.step,
+        "metrics_lines_dropped": dropped_lines, "pending_reissued": n_pending,
+        "staleness_checkpoint": rs["staleness"], "staleness_restored": restored,
+        "capacity_checkpoint": rs["staleness_capacity"],
+        "capacity_restored": staleness_capacity(eta, b, restored),
+        "capacity_after_readmission": staleness_capacity(eta, b, {**restored, "running": n_pending}),
     }
 

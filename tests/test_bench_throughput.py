@@ -305,7 +305,8 @@ def test_bench_command_writes_results_and_plots(tmp_path):
     scenario.write_text(
         "name: quick\nsteps: 2\nrepeats: 1\ncompare_interruptible: false\n"
         f"cpus: {{trainer: '{cpus[0]}', server: '{cpus[-1]}', controller: '{cpus[-1]}'}}\n"
-        "overrides: {success_rate_lb: 0.0, success_rate_ub: 1.0, sft_max_steps: 2, eval_n_prompts: 16}\n"
+        "overrides: {success_rate_lb: 0.0, success_rate_ub: 1.0, sft_max_steps: 2, eval_n_prompts: 16,\n"
+        "            rollout_process: true}\n"
         "generate_compare: {n_prompts: 4, min_new_tokens: 4, max_new_tokens: 12, hf_per_prompt: false}\n")
     out = tmp_path / "bench"
     res = CliRunner().invoke(throughput, ["--scenario", str(scenario), "--out", str(out)])
@@ -315,6 +316,10 @@ def test_bench_command_writes_results_and_plots(tmp_path):
     assert all(r["steps"] == 2 and r["effective_tokens_per_s"] > 0 for r in results["runs"])
     assert results["ratios"]["async_over_sync"]["mean"] > 0  # a ratio, whatever this machine gives
     assert results["generate"]["continuous_over_static"] > 0
+    # the controller ran in its own process: its generation activity reached the trainer's timeline
+    timeline = json.loads((Path(results["runs"][1]["dir"]) / "timeline.json").read_text())
+    assert {e["kind"] for e in timeline["events"] if e["lane"] == "server0"} >= {"generate", "update"}
+    assert timeline["cpu"]["rl_end"]["rollout_process"] is not None
     assert (out / "timeline.png").stat().st_size > 10_000 and (out / "throughput.png").stat().st_size > 10_000
     assert "async / sync" in res.output
     # the same output folder is never overwritten

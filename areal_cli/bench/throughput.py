@@ -59,10 +59,11 @@ DEFAULT_SCENARIO: dict[str, Any] = {
     "steps": 40,
     "repeats": 2,
     "eta_sync": 0,
-    "eta_async": 2,
+    "eta_async": 1,
     "compare_interruptible": True,
     "cpus": {"trainer": "0", "server": "1", "controller": "1"},
-    "overrides": {"success_rate_lb": 0.0, "success_rate_ub": 1.0},
+    "overrides": {"success_rate_lb": 0.0, "success_rate_ub": 1.0, "batch_size": 40, "group_size": 3,
+                  "rollout_process": True},
     "generate_compare": {"n_prompts": 32, "min_new_tokens": 16, "max_new_tokens": 256, "seed": 0,
                          "hf_per_prompt": True},
 }

@@ -136,6 +136,7 @@ class RolloutController:
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
         self._group_ids = itertools.count()
+        self._pending: set[int] = set()  # admitted, not yet dropped or handed to the trainer
         self._loop_task: asyncio.Task | None = None
         self._error: BaseException | None = None
 
@@ -168,10 +169,17 @@ class RolloutController:
             if self._error is not None:
                 raise RuntimeError(f"rollout failed: {self._error}") from self._error
             try:
-                out.append(await asyncio.wait_for(self._ready.get(), timeout=0.5))
+                group = await asyncio.wait_for(self._ready.get(), timeout=0.5)
             except asyncio.TimeoutError:
                 continue
+            self._pending.discard(group.group_id)
+            out.append(group)
         return out
+
+    def pending_group_ids(self) -> list[int]:
+        """Ids of the groups admitted but neither dropped nor handed to the trainer yet (generating, being
+        scored, or accepted and queued), ascending. A checkpoint re-issues their prompts after a resume."""
+        return sorted(self._pending)
 
     @property
     def n_ready(self) -> int:
@@ -184,6 +192,7 @@ class RolloutController:
                 self.staleness.on_submit()
                 prompt = next(self.prompts)
                 gid = next(self._group_ids)
+                self._pending.add(gid)
                 self.stats.groups_submitted += 1
                 task = asyncio.create_task(self._run_group(gid, prompt), name=f"group-{gid}")
                 self._tasks.add(task)
@@ -212,6 +221,7 @@ class RolloutController:
         results = await asyncio.gather(*(self._score(c, prompt) for c in comps))
         if any(r.status != "ok" for _, r in results):
             self.stats.groups_dropped_reward_failure += 1
+            self._pending.discard(gid)
             self.staleness.on_reject()
             return
         group = Group(
@@ -233,6 +243,7 @@ class RolloutController:
         )
         if not (self.lb <= group.success_rate <= self.ub):
             self.stats.groups_dropped_filter += 1
+            self._pending.discard(gid)
             self.staleness.on_reject()
             return
         self.stats.groups_accepted += 1
