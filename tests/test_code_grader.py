@@ -190,3 +190,15 @@ def test_problem_limits_apply_only_when_asked():
     tests = TestSuite(inputs=["1 2"], outputs=["3"], time_limit_s=0.5).to_dict()
     assert grade_code(completion, tests, per_test_timeout_s=5.0)[1] is True
     assert grade_code(completion, tests, per_test_timeout_s=5.0, use_problem_limits=True)[2]["status"] == "timeout"
+
+
+def test_a_zlib_bomb_in_private_tests_is_refused_without_exhausting_memory(monkeypatch):
+    import base64
+    import zlib
+
+    import areal_cli.reward.code_grader as cg
+
+    monkeypatch.setattr(cg, "MAX_PRIVATE_TESTS_BYTES", 1 << 20)
+    bomb = base64.b64encode(zlib.compress(b"\0" * (8 << 20), 9)).decode()
+    with pytest.raises(ValueError, match="decompressed size exceeds"):
+        cg.decode_lcb_tests("[]", bomb, "{}")

@@ -112,7 +112,7 @@ def test_explicit_options_override_the_preset_and_are_recorded():
 
 
 @pytest.mark.parametrize("options, message", [
-    (dict(temperature=-0.1), "option 'temperature': must be >= 0, got -0.1"),
+    (dict(temperature=-0.1), "option 'temperature': must be >= 0 and finite, got -0.1"),
     (dict(top_p=0), "option 'top_p': must be in (0, 1], got 0"),
     (dict(top_p=1.5), "option 'top_p': must be in (0, 1], got 1.5"),
     (dict(top_k=0), "option 'top_k': must be -1 (off) or >= 1, got 0"),

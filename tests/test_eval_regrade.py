@@ -197,3 +197,46 @@ def test_codeforces_rating_needs_cf_data_and_is_computed_with_it(tmp_path):
     # solved A at the first attempt: 500 points, ranked behind the 167 rows with more than 500 points
     assert rating["n_contests"] == 1 and rating["contests"][0]["rank"] == 167
     assert 0 < rating["rating"] < 1500 and f"rating: {rating['summary']} (rating / percentile" in res.output
+
+
+def test_completions_with_unicode_line_separators_regrade_with_exact_line_numbers(tmp_path, problems):
+    # json.dumps(ensure_ascii=False), as samples.jsonl is written, leaves U+2028, \x85 and \x1d raw inside
+    # strings; only "\n" separates JSON Lines records.
+    recs = own_answers(problems, ["aime24"])
+    recs[0] = {**recs[0], "text": "weird\u2028sep\x85and\x1dgroup " + recs[0]["text"]}
+    gens = tmp_path / "gens.jsonl"
+    gens.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs), encoding="utf-8")
+    code, text = regrade(gens, tmp_path / "out", "--data", "aime24")
+    assert code == 0, text
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["aime24"]["pass@1"] == 1.0
+    gens.write_text(gens.read_text(encoding="utf-8") + "{not json\n", encoding="utf-8")
+    code, text = regrade(gens, tmp_path / "out2", "--data", "aime24")
+    assert code == 2 and f"gens.jsonl:{len(recs) + 1}:" in text
+
+
+def test_an_output_path_that_cannot_be_created_is_one_line_before_any_work(tmp_path, problems):
+    gens = write_jsonl(tmp_path / "gens.jsonl", own_answers(problems, ["aime24"]))
+    (tmp_path / "afile").write_text("x")
+    code, text = regrade(gens, tmp_path / "afile" / "sub", "--data", "aime24")
+    assert code == 2 and text.strip().splitlines() == [
+        f"error: {tmp_path / 'afile' / 'sub'}: cannot create the output directory ({tmp_path / 'afile'} is not a directory)"]
+
+
+def test_infinite_temperature_is_refused_in_one_line(tmp_path):
+    res = CliRunner().invoke(main, ["eval", "--data", "aime24", "--data-dir", str(DATA), "--temperature", "inf",
+                                    "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and "option 'temperature': must be >= 0 and finite" in res.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_completion_cut_off_while_thinking_has_no_answer_in_regrade_as_in_generation(tmp_path, problems):
+    recs = own_answers(problems, ["aime24"])
+    cut = [{**r, "text": "let me think... " + r["text"]} for r in recs]  # no </think>
+    code, text = regrade(write_jsonl(tmp_path / "a.jsonl", [{**r, "think_open": True} for r in cut]),
+                         tmp_path / "a", "--data", "aime24")
+    assert code == 0, text
+    assert json.loads((tmp_path / "a" / "results.json").read_text())["aime24"]["pass@1"] == 0.0
+    code, text = regrade(write_jsonl(tmp_path / "b.jsonl", cut), tmp_path / "b", "--data", "aime24",
+                         "--protocol", "qwen3-think")
+    assert code == 0, text
+    assert json.loads((tmp_path / "b" / "results.json").read_text())["aime24"]["pass@1"] == 0.0

@@ -41,7 +41,7 @@ def call(out_dir, **overrides):
     [
         (dict(datasets=["aime24", "gsm8k"]), "unknown dataset 'gsm8k'; known datasets: aime24, aime25, amc23, "),
         (dict(n=0), "option 'n_samples': must be an integer >= 1, got 0"),
-        (dict(temperature=-0.5), "option 'temperature': must be >= 0, got -0.5"),
+        (dict(temperature=-0.5), "option 'temperature': must be >= 0 and finite, got -0.5"),
         (dict(protocol="r1"), "unknown protocol 'r1'; known protocols: qwen3-think, "),
         (dict(protocol="qwen3-think-pure"), "protocol 'qwen3-think-pure' is for code benchmarks; 'aime24' is a math "
                                             "benchmark (its default protocol: qwen3-think)"),

@@ -187,8 +187,8 @@ def validate(protocol: Protocol) -> None:
     def is_int(v: Any) -> bool:
         return isinstance(v, int) and not isinstance(v, bool)
 
-    if not is_num(protocol.temperature) or not protocol.temperature >= 0:
-        raise bad("temperature", ">= 0")
+    if not is_num(protocol.temperature) or not 0 <= protocol.temperature < float("inf"):
+        raise bad("temperature", ">= 0 and finite")
     if not is_num(protocol.top_p) or not 0 < protocol.top_p <= 1:
         raise bad("top_p", "in (0, 1]")
     if not is_int(protocol.top_k) or not (protocol.top_k == -1 or protocol.top_k >= 1):

@@ -8,7 +8,10 @@ Record format (JSON Lines, one completion a line; blank lines skipped; a ``sampl
 - ``text`` (str, required; ``completion`` accepted instead): the completion;
 - ``sample_index`` (int >= 0, optional): default = the record's position among the same problem's records;
 - ``pass`` (optional): ``"sample"`` (default) or ``"greedy"``;
-- ``output_ids`` (list of ints), ``finish_reason`` (str): optional, kept for the length metrics.
+- ``output_ids`` (list of ints), ``finish_reason`` (str): optional, kept for the length metrics;
+- ``think_open`` (bool, optional): the prompt ended inside ``<think>`` (as ``samples.jsonl`` records it), so
+  a completion without ``</think>`` has no final answer; when absent it follows ``--protocol`` (true for
+  templates ending in ``<think>``), else false.
 
 Grading fields of the input (``extracted``, ``correct``, ...) are ignored: everything is graded again.
 
@@ -29,7 +32,7 @@ from areal_cli.errors import UserError, where
 from areal_cli.eval.datasets import Problem
 from areal_cli.eval.generate import PASSES
 
-KEPT_FIELDS = ("output_ids", "finish_reason")
+KEPT_FIELDS = ("output_ids", "finish_reason", "think_open")
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,8 @@ def read_generations(path: str | Path) -> list[SavedCompletion]:
     except UnicodeDecodeError as exc:
         raise UserError(f"{path}: not UTF-8 text: {exc}") from None
     out: list[SavedCompletion] = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    for lineno, line in enumerate(text.split("\n"), start=1):
+        line = line.rstrip("\r")
         if not line.strip():
             continue
         try:
@@ -98,6 +102,8 @@ def _parse_record(rec: dict[str, Any], path: Path, lineno: int) -> SavedCompleti
     if ids is not None and (not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool)
                                                                   for t in ids)):
         raise field_error("output_ids", "must be a list of integers")
+    if rec.get("think_open") is not None and not isinstance(rec["think_open"], bool):
+        raise field_error("think_open", "must be true or false")
     extra = {k: rec[k] for k in KEPT_FIELDS if rec.get(k) is not None}
     return SavedCompletion(lineno, ds.strip(), str(pid).strip(), text, pass_name, idx, extra)
 

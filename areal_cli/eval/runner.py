@@ -34,6 +34,8 @@ import asyncio
 import contextlib
 import hashlib
 import math
+import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -102,6 +104,20 @@ def check_out_dir(out_dir: Path) -> None:
         raise UserError(f"{out_dir}: output path exists and is not a directory")
     if (out_dir / "results.json").exists():
         raise UserError(f"{out_dir}: already holds results.json; choose another --out")
+    if not out_dir.exists():
+        # The nearest existing ancestor must be a directory we can create folders in (tested by creating
+        # and removing one), so a bad --out fails now, in one line, not after generation.
+        anc = out_dir.absolute().parent
+        while not anc.exists() and anc != anc.parent:
+            anc = anc.parent
+        if not anc.is_dir():
+            raise UserError(f"{out_dir}: cannot create the output directory ({anc} is not a directory)")
+        try:
+            os.rmdir(tempfile.mkdtemp(prefix=".areal-probe-", dir=anc))
+        except OSError as e:
+            raise UserError(f"{out_dir}: cannot create the output directory in {anc} ({e.strerror})") from None
+    elif not os.access(out_dir, os.W_OK):
+        raise UserError(f"{out_dir}: output directory is not writable")
 
 
 def check_code_tests(problems_by_ds: dict[str, list[Problem]]) -> None:
@@ -524,6 +540,11 @@ def run_regrade(
     problems_by_ds, reports = load_selected(names, data_dir, revision=revision, date_from=date_from, date_to=date_to)
     proto_record = get_protocol(protocol).to_dict() if protocol else None
     records = match_problems(path, saved, problems_by_ds)
+    if protocol:
+        template = get_protocol(protocol).template
+        opens = template is not None and template.rstrip().endswith("<think>")
+        for r in records:
+            r.setdefault("think_open", opens)
     if CODEFORCES_BENCHMARK in problems_by_ds:
         check_cf_data(cf_data)
     problem_of = {(ds, p.id): p for ds, ps in problems_by_ds.items() for p in ps}

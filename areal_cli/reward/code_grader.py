@@ -50,12 +50,16 @@ import math
 import pickle
 import re
 import zlib
+
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from areal_cli.sandbox import Limits, RunResult, run_tests
 from areal_cli.sandbox.limits import GiB
+
+#: Largest decompressed LCB private-test payload accepted (the biggest real ones are tens of MiB).
+MAX_PRIVATE_TESTS_BYTES = 512 << 20
 
 CODE_BLOCK_RE = re.compile(r"(?i)```(?:python|py|cpp|CPP)?\s*\n?(.*?)\n?```", re.DOTALL)
 MIN_CODE_CHARS = 20
@@ -185,7 +189,10 @@ def _decode_private(blob: str) -> list:
     except ValueError:
         pass
     try:
-        raw = zlib.decompress(base64.b64decode(blob.encode("ascii"), validate=False))
+        d = zlib.decompressobj()
+        raw = d.decompress(base64.b64decode(blob.encode("ascii"), validate=False), MAX_PRIVATE_TESTS_BYTES + 1)
+        if len(raw) > MAX_PRIVATE_TESTS_BYTES or d.unconsumed_tail:
+            raise ValueError(f"decompressed size exceeds {MAX_PRIVATE_TESTS_BYTES >> 20} MiB (zlib bomb?)")
         inner = _NoClassUnpickler(io.BytesIO(raw)).load()
     except (ValueError, zlib.error, pickle.UnpicklingError, EOFError, UnicodeEncodeError, TypeError) as exc:
         raise ValueError(f"private tests: not JSON and not base64/zlib/pickle ({type(exc).__name__}: {exc})") from None
