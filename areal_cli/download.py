@@ -58,6 +58,27 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def hub_reachable(timeout_s: float = 3.0) -> bool:
+    """Whether a TCP connection to the Hugging Face endpoint (``HF_ENDPOINT``, default huggingface.co:443)
+    opens within ``timeout_s``. Used to fail in one line at once instead of after huggingface_hub's
+    retries (about 25 s of backoff) when the machine has no network."""
+    import socket
+    from urllib.parse import urlparse
+
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    port = url.port or (80 if url.scheme == "http" else 443)
+    try:
+        with socket.create_connection((url.hostname or "huggingface.co", port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def hub_local_only() -> bool:
+    """True when downloads must come from the local cache: ``HF_HUB_OFFLINE`` is set or the hub is unreachable."""
+    return _offline() or not hub_reachable()
+
+
 def _pinned_in_recipes(repo_id: str, repo_type: str) -> tuple[str, str] | None:
     """(revision, file:line) of ``repo_id`` where a shipped recipe pins it, else None."""
     for name in recipe_names():
@@ -188,8 +209,9 @@ def fetch(item: DownloadItem, local_dir: Path | None) -> Path:
     import huggingface_hub
     from huggingface_hub import errors as hf_errors
 
+    local_only = hub_local_only()
     kwargs = dict(repo_type=item.repo_type, revision=item.revision, allow_patterns=item.allow_patterns,
-                  local_files_only=_offline())
+                  local_files_only=local_only)
     if local_dir is not None:
         kwargs["local_dir"] = str(local_dir)
     what = f"{item.label()} (asked for at {item.origin})"
@@ -205,7 +227,7 @@ def fetch(item: DownloadItem, local_dir: Path | None) -> Path:
         raise UserError(f"{what}: revision not found in the repository") from None
     except hf_errors.LocalEntryNotFoundError:
         cache = os.environ.get("HF_HOME") or "~/.cache/huggingface"
-        why = "HF_HUB_OFFLINE is set" if _offline() else "network unreachable"
+        why = "HF_HUB_OFFLINE is set" if _offline() else ("network unreachable" if local_only else "not found")
         raise UserError(f"cannot reach the Hugging Face hub (offline? {why}) and {item.label()} is not in the "
                         f"local cache ({cache}); run `areal download` where the hub is reachable") from None
     except hf_errors.HfHubHTTPError as e:

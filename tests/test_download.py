@@ -189,3 +189,23 @@ def test_the_real_client_offline_fails_in_one_line_without_network(tmp_path):
     assert res.returncode == 2, res.stderr
     assert len(lines) == 1 and lines[0].startswith("error: cannot reach the Hugging Face hub (offline?"), res.stderr
     assert not (tmp_path / "hf" / "hub" / "models--Qwen--Qwen3-8B" / "snapshots").exists()
+
+
+@pytest.fixture(autouse=True)
+def _hub_reachable(monkeypatch, request):
+    """These tests stand in for the hub with a fake snapshot_download; the machine itself has no network,
+    so the reachability probe is told the hub is up (offline behaviour is tested with HF_HUB_OFFLINE and in
+    test_an_unreachable_hub_reads_the_cache_only)."""
+    if "unreachable" not in request.node.name:
+        monkeypatch.setattr("areal_cli.download.hub_reachable", lambda *a, **k: True)
+
+
+def test_an_unreachable_hub_reads_the_cache_only_and_fails_in_one_line_at_once(monkeypatch, tmp_path):
+    import areal_cli.download as dl
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(dl, "hub_reachable", lambda *a, **k: False)
+    assert dl.hub_local_only()
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    with pytest.raises(UserError, match=r"cannot reach the Hugging Face hub \(offline\? network unreachable\)"):
+        dl.download("Qwen/Qwen3-8B")

@@ -240,3 +240,16 @@ def test_a_completion_cut_off_while_thinking_has_no_answer_in_regrade_as_in_gene
                          "--protocol", "qwen3-think")
     assert code == 0, text
     assert json.loads((tmp_path / "b" / "results.json").read_text())["aime24"]["pass@1"] == 0.0
+
+
+def test_report_names_the_data_the_generations_file_and_results_state_units(tmp_path, problems):
+    import hashlib
+
+    gens = write_jsonl(tmp_path / "gens.jsonl", own_answers(problems, ["aime24"]))
+    code, text = regrade(gens, tmp_path / "out", "--data", "aime24")
+    assert code == 0, text
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "## Data" in report and "aime24.jsonl (sha256 " in report
+    assert f"Generations file sha256: {hashlib.sha256(gens.read_bytes()).hexdigest()}" in report
+    units = json.loads((tmp_path / "out" / "results.json").read_text())["config"]["units"]
+    assert units["codeforces.percentile"].startswith("percent") and "fraction" in units["pass@k, maj@k, greedy_acc, *_stderr"]

@@ -462,10 +462,13 @@ def fetch_hub_files(spec: BenchmarkSpec, revision: str | None = None) -> tuple[l
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import EntryNotFoundError
 
+    from areal_cli.download import hub_local_only
+
     rev = revision or spec.hub.revision
     try:
+        # Without a reachable hub, read the local cache only (fails at once instead of after retries).
         root = Path(snapshot_download(repo_id=spec.hub.repo_id, repo_type="dataset", revision=rev,
-                                      allow_patterns=list(spec.hub.files)))
+                                      allow_patterns=list(spec.hub.files), local_files_only=hub_local_only()))
     except (OSError, EntryNotFoundError, ValueError) as exc:
         reason = " ".join(str(exc).split())[:300]
         raise UserError(f"benchmark '{spec.name}': cannot fetch {spec.hub.repo_id}@{rev}: {type(exc).__name__}: "

@@ -135,6 +135,24 @@ def render_markdown(results: dict[str, Any]) -> str:
         preset = protocol.get("preset") or {}
         lines.append("- overridden protocol settings: " + ", ".join(
             f"{k}={protocol.get(k)} (preset {preset.get(k, '-')})" for k in protocol["overrides"]))
+    data = cfg.get("data") or {}
+    if data:
+        lines += ["", "## Data", ""]
+        rows = []
+        for ds, rep_ in data.items():
+            if not isinstance(rep_, dict):
+                continue
+            win = rep_.get("date_window") or {}
+            window = f"{win.get('from') or '-'} .. {win.get('to') or '-'}" if win else "-"
+            excluded = ", ".join(f"{k} {v}" for k, v in (rep_.get("excluded") or {}).items()) or "-"
+            files = "; ".join(f"{f.get('path')} (sha256 {str(f.get('sha256'))[:12]})" for f in rep_.get("files") or [])
+            source = rep_.get("repo_id") or rep_.get("source") or "-"
+            if rep_.get("revision"):
+                source += f"@{str(rep_['revision'])[:12]}"
+            rows.append([ds, source, files or "-", window, rep_.get("n_problems", "-"), excluded])
+        lines += _md_table(["dataset", "source", "files", "date window", "problems", "excluded"], rows)
+    if cfg.get("generations_sha256"):
+        lines += ["", f"Generations file sha256: {cfg['generations_sha256']}"]
     lines += ["", "## Metrics (% of problems)", ""]
     keys = metric_keys(results)
     header = ["dataset", "problems", "samples/problem", *keys, "mean output tokens"]

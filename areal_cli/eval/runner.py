@@ -93,6 +93,12 @@ GRADER_DESCRIPTION = {
 write_results = write_outputs
 
 
+#: Units of the values in results.json (report.md and the terminal show fractions x100).
+METRIC_UNITS = {"pass@k, maj@k, greedy_acc, *_stderr": "fraction of problems in [0, 1]",
+                "codeforces.rating": "Elo rating points", "codeforces.percentile": "percent (0-100)",
+                "mean_output_tokens": "tokens", "elapsed_s": "seconds"}
+
+
 # ---------------------------------------------------------------------------------------------- checks
 def check_out_dir(out_dir: Path) -> None:
     """Refuse an output path that is a file or holds a finished run (``results.json``).
@@ -428,6 +434,7 @@ def run_eval(
 
     results: dict[str, Any] = {
         "config": {
+            "units": METRIC_UNITS,
             "mode": "generate",
             "datasets": list(problems_by_ds),
             "data_dir": None if data_dir is None else str(data_dir),
@@ -599,8 +606,10 @@ def run_regrade(
 
     results: dict[str, Any] = {
         "config": {
+            "units": METRIC_UNITS,
             "mode": "regrade",
             "generations": str(path),
+            "generations_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
             "datasets": list(problems_by_ds),
             "data_dir": None if data_dir is None else str(data_dir),
             "data": reports,
