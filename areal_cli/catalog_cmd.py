@@ -7,31 +7,13 @@ imported when ``ls`` prints, huggingface_hub when ``download`` runs.
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 from pathlib import Path
 
 import click
 
-from areal_cli.errors import UserError
-
-
-def _one_line_errors(fn):
-    """:class:`UserError` -> ``error: <message>`` on stderr, exit 2 (same contract as cli.py)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except UserError as e:
-            click.echo(f"error: {e}", err=True)
-            sys.exit(e.exit_code)
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            sys.exit(130)
-
-    return wrapper
+from areal_cli.cli_errors import one_line_errors
 
 
 def _fmt_value(m) -> str:
@@ -95,7 +77,7 @@ def catalogue(pairs: list | None = None) -> list[dict]:
 
 @click.command("ls")
 @click.option("--json", "as_json", is_flag=True, help="Print the catalogue as JSON.")
-@_one_line_errors
+@one_line_errors
 def ls(as_json: bool) -> None:
     """List the locked recipes: kind, model, data, GPUs, headline expected numbers."""
     pairs = _load_all()
@@ -134,7 +116,7 @@ def ls(as_json: bool) -> None:
 @click.option("--what", "roles", multiple=True, type=click.Choice(["model", "data", "published"]),
               help="Parts of a recipe to fetch (repeatable). Default: model and data.")
 @click.option("--allow-unpinned", is_flag=True, help="Also download repos without a pinned commit (as of today).")
-@_one_line_errors
+@one_line_errors
 def download(target: str, local_dir: Path | None, revision: str | None, dataset: bool,
              roles: tuple[str, ...], allow_unpinned: bool) -> None:
     """Download RECIPE (its model and data), a MODEL repo id, or a DATASET repo id, at pinned revisions.

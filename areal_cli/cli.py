@@ -6,7 +6,6 @@ Nothing heavy (torch, transformers, megatron) is imported here; each command imp
 
 from __future__ import annotations
 
-import functools
 import sys
 from pathlib import Path
 
@@ -14,28 +13,7 @@ import click
 
 from areal_cli import __version__
 from areal_cli.errors import UserError
-from areal_cli.rollout.protocol import ServerError  # pure module: no torch, no HTTP client
-
-
-def _user_errors(fn):
-    """Turn :class:`UserError` into one line on stderr and exit code 2 (no traceback)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except UserError as e:
-            click.echo(f"error: {e}", err=True)
-            sys.exit(e.exit_code)
-        except ServerError as e:
-            # A rollout server that cannot be reached or answers an error: one line, not a traceback.
-            click.echo(f"error: rollout server: {e}", err=True)
-            sys.exit(2)
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            sys.exit(130)
-
-    return wrapper
+from areal_cli.cli_errors import one_line_errors
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -56,7 +34,7 @@ def main() -> None:
               help="Continue the run in DIR (or from DIR/checkpoints/step-N) from its newest checkpoint, with "
                    "the run's own settings (written with -o checkpoint_every=N).")
 @click.option("--no-live", is_flag=True, help="Plain log lines instead of the live status panel.")
-@_user_errors
+@one_line_errors
 def train(recipe: str | None, out_dir: Path | None, max_steps: int | None, overrides: tuple[str, ...],
           resume_dir: Path | None, no_live: bool) -> None:
     """Train RECIPE (default: tiny-arith, runs on CPU) with asynchronous RL."""
@@ -123,7 +101,7 @@ def train(recipe: str | None, out_dir: Path | None, max_steps: int | None, overr
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True,
               help="Output dir: results.json, report.md, samples.jsonl. Rerun into it to resume an "
                    "interrupted run.")
-@_user_errors
+@one_line_errors
 def eval_cmd(datasets: str | None, data_dir: Path | None, revision: str | None, date_from: str | None,
              date_to: str | None, protocol: str | None, model_dir: Path | None,
              n_samples: int | None, temperature: float | None, top_p: float | None, top_k: int | None,

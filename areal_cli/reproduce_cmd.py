@@ -10,6 +10,8 @@ from pathlib import Path
 
 import click
 
+from areal_cli.cli_errors import one_line_errors
+
 
 @click.command("reproduce")
 @click.argument("name")
@@ -35,24 +37,16 @@ import click
 @click.option("--cf-data", type=click.Path(path_type=Path), default=None, metavar="DIR",
               help="With --eval-only: Codeforces contest data for the rating, as `areal eval --cf-data`.")
 @click.option("--no-live", is_flag=True, help="Plain log lines instead of the live training panel.")
+@one_line_errors
 def reproduce(name: str, dry_run: bool, eval_only: bool, subject: str | None, variant: str | None,
               overrides: tuple[str, ...], out_dir: Path | None, allow_unpinned: bool, model_dir: Path | None,
               data_dir: Path | None, cf_data: Path | None, no_live: bool) -> None:
     """Reproduce the locked recipe NAME: plan, train (or --eval-only), evaluate, compare with the expected
     numbers and print a pass/fail table. Exit 0: all checks pass; 1: a regression (or nothing could be
     checked); 2: bad input. `areal reproduce tiny-arith` runs on CPU in a few minutes."""
-    from areal_cli.errors import UserError
+    from areal_cli.reproduce import reproduce as run
 
-    try:
-        from areal_cli.reproduce import reproduce as run
-
-        outcome = run(name, out_dir=out_dir, dry_run=dry_run, eval_only=eval_only, subject=subject, variant=variant,
-                      overrides=list(overrides), allow_unpinned=allow_unpinned, data_dir=data_dir, cf_data=cf_data,
-                      model_dir=model_dir, live=not no_live, command=["areal", *sys.argv[1:]])
-    except UserError as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(e.exit_code)
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        sys.exit(130)
+    outcome = run(name, out_dir=out_dir, dry_run=dry_run, eval_only=eval_only, subject=subject, variant=variant,
+                  overrides=list(overrides), allow_unpinned=allow_unpinned, data_dir=data_dir, cf_data=cf_data,
+                  model_dir=model_dir, live=not no_live, command=["areal", *sys.argv[1:]])
     sys.exit(outcome.exit_code)

@@ -19,15 +19,9 @@ def _machine() -> dict:
     import os
     import platform
 
-    cpu = platform.processor() or ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"python": platform.python_version(), "platform": platform.platform(), "cpu": cpu,
+    from areal_cli.manifest import cpu_model
+
+    return {"python": platform.python_version(), "platform": platform.platform(), "cpu": cpu_model(),
             "cpu_count": os.cpu_count()}
 
 

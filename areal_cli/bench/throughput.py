@@ -395,21 +395,11 @@ def run_plan(scenario: Scenario) -> list[tuple[int, str]]:
 
 def machine_description() -> dict:
     """CPU model, core counts, load average, memory, Python/torch versions of this machine."""
-    cpu = platform.processor() or ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem_gib = None
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                mem_gib = round(int(line.split()[1]) / 2**20, 1)
-    except OSError:
-        pass
+    from areal_cli.manifest import cpu_model, memory_bytes
+
+    cpu = cpu_model()
+    mem = memory_bytes()
+    mem_gib = round(mem / 2**30, 1) if mem is not None else None
     try:
         import torch
 

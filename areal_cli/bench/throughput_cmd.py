@@ -7,10 +7,11 @@ matplotlib, rich) is imported when the command runs. Writes ``DIR/results.json``
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
+
+from areal_cli.cli_errors import one_line_errors
 
 
 @click.command("throughput")
@@ -27,6 +28,7 @@ import click
 @click.option("--no-generate-compare", is_flag=True, help="Skip continuous batching vs HF static generate.")
 @click.option("-o", "--override", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a recipe field in every run, e.g. -o group_size=8. Repeatable.")
+@one_line_errors
 def throughput(recipe: str | None, out_dir: Path | None, scenario_path: Path | None, steps: int | None,
                repeats: int | None, no_interruptible_compare: bool, no_generate_compare: bool,
                overrides: tuple[str, ...]) -> None:
@@ -37,17 +39,8 @@ def throughput(recipe: str | None, out_dir: Path | None, scenario_path: Path | N
     fractions, staleness and accuracy reached, with the async/sync ratio; also interruptible vs
     non-interruptible weight updates and continuous batching vs Hugging Face static generate.
     """
-    from areal_cli.errors import UserError
-
-    try:
-        _run(recipe, out_dir, scenario_path, steps, repeats, no_interruptible_compare, no_generate_compare,
-             list(overrides))
-    except UserError as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(e.exit_code)
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        sys.exit(130)
+    _run(recipe, out_dir, scenario_path, steps, repeats, no_interruptible_compare, no_generate_compare,
+         list(overrides))
 
 
 def _run(recipe, out_dir, scenario_path, steps, repeats, no_interruptible, no_generate, overrides) -> None:
