@@ -149,11 +149,13 @@ def _register() -> None:
     from areal_cli.bench.simulate_cmd import simulate
     from areal_cli.bench.throughput_cmd import throughput
     from areal_cli.catalog_cmd import download, ls
+    from areal_cli.launch_cmd import launch
     from areal_cli.reproduce_cmd import reproduce
 
     main.add_command(ls)
     main.add_command(reproduce)
     main.add_command(download)
+    main.add_command(launch)
     bench.add_command(throughput)
     bench.add_command(simulate)
 

@@ -63,6 +63,18 @@ class TrainConfig:
     server_max_total_tokens: int = 65536  # KV-cache cap per server, tokens
     interruptible: bool = True  # weight updates abort in-flight samples (resumed); False: wait for them
     rollout_process: bool = False  # run the rollout controller in its own process (no GIL shared with the trainer)
+    # rollout engine: "embedded" (our CPU server, n_servers of them), "sglang" (n_servers real SGLang servers
+    # launched as children; GPUs), "external" (servers already running: server_urls or $AREAL_LLM_SERVER_ADDRS)
+    rollout_engine: str = "embedded"
+    server_urls: str = ""  # external: comma-separated host:port
+    sglang_tp_size: int = 1  # GPUs per SGLang server (tensor parallel)
+    sglang_mem_fraction_static: float = 0.8  # share of GPU memory SGLang reserves (weights + KV cache)
+    sglang_dtype: str = "bfloat16"
+    sglang_extra_args: str = ""  # appended verbatim (shell-split) to python -m sglang.launch_server
+    # weight sync after each step: "disk" (save HF weights, /update_weights_from_disk) or "xccl"
+    # (AReaL's name: /update_weights_from_distributed: bucketed broadcast from the trainer's head rank; nccl on GPUs, gloo on CPU)
+    weight_update_mode: str = "disk"
+    weight_update_chunk_mb: float = 1024.0  # bucket size of the distributed weight sync
 
     # --- trainer ------------------------------------------------------------------------------
     lr: float = 3e-4
@@ -75,6 +87,11 @@ class TrainConfig:
     adv_norm: str = "group"  # "group" (GRPO) or "global" (all valid tokens of the batch)
     ppo_n_minibatches: int = 1
     recompute_proximal: bool = True  # decoupled PPO; False: proximal := behaviour (standard PPO)
+    # trainer parallelism (areal_cli.trainer.group): world = data x tensor x pipeline ranks; world 1 = the
+    # trainer thread in this process (default), else torchrun ranks on this machine (logs/trainer-rank*.log)
+    trainer_data_parallel: int = 1
+    trainer_tensor_parallel: int = 1
+    trainer_pipeline_parallel: int = 1
 
     # --- loop / evaluation --------------------------------------------------------------------
     max_steps: int = 200
@@ -113,7 +130,8 @@ class TrainConfig:
 
         for name in ("batch_size", "group_size", "max_new_tokens", "n_servers", "sft_batch_size",
                      "ppo_n_minibatches", "eval_n_prompts", "torch_threads", "reward_workers",
-                     "sft_max_tokens_per_mb", "keep_checkpoints"):
+                     "sft_max_tokens_per_mb", "keep_checkpoints", "trainer_data_parallel",
+                     "trainer_tensor_parallel", "trainer_pipeline_parallel"):
             if getattr(self, name) <= 0:
                 raise bad(name, "must be > 0")
         for name in ("max_head_offpolicyness", "max_steps", "sft_max_steps", "max_concurrent_rollouts",
@@ -127,6 +145,16 @@ class TrainConfig:
             raise bad("sft_stop_accuracy", "the warm start must stop at or below 0.5 accuracy")
         if not 0.0 <= self.success_rate_lb <= self.success_rate_ub <= 1.0:
             raise bad("success_rate_lb", "need 0 <= success_rate_lb <= success_rate_ub <= 1")
+        if self.rollout_engine not in ("embedded", "sglang", "external"):
+            raise bad("rollout_engine", "must be 'embedded', 'sglang' or 'external'")
+        if self.weight_update_mode not in ("disk", "xccl"):
+            raise bad("weight_update_mode", "must be 'disk' or 'xccl'")
+        if self.sglang_tp_size <= 0 or self.weight_update_chunk_mb <= 0:
+            raise bad("sglang_tp_size" if self.sglang_tp_size <= 0 else "weight_update_chunk_mb", "must be > 0")
+        if not 0.0 < self.sglang_mem_fraction_static < 1.0:
+            raise bad("sglang_mem_fraction_static", "must be in (0, 1)")
+        if self.sglang_dtype not in ("auto", "bfloat16", "float16", "float32"):
+            raise bad("sglang_dtype", "must be auto, bfloat16, float16 or float32")
         if self.adv_norm not in ("group", "global"):
             raise bad("adv_norm", "must be 'group' or 'global'")
         if self.temperature < 0:
@@ -137,6 +165,12 @@ class TrainConfig:
             raise bad("sft_pack_row_tokens", f"must be <= sft_max_tokens_per_mb={self.sft_max_tokens_per_mb}")
         if self.checkpoint_every and self.rollout_process:
             raise bad("checkpoint_every", "checkpoints need the controller in this process (rollout_process: false)")
+        if self.checkpoint_every and self.trainer_tensor_parallel * self.trainer_pipeline_parallel > 1:
+            raise bad("checkpoint_every", "checkpoints need trainer_tensor_parallel = trainer_pipeline_parallel = 1 "
+                                          "(the optimizer state of model-parallel ranks is sharded)")
+        if self.sft_max_steps and self.trainer_pipeline_parallel > 1:
+            raise bad("sft_max_steps", "the warm start (packed SFT) needs trainer_pipeline_parallel = 1; "
+                                       "use sft_max_steps=0 with a warm model_path")
         if self.batch_size % self.ppo_n_minibatches:
             raise bad("ppo_n_minibatches", f"must divide batch_size={self.batch_size}")
         for name in ("trainer_cpus", "server_cpus", "controller_cpus"):
@@ -144,6 +178,11 @@ class TrainConfig:
                 parse_cpu_list(getattr(self, name))
             except ValueError as e:
                 raise bad(name, str(e)) from None
+
+    @property
+    def trainer_world_size(self) -> int:
+        """Trainer ranks: trainer_data_parallel x trainer_tensor_parallel x trainer_pipeline_parallel."""
+        return self.trainer_data_parallel * self.trainer_tensor_parallel * self.trainer_pipeline_parallel
 
     @property
     def effective_max_concurrent(self) -> int:

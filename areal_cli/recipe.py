@@ -75,8 +75,6 @@ def eval_vocabulary() -> tuple[tuple[str, ...], tuple[str, ...]]:
 _SHA1 = re.compile(r"^[0-9a-f]{40}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-# AReaL allocation: optional "sglang." / "vllm." generation part, then a training part "dXpYmZ" (any order).
-_ALLOC_PART = re.compile(r"^(?:[dpmt]\d+)+$")
 
 
 # --- YAML with line numbers --------------------------------------------------------------------------
@@ -721,21 +719,18 @@ def _check_data(data: DataRef) -> None:
 
 
 def allocation_gpus(allocation: str) -> int:
-    """GPUs used by an AReaL allocation string: ``sglang.d80m2p1+d4m2p4`` -> 80*2*1 + 4*2*4 = 192.
-
-    Each ``+``-separated part is a product of degrees ``d`` (data), ``p`` (pipeline), ``m``/``t``
-    (tensor) in any order; an optional ``sglang.``/``vllm.`` prefix names the generation backend.
+    """GPUs used by an AReaL allocation string: ``sglang.d80m2p1+d4m2p4`` -> 80*2*1 + 4*2*4 = 192
+    (parsed by :func:`areal_cli.placement.parse_allocation`, the one parser of these strings).
 
     Raises:
-        ValueError: not of that form.
+        ValueError: not of that form (the message names the bad part).
     """
-    body = allocation.split(".", 1)[1] if allocation.startswith(("sglang.", "vllm.")) else allocation
-    total = 0
-    for part in body.split("+"):
-        if not _ALLOC_PART.match(part):
-            raise ValueError(f"bad allocation part {part!r}")
-        total += math.prod(int(n) for n in re.findall(r"\d+", part))
-    return total
+    from areal_cli.placement import parse_allocation
+
+    try:
+        return parse_allocation(allocation).total
+    except UserError as e:
+        raise ValueError(str(e)) from None
 
 
 def _check_resources(rf: RecipeFile) -> None:

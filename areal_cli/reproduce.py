@@ -4,7 +4,8 @@ Steps (:func:`reproduce`):
 
 1. **Plan** (:func:`make_plan`; ``--dry-run`` prints it and stops, writing nothing): the recipe, model /
    data / published checkpoint at their revisions, what would be downloaded (unpinned parts flagged), GPUs
-   needed and the allocation split (:func:`allocation_split`), estimated hours (:func:`estimate_hours`),
+   needed, the allocation string parsed and placed on the nodes (:func:`recipe_placement`; ``--nodes`` /
+   ``--gpus-per-node`` place it on other hardware), estimated hours (:func:`estimate_hours`),
    the evaluation (protocol, benchmarks, sampling) and the expected metrics with the tolerance of the mode.
 2. **Run**: mode ``retrain`` trains the recipe (``trainer: cpu`` recipes on this machine with
    :func:`areal_cli.train_loop.run_training`; ``trainer: gpu`` recipes need their cluster and are refused
@@ -30,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import re
 import struct
 import sys
@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from areal_cli.errors import UserError
+from areal_cli.placement import Allocation, Placement, config_allocation, parse_allocation, place
 from areal_cli.recipe import (
     TRAINING_BENCHMARKS,
     TRAINING_FIGURES,
@@ -49,7 +50,6 @@ from areal_cli.recipe import (
     ExpectedMetric,
     Measured,
     Recipe,
-    allocation_gpus,
     compare,
     load_recipe,
 )
@@ -63,67 +63,34 @@ EVAL_OVERRIDE_TYPES = _EVAL_OVERRIDE_KEYS
 RUN_MARKERS = ("manifest.json", "reproduce.json", "train", "eval")
 
 
-# --- allocation ----------------------------------------------------------------------------------------
+# --- allocation ---------------------------------------------------------------------------------------
 
 
-@dataclass
-class AllocationSplit:
-    """An AReaL allocation string split into its generation (inference) and training parts.
+def recipe_placement(recipe: Recipe, variant: str | None = None, *, nodes: int | None = None,
+                     gpus_per_node: int | None = None) -> tuple[Allocation | None, Placement | None]:
+    """The allocation of ``recipe`` placed on its published hardware, or on ``nodes`` x ``gpus_per_node``.
 
-    ``sglang.d80m2p1+d4m2p4``: backend ``sglang``; inference 80*2*1 = 160 GPUs; training 4*2*4 = 32 GPUs.
-    ``parts`` are the degrees of each part (``{"d": 80, "m": 2, "p": 1}``), inference part first.
-    """
-
-    allocation: str
-    backend: str | None
-    inference_gpus: int
-    training_gpus: int
-    parts: list[dict[str, int]]
-
-    @property
-    def total(self) -> int:
-        return self.inference_gpus + self.training_gpus
-
-    def describe(self) -> str:
-        """``160 inference (sglang: d80 x m2 x p1) + 32 training (d4 x m2 x p4)``."""
-        def degrees(p: dict[str, int]) -> str:
-            return " x ".join(f"{k}{v}" for k, v in p.items())
-
-        train = self.parts[1:] if self.backend else self.parts
-        text = f"{self.training_gpus} training ({' + '.join(degrees(p) for p in train)})"
-        if self.backend:
-            text = f"{self.inference_gpus} inference ({self.backend}: {degrees(self.parts[0])}) + " + text
-        return text
-
-
-def allocation_split(allocation: str) -> AllocationSplit:
-    """Split AReaL's allocation string (AReaL v0.2/v0.3 ``allocation_mode``).
-
-    Form: ``[BACKEND.]GEN+TRAIN`` where BACKEND is ``sglang`` or ``vllm`` and each part is a product of
-    degrees ``d`` (data), ``m``/``t`` (tensor), ``p`` (pipeline) in any order. With a backend the first
-    part is generation (inference) and the rest training; without one everything is training (e.g. SFT's
-    ``d32p1m4`` = 128 training GPUs). The total always equals :func:`areal_cli.recipe.allocation_gpus`.
+    GPU recipes: ``resources.allocation`` (None when not published) on ``resources.nodes`` x
+    ``resources.gpus_per_node`` (= gpus / nodes). CPU recipes: what ``areal train`` runs
+    (:func:`areal_cli.placement.config_allocation`) on one host with ``gpus_per_node = 0`` (processes).
 
     Raises:
-        ValueError: malformed string, or a backend without a training part.
+        UserError: the layout is impossible on the given hardware (one line, :func:`areal_cli.placement.place`),
+            or ``nodes`` / ``gpus_per_node`` given for a recipe that publishes no allocation.
     """
-    backend = None
-    body = allocation
-    for b in ("sglang", "vllm"):
-        if allocation.startswith(b + "."):
-            backend, body = b, allocation[len(b) + 1:]
-    parts = []
-    for part in body.split("+"):
-        if not re.fullmatch(r"(?:[dpmt]\d+)+", part):
-            raise ValueError(f"bad allocation part {part!r} in {allocation!r}")
-        parts.append({k: int(v) for k, v in re.findall(r"([dpmt])(\d+)", part)})
-    if backend and len(parts) < 2:
-        raise ValueError(f"allocation {allocation!r}: a '{backend}.' generation part needs '+' and a training part")
-    sizes = [math.prod(p.values()) for p in parts]
-    inference = sizes[0] if backend else 0
-    split = AllocationSplit(allocation, backend, inference, sum(sizes) - inference, parts)
-    assert split.total == allocation_gpus(allocation)
-    return split
+    r = recipe.file.resources
+    if recipe.trainer == "cpu":
+        text, default_nodes, default_gpn = config_allocation(recipe.variant(variant)), 1, 0
+    else:
+        text, default_nodes, default_gpn = r.allocation, r.nodes, r.gpus_per_node
+    if text is None:
+        if nodes is not None or gpus_per_node is not None:
+            raise UserError(f"recipe '{recipe.name}' publishes no allocation string ({' '.join((r.note or '').split())}); "
+                            f"--nodes/--gpus-per-node have nothing to place")
+        return None, None
+    alloc = parse_allocation(text)
+    return alloc, place(alloc, nodes=default_nodes if nodes is None else nodes,
+                        gpus_per_node=default_gpn if gpus_per_node is None else gpus_per_node)
 
 
 # --- hours ---------------------------------------------------------------------------------------------
@@ -230,7 +197,8 @@ class Plan:
     overrides: list[str]
     downloads: list[Any]  # areal_cli.download.DownloadItem
     gpus_needed: int
-    split: AllocationSplit | None
+    allocation: Allocation | None  # the recipe's allocation string, parsed (CPU recipes: embedded processes)
+    placement: Placement | None  # where servers, trainer ranks and the controller run (None: not published)
     gpus_here: int
     hours: HoursEstimate
     eval_groups: list[EvalGroup]
@@ -305,7 +273,7 @@ def eval_groups(recipe: Recipe, entries: list[ExpectedMetric], overrides: dict[s
 
 def make_plan(recipe: Recipe, *, eval_only: bool = False, subject: str | None = None, variant: str | None = None,
               overrides: list[str] | tuple[str, ...] = (), gpus_here: int | None = None,
-              model_dir: Path | None = None) -> Plan:
+              model_dir: Path | None = None, nodes: int | None = None, gpus_per_node: int | None = None) -> Plan:
     """Resolve what ``areal reproduce`` would do for ``recipe`` (nothing is downloaded or written).
 
     Args:
@@ -313,8 +281,11 @@ def make_plan(recipe: Recipe, *, eval_only: bool = False, subject: str | None = 
         overrides: ``-o KEY=VALUE``: TrainConfig keys for a CPU retrain, eval settings with ``eval_only``.
         gpus_here: GPUs of this machine (default: :func:`areal_cli.manifest.gpu_count`).
         model_dir: a local checkpoint to evaluate instead of downloading one (``eval_only``).
+        nodes, gpus_per_node: hardware to place the allocation on (default: the recipe's published
+            resources; :func:`recipe_placement`).
     Raises:
-        UserError: unknown variant, bad subject, no published checkpoint, invalid overrides.
+        UserError: unknown variant, bad subject, no published checkpoint, invalid overrides, an allocation
+            impossible on ``nodes`` x ``gpus_per_node``.
     """
     from areal_cli import download as dl
     from areal_cli.manifest import gpu_count
@@ -358,9 +329,7 @@ def make_plan(recipe: Recipe, *, eval_only: bool = False, subject: str | None = 
                                                                       else ("model",))
     downloads = [] if model_dir is not None else dl.plan(str(recipe.path), roles=roles)
     r = f.resources
-    split = None
-    if r.allocation:
-        split = allocation_split(r.allocation)
+    allocation, placement = recipe_placement(recipe, variant, nodes=nodes, gpus_per_node=gpus_per_node)
     here = gpu_count() if gpus_here is None else gpus_here
     hours = estimate_hours(recipe, variant)
     groups = eval_groups(recipe, entries, parse_eval_overrides(overrides) if eval_only else {})
@@ -384,8 +353,8 @@ def make_plan(recipe: Recipe, *, eval_only: bool = False, subject: str | None = 
     for m in entries:
         if not m.evaluated:
             notes.append(f"{m.key}: skipped ({m.evaluated_note.strip()})")
-    return Plan(recipe, mode, subject, variant, overrides, downloads, r.gpus, split, here, hours, groups, entries,
-                blocker, notes)
+    return Plan(recipe, mode, subject, variant, overrides, downloads, r.gpus, allocation, placement, here, hours,
+                groups, entries, blocker, notes)
 
 
 # --- formatting ----------------------------------------------------------------------------------------
@@ -458,9 +427,11 @@ def render_plan(plan: Plan, console: Any) -> None:
         gpus = "none (CPU)"
     else:
         gpus = f"{res.gpus} = {res.nodes} nodes x {res.gpus_per_node}"
-        gpus += (f"; allocation {plan.split.allocation} = {plan.split.describe()}" if plan.split
+        gpus += (f"; allocation {plan.allocation.text} = {plan.allocation.describe()}" if plan.allocation
                  else f"; allocation not published ({' '.join((res.note or '').split())})")
     row("GPUs needed", gpus + f"; this machine: {plan.gpus_here}")
+    if plan.placement is not None:
+        row("placement", "\n".join(plan.placement.describe()[:4]) + "\n(per node: the placement table below)")
     row("training time", plan.hours.text())
     ev = f.eval
     row("evaluation", f"protocol {ev.protocol}; {ev.n_samples} sample(s), temperature {ev.temperature:g}, "
@@ -484,6 +455,8 @@ def render_plan(plan: Plan, console: Any) -> None:
     for note in plan.notes:
         row("note", note)
     console.print(Panel(t, title=f"areal reproduce {r.name} (plan)", title_align="left"))
+    if plan.placement is not None:
+        console.print(plan.placement.table())
 
     mode = plan.mode
     x = Table(title=f"expected metrics ({'retrain' if mode == 'retrain' else 'eval-only'} tolerances, "
@@ -707,7 +680,8 @@ def reproduce(name: str, *, out_dir: Path | None = None, dry_run: bool = False, 
               subject: str | None = None, variant: str | None = None, overrides: list[str] | tuple[str, ...] = (),
               allow_unpinned: bool = False, data_dir: Path | None = None, cf_data: Path | None = None,
               model_dir: Path | None = None, live: bool = False, console: Any = None,
-              command: list[str] | None = None, gpus_here: int | None = None) -> Outcome:
+              command: list[str] | None = None, gpus_here: int | None = None, nodes: int | None = None,
+              gpus_per_node: int | None = None) -> Outcome:
     """Plan, run, compare and record a reproduction of recipe ``name`` (see the module docstring).
 
     Args:
@@ -721,6 +695,8 @@ def reproduce(name: str, *, out_dir: Path | None = None, dry_run: bool = False, 
         live: the training run's live panel (on a terminal).
         command: argv recorded in the manifest (default ``sys.argv``).
         gpus_here: GPUs of this machine (default: ``nvidia-smi``).
+        nodes, gpus_per_node: place the recipe's allocation on this hardware instead of its published one
+            (printed by ``dry_run``).
     Raises:
         UserError: bad input, before anything is written (see the module docstring).
     """
@@ -729,7 +705,7 @@ def reproduce(name: str, *, out_dir: Path | None = None, dry_run: bool = False, 
     console = console or (Console() if sys.stdout.isatty() else Console(width=150))
     recipe = load_recipe(name)
     plan = make_plan(recipe, eval_only=eval_only, subject=subject, variant=variant, overrides=overrides,
-                     gpus_here=gpus_here, model_dir=model_dir)
+                     gpus_here=gpus_here, model_dir=model_dir, nodes=nodes, gpus_per_node=gpus_per_node)
     if dry_run:
         render_plan(plan, console)
         return Outcome(0, [], None, plan)

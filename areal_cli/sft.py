@@ -284,14 +284,10 @@ def padded_tokens(examples: Sequence[tuple[Sequence[int], Sequence[int]]]) -> in
 def packed_logprobs(engine, pb: PackedBatch) -> "Tensor":
     """``lp[r, t] = log_softmax(logits[r, t])[input_ids[r, t+1]]`` (float32, nats) of a packed batch, with
     gradient when grad mode is on; FloatTensor[R, W-1] on the engine's device. Logits come from the engine's
-    megatron GPTModel with the block-diagonal causal mask (no attention across sequences).
+    megatron GPTModel with the block-diagonal causal mask (no attention across sequences), through
+    ``engine.token_logprobs`` (vocab parallel under tensor parallelism).
     """
-    import torch
-
-    dev = engine.device
-    ids = pb.input_ids.to(dev)
-    logits = engine.model(ids, pb.position_ids.to(dev), pb.attention_mask().to(dev))[:, :-1].float()
-    return torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    return engine.token_logprobs(pb.input_ids, pb.position_ids, pb.attention_mask())
 
 
 def response_nll_sum(lp: "Tensor", loss_mask: "Tensor") -> "Tensor":
@@ -380,27 +376,41 @@ class SftStage:
         self._order = self._epoch_order(self.epoch)
 
     # --- one step ---------------------------------------------------------------------------------
-    def micro_batches(self, indices: Sequence[int]) -> list[PackedBatch]:
-        """The packed micro-batches of a batch (:func:`ffd_allocate` on token counts, then packing)."""
+    def micro_batches(self, indices: Sequence[int], min_groups: int = 1) -> list[PackedBatch]:
+        """The packed micro-batches of a batch (:func:`ffd_allocate` on token counts, at least ``min_groups``
+        of them when there are that many examples, then packing)."""
         exs = [self.examples[i] for i in indices]
-        groups = ffd_allocate([len(p) + len(a) for p, a in exs], self.cfg.max_tokens_per_mb)
+        groups = ffd_allocate([len(p) + len(a) for p, a in exs], self.cfg.max_tokens_per_mb,
+                              min(min_groups, len(exs)))
         return [pack_sequences([exs[i] for i in g], row_tokens=self.cfg.pack_row_tokens, pad_id=self.pad_id)
                 for g in groups]
 
     def step(self) -> dict[str, float]:
         """One optimiser step on the next batch. Returns ``{"loss" (mean NLL per response token, nats),
-        "grad_norm", "skipped", "lr", "n_micro", "n_tokens", "n_pad", "n_loss_tokens"}``."""
+        "grad_norm", "skipped", "lr", "n_micro", "n_tokens", "n_pad", "n_loss_tokens"}``.
+
+        Data parallel (every rank calls it, the same batch everywhere): the micro-batches (at least one per
+        rank) are dealt round-robin over the data-parallel ranks; ``optimizer_step`` sums the gradients, the
+        loss is summed here -- the same step as in one process."""
         eng = self.engine
-        mbs = self.micro_batches(self.next_batch())
+        dp_rank, dp_size, dp_group = _data_parallel()
+        mbs = self.micro_batches(self.next_batch(), min_groups=dp_size)
         n_loss = max(sum(mb.n_loss_tokens for mb in mbs), 1)
         eng.set_lr(lr_at(self.step_count, max(self.total_steps, 1), self.cfg))
         eng.model.train()
         eng.optimizer.zero_grad(set_to_none=True)
         total = 0.0
-        for mb in mbs:
+        for mb in mbs[dp_rank::dp_size]:
             loss = response_nll_sum(packed_logprobs(eng, mb), mb.loss_mask) / n_loss
             loss.backward()
             total += float(loss.detach())
+        if dp_size > 1:
+            import torch
+            import torch.distributed as dist
+
+            t = torch.tensor([total], dtype=torch.float64)
+            dist.all_reduce(t, group=dp_group)
+            total = float(t.item())
         out = eng.optimizer_step()
         self.step_count += 1
         return {"loss": total, **out, "n_micro": float(len(mbs)), "n_tokens": float(sum(m.n_tokens for m in mbs)),
@@ -429,6 +439,17 @@ class SftStage:
         finally:
             self.engine.model.train(was)
         return s / max(sum(mb.n_loss_tokens for mb in mbs), 1)
+
+
+def _data_parallel() -> tuple[int, int, object]:
+    """``(rank, size, group)`` of this process's data-parallel group; ``(0, 1, None)`` in one process."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return 0, 1, None
+    from megatron.core import parallel_state as ps
+
+    return ps.get_data_parallel_rank(), ps.get_data_parallel_world_size(), ps.get_data_parallel_group()
 
 
 def run_sft(cfg: SftConfig, model_dir: str | Path, examples: Sequence[tuple[Sequence[int], Sequence[int]]],

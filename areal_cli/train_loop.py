@@ -2,7 +2,12 @@
 
 Processes (DESIGN §3): this process runs the rollout controller (asyncio) and the Megatron-core trainer
 (its steps in a worker thread, so rollouts keep streaming while it trains); ``n_servers`` embedded rollout
-servers run as child processes; rewards are computed in a worker-process pool.
+servers run as child processes; rewards are computed in a worker-process pool. With
+``trainer_data_parallel x trainer_tensor_parallel x trainer_pipeline_parallel > 1`` the trainer is a group of
+torchrun ranks instead (:class:`areal_cli.trainer.group.TorchrunTrainer`; logs ``logs/trainer-rank*.log``).
+Every trainer use goes through the group (:mod:`areal_cli.trainer.group`): engine methods by name and the
+trainer-side functions of this module (:func:`train_on_groups`, :func:`sft_begin`, ...), which run on every
+rank with the same arguments.
 
 1. Build the embedded tiny Qwen3 (or use ``model_path``), start the servers and the reward pool.
 2. Supervised warm start (part of the recipe): train on the task's training split until held-out greedy
@@ -23,13 +28,14 @@ trainer thread, the servers, and the rest of this process (controller, reward wo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
 import shutil
 import time
+import weakref
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -43,7 +49,6 @@ from areal_cli.checkpoint import (
     capture_rng,
     load_checkpoint,
     restore_rng,
-    restore_trainer,
     save_checkpoint,
     staleness_capacity,
     truncate_metrics,
@@ -54,7 +59,7 @@ from areal_cli.rollout.client import RolloutClient
 from areal_cli.rollout.controller import Group, PromptItem, RolloutController
 from areal_cli.rollout.protocol import SamplingParams
 from areal_cli.rollout.remote_controller import RolloutProcess, RolloutSpec
-from areal_cli.rollout.server import EmbeddedServer
+from areal_cli.rollout.fleet import Fleet, FleetSpec, launch_fleet
 from areal_cli.rollout.staleness import StalenessManager
 from areal_cli.reward.pool import RewardPool
 from areal_cli.run_status import RunStatus
@@ -66,6 +71,9 @@ from areal_cli.trainer.advantages import (
 )
 from areal_cli.trainer.batch import TrainBatch, build_train_batch
 from areal_cli.trainer.decoupled_ppo import DecoupledPPOConfig, decoupled_ppo_loss
+from areal_cli.trainer.group import ENV_AUTHKEY_FILE, LocalTrainer, TorchrunTrainer, TrainerGroup
+
+ENV_LISTEN = "AREAL_CONTROLLER_LISTEN"  # host:port: attach to externally launched trainer ranks (multi-node)
 
 
 @dataclass
@@ -136,29 +144,28 @@ def _check_cpus(cfg: TrainConfig) -> tuple[frozenset[int], frozenset[int], froze
 
 @dataclass
 class RunContext:
-    """Everything a running job holds: config, output dir, task, tokenizer, engine, client, servers."""
+    """Everything a running job holds: config, output dir, task, tokenizer, trainer group, client, servers."""
 
     cfg: TrainConfig
     out: Path
     task: Any
     tokenizer: Any
-    engine: Any
+    trainer: TrainerGroup
     client: RolloutClient
-    servers: list[EmbeddedServer]
+    fleet: Fleet
     reward_pool: RewardPool
     eval_items: list[PromptItem]
     status: RunStatus
     t0: float
     timeline: Timeline | None = None
-    trainer_thread: ThreadPoolExecutor | None = None
     rollout_process: RolloutProcess | None = None  # the controller in its own process (rollout_process: true)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
 
-    async def in_trainer(self, fn, *args):
-        """Run ``fn(*args)`` on the trainer thread (one thread: all engine work runs there, in order)."""
-        return await asyncio.get_running_loop().run_in_executor(self.trainer_thread, fn, *args)
+    async def train(self, name: str, *args, **kwargs):
+        """``await self.trainer.call(name, ...)``: engine work, in order (see :mod:`areal_cli.trainer.group`)."""
+        return await self.trainer.call(name, *args, **kwargs)
 
 
 def prepare_out_dir(out: Path) -> None:
@@ -248,7 +255,6 @@ def _config_of_checkpoint(ckpt: Checkpoint) -> TrainConfig:
 async def _run(cfg: TrainConfig, out: Path, task, status: RunStatus, timeline: Timeline | None = None,
                resume: Checkpoint | None = None) -> dict:
     from areal_cli.models.tiny import build_tiny_model, load_tokenizer
-    from areal_cli.trainer.megatron_engine import MegatronEngine
 
     t0 = status.t0
     if cfg.model_path is not None:
@@ -266,52 +272,44 @@ async def _run(cfg: TrainConfig, out: Path, task, status: RunStatus, timeline: T
         serve_version = int(resume.state["version"])
         serve_dir = _restore_weights_dir(out, resume)
         status.log(f"resuming from {resume.path} (step {resume.step}, policy version {serve_version})")
-    status.log(f"starting {cfg.n_servers} embedded rollout server(s)")
-    servers = [
-        EmbeddedServer.launch(serve_dir, max_running_requests=cfg.server_max_running_requests,
-                              max_total_tokens=cfg.server_max_total_tokens, seed=cfg.seed + i,
-                              log_path=out / "logs" / f"server{i}.log", weight_version=str(serve_version),
-                              wait=False)
-        for i in range(cfg.n_servers)
-    ]
+    fleet = launch_servers(cfg, serve_dir, serve_version, out, status.log)
     trainer_cpus, server_cpus, controller_cpus = _check_cpus(cfg)
     # this process's threads other than the trainer's: the controller's event loop, or, when the controller
     # runs in its own process, the trainer's side (receiving batches, publishing)
     main_cpus = trainer_cpus if (cfg.rollout_process and trainer_cpus) else controller_cpus
     original_cpus = os.sched_getaffinity(0) if main_cpus else None
-    for s in servers if server_cpus else ():
-        pin_process(s.proc.pid, server_cpus)
+    for p in fleet.procs if server_cpus else ():
+        pin_process(p.pid, server_cpus)
     if main_cpus:  # every thread of this process; the reward workers inherit it when they start
         pin_process(0, main_cpus)
-    trainer_thread = ThreadPoolExecutor(
-        max_workers=1, thread_name_prefix="trainer",
-        initializer=(lambda: os.sched_setaffinity(0, trainer_cpus)) if trainer_cpus else None)
     pool = None
     client = None
     remote = None
+    trainer = None
     try:
         pool = RewardPool(task.reward_fn, n_workers=cfg.reward_workers, timeout_s=cfg.reward_timeout_s)
-        engine = await asyncio.get_running_loop().run_in_executor(trainer_thread, lambda: MegatronEngine(
-            base, lr=cfg.sft_lr, weight_decay=cfg.weight_decay, betas=(cfg.adam_beta1, cfg.adam_beta2),
-            grad_clip=cfg.grad_clip, seed=cfg.seed))
+        engine_kwargs = dict(hf_model_dir=base, lr=cfg.sft_lr, weight_decay=cfg.weight_decay,
+                             betas=(cfg.adam_beta1, cfg.adam_beta2), grad_clip=cfg.grad_clip, seed=cfg.seed)
+        trainer = await start_trainer(cfg, engine_kwargs, out, trainer_cpus, status.log)
         if resume is not None:
-            await asyncio.get_running_loop().run_in_executor(trainer_thread, restore_trainer, engine, resume)
-        for s in servers:
-            await asyncio.to_thread(s.wait_until_ready)
-            if server_cpus:  # again: threads the child started before the first pinning
-                pin_process(s.proc.pid, server_cpus)
+            await trainer.call("areal_cli.checkpoint:restore_trainer", resume)
+        await asyncio.to_thread(fleet.wait_ready)
+        for p in fleet.procs if server_cpus else ():  # again: threads the child started before the first pinning
+            pin_process(p.pid, server_cpus)
+        urls = list(fleet.urls)
         on_activity = None
         if timeline is not None:
-            lanes = {s.url: f"server{i}" for i, s in enumerate(servers)}
+            lanes = {u: f"server{i}" for i, u in enumerate(urls)}
             on_activity = lambda url, kind, a, b: timeline.add(lanes.get(url, url), kind, a, b)  # noqa: E731
-        client = RolloutClient([s.url for s in servers], vocab_size=engine.vocab_size,
+        vocab_size = trainer.info["vocab_size"]
+        client = RolloutClient(urls, vocab_size=vocab_size,
                                interruptible=cfg.interruptible, on_activity=on_activity)
         if cfg.rollout_process:  # starts now, builds its controller during the warm start
-            remote = RolloutProcess(RolloutSpec(cfg, str(base), [s.url for s in servers], engine.vocab_size,
+            remote = RolloutProcess(RolloutSpec(cfg, str(base), urls, vocab_size,
                                                 controller_cpus, timeline is not None), on_activity=on_activity)
         eval_items = [_prompt_item(tokenizer, p) for p in task.heldout(cfg.eval_n_prompts)]
-        ctx = RunContext(cfg, out, task, tokenizer, engine, client, servers, pool, eval_items, status, t0, timeline,
-                         trainer_thread, remote)
+        ctx = RunContext(cfg, out, task, tokenizer, trainer, client, fleet, pool, eval_items, status, t0, timeline,
+                         remote)
         warm = await warm_start(ctx) if resume is None else resume.state["warm_start"]
         summary = await rl_loop(ctx, warm, resume)
     finally:
@@ -321,9 +319,12 @@ async def _run(cfg: TrainConfig, out: Path, task, status: RunStatus, timeline: T
             await client.aclose()
         if pool is not None:
             pool.close()
-        for s in servers:
-            s.stop()
-        trainer_thread.shutdown(wait=True)
+        if trainer is not None and cfg.weight_update_mode == "xccl":
+            with contextlib.suppress(Exception):  # the servers leave the weight-update group
+                await trainer.call("areal_cli.rollout.weight_sync:close_engine_senders")
+        fleet.stop()
+        if trainer is not None:
+            trainer.close()
         if original_cpus is not None:
             pin_process(0, frozenset(original_cpus))
     write_json_atomic(out / "summary.json", summary)
@@ -331,6 +332,86 @@ async def _run(cfg: TrainConfig, out: Path, task, status: RunStatus, timeline: T
         timeline.marks["t0"] = t0
         write_json_atomic(out / "timeline.json", timeline.to_dict())
     return summary
+
+
+def launch_servers(cfg: TrainConfig, model_dir: Path, version: int, out: Path, log=print) -> Fleet:
+    """Start (or find) the run's rollout servers, without waiting for them (:meth:`Fleet.wait_ready`).
+
+    ``rollout_engine``: "embedded" -> ``n_servers`` embedded CPU servers; "sglang" -> ``n_servers`` real
+    SGLang servers (``python -m sglang.launch_server``), server i on GPUs ``W + i*tp .. W + i*tp + tp-1``
+    modulo the GPUs visible, W = trainer ranks (which hold GPUs 0..W-1); on one GPU everything shares it, and
+    ``weight_update_mode: xccl`` is then impossible (NCCL refuses two ranks on one device: use disk); "external" -> ``server_urls`` or
+    ``$AREAL_LLM_SERVER_ADDRS`` (what ``areal launch`` gives the controller), nothing launched. Logs:
+    ``out/logs/server{i}.log``.
+
+    Raises:
+        UserError: port in use, bad settings, no external URLs.
+    """
+    import shlex
+
+    engine = cfg.rollout_engine
+    common = dict(run_dir=out, seed=cfg.seed, weight_version=str(version), model_path=model_dir)
+    if engine == "external":
+        urls = [u.strip() for u in cfg.server_urls.split(",") if u.strip()] or None
+        log(f"using running rollout servers: {', '.join(urls) if urls else '$AREAL_LLM_SERVER_ADDRS'}")
+        return launch_fleet(FleetSpec(engine="external", n_servers=0, urls=urls, run_dir=out), wait=False)
+    if engine == "embedded":
+        log(f"starting {cfg.n_servers} embedded rollout server(s)")
+        return launch_fleet(FleetSpec(engine="embedded", n_servers=cfg.n_servers,
+                                      max_running_requests=cfg.server_max_running_requests,
+                                      max_total_tokens=cfg.server_max_total_tokens, **common), wait=False)
+    from areal_cli.rollout.sglang_launcher import sglang_args_from_config
+
+    tp = cfg.sglang_tp_size
+    n_gpus = torch.cuda.device_count()
+    first = cfg.trainer_world_size  # the trainer ranks hold GPUs 0..W-1 (LOCAL_RANK); servers take the next ones
+    gpu_ids = [[(first + i * tp + j) % n_gpus for j in range(tp)] for i in range(cfg.n_servers)] if n_gpus else None
+    template = sglang_args_from_config(
+        str(model_dir), tp_size=tp, mem_fraction_static=cfg.sglang_mem_fraction_static,
+        max_total_tokens=cfg.server_max_total_tokens, max_running_requests=cfg.server_max_running_requests,
+        max_prompt_tokens=cfg.extra.get("max_prompt_tokens", 1024), max_new_tokens=cfg.max_new_tokens,
+        dtype=cfg.sglang_dtype, seed=cfg.seed, weight_version=str(version),
+        extra_args=shlex.split(cfg.sglang_extra_args))
+    log(f"starting {cfg.n_servers} SGLang rollout server(s) (tp {tp}, GPUs {gpu_ids})")
+    return launch_fleet(FleetSpec(engine="sglang", n_servers=cfg.n_servers, gpu_ids=gpu_ids, sglang=template,
+                                  **common), wait=False)
+
+
+def weight_sync_spec(cfg: TrainConfig, client: RolloutClient):
+    """The :class:`~areal_cli.rollout.weight_sync.WeightSyncSpec` of ``weight_update_mode: xccl``: nccl when the
+    trainer has CUDA, else gloo (our embedded server)."""
+    from areal_cli.rollout.weight_sync import WeightSyncSpec
+
+    return WeightSyncSpec(urls=tuple(client.urls), backend="nccl" if torch.cuda.is_available() else "gloo",
+                          chunk_mb=cfg.weight_update_chunk_mb, server_tp=cfg.sglang_tp_size if
+                          cfg.rollout_engine == "sglang" else 1, abort_all_requests=client.interruptible)
+
+
+async def start_trainer(cfg: TrainConfig, engine_kwargs: dict, out: Path, cpus: frozenset[int],
+                        log=None) -> TrainerGroup:
+    """The run's trainer: :class:`LocalTrainer` (world 1, today's trainer thread pinned to ``cpus``), else
+    ``world = trainer_data_parallel x trainer_tensor_parallel x trainer_pipeline_parallel`` torchrun ranks on
+    this machine, or -- with ``$AREAL_CONTROLLER_LISTEN=host:port`` (and ``$AREAL_CONTROLLER_AUTHKEY_FILE``)
+    -- ranks launched elsewhere that connect there (multi-node).
+
+    Raises:
+        UserError / TrainerError: the group did not start (log tails of the ranks in the message).
+    """
+    tp, pp = cfg.trainer_tensor_parallel, cfg.trainer_pipeline_parallel
+    world = cfg.trainer_world_size
+    listen = os.environ.get(ENV_LISTEN)
+    if listen:
+        if log is not None:
+            log(f"waiting for {world} trainer rank(s) to connect on {listen}")
+        return await TorchrunTrainer.attach(listen, engine_kwargs, authkey_file=os.environ.get(ENV_AUTHKEY_FILE),
+                                            tp=tp, pp=pp, log_dir=out / "logs")
+    if world == 1:
+        return await LocalTrainer.launch(engine_kwargs, cpus=cpus or None)
+    if log is not None:
+        log(f"starting {world} trainer ranks with torchrun (data {cfg.trainer_data_parallel} x tensor {tp} x "
+            f"pipeline {pp}); logs in {out / 'logs'}/trainer-rank*.log")
+    return await TorchrunTrainer.launch(engine_kwargs, world=world, tp=tp, pp=pp, run_dir=out, cpus=cpus or None,
+                                        torch_threads=cfg.torch_threads)
 
 
 def _restore_weights_dir(out: Path, ckpt: Checkpoint) -> Path:
@@ -383,9 +464,21 @@ async def _load_version(ctx: RunContext, controller: RolloutController, path: Pa
     controller.notify_version(version)
 
 
+async def _sync_distributed(ctx: RunContext, version: int) -> None:
+    """``weight_update_mode: xccl``: every trainer rank gathers the HF weights, rank 0 broadcasts them to the
+    servers in buckets (:func:`areal_cli.rollout.weight_sync.sync_weights_from_engine`), around a pause of the
+    servers (interruptible) or a hold of new submissions (non-interruptible)."""
+    from areal_cli.rollout.weight_sync import update_weights_distributed
+
+    spec = weight_sync_spec(ctx.cfg, ctx.client)
+    await update_weights_distributed(
+        ctx.client, lambda: ctx.train("areal_cli.rollout.weight_sync:sync_weights_from_engine", spec, version),
+        version)
+
+
 async def publish(ctx: RunContext, version: int, tag: str) -> Path:
     """Write the trainer's weights in HF format and load them on every server as ``version``."""
-    path = await ctx.in_trainer(ctx.engine.save_hf, ctx.out / "weights" / tag)
+    path = await ctx.train("engine.save_hf", ctx.out / "weights" / tag)
     await ctx.client.update_weights_from_disk(str(path.resolve()), version)
     return path
 
@@ -408,7 +501,7 @@ async def warm_start(ctx: RunContext) -> dict:
     """
     from areal_cli.sft import SftConfig, SftStage
 
-    cfg, eng = ctx.cfg, ctx.engine
+    cfg = ctx.cfg
     t_start = time.monotonic()
     acc = await evaluate(ctx)
     ctx.status.phase("warm start", step=0, acc=acc)
@@ -418,23 +511,26 @@ async def warm_start(ctx: RunContext) -> dict:
         eos = ctx.tokenizer.convert_tokens_to_ids("<|im_end|>")
         encoded = [(_prompt_item(ctx.tokenizer, p).prompt_ids,
                     ctx.tokenizer.encode(target, add_special_tokens=False) + [eos]) for p, target in examples]
-        try:
-            stage = SftStage(eng, encoded, SftConfig.from_train_config(cfg), pad_id=ctx.tokenizer.pad_token_id)
+        sft_cfg = SftConfig.from_train_config(cfg)
+        try:  # checked here (the stage itself lives in the trainer)
+            SftStage(None, encoded, sft_cfg, pad_id=ctx.tokenizer.pad_token_id)
         except ValueError as e:
             raise UserError(f"config: fields 'sft_*': {e}") from None
+        await ctx.train("areal_cli.train_loop:sft_begin", encoded, sft_cfg, ctx.tokenizer.pad_token_id)
     while step < cfg.sft_max_steps and acc < cfg.sft_stop_accuracy:
         # weights evaluated below the stop accuracy: where to roll back to if the next eval overshoots 0.5
-        kept_state = {k: v.clone() for k, v in eng.model.state_dict().items() if "_extra_state" not in k}
-        kept_step = step
+        await ctx.train("areal_cli.train_loop:keep_weights")
+        kept_state, kept_step = True, step
         for _ in range(min(cfg.sft_eval_every, cfg.sft_max_steps - step)):
-            stats = await ctx.in_trainer(stage.step)
+            stats = await ctx.train("areal_cli.train_loop:sft_step")
             step += 1
         await publish(ctx, 0, f"sft-step{step}")
         acc = await evaluate(ctx)
         ctx.status.phase("warm start", step=step, acc=acc, loss=stats["loss"])
+    if cfg.sft_max_steps > 0 and kept_state is not None:
+        await ctx.train("areal_cli.train_loop:sft_end", rollback=acc > 0.5)
     if acc > 0.5 and kept_state is not None:
         ctx.status.log(f"warm start overshot ({acc:.3f} > 0.5): rolling back to step {kept_step}")
-        eng.model.load_state_dict(kept_state, strict=False)
         step = kept_step
         await publish(ctx, 0, f"sft-step{step}")
         acc = await evaluate(ctx)
@@ -444,16 +540,50 @@ async def warm_start(ctx: RunContext) -> dict:
     return {"steps": step, "accuracy": acc, "seconds": time.monotonic() - t_start}
 
 
+# Trainer-side functions of the warm start (run on every trainer rank, see areal_cli.trainer.group): the SFT
+# stage and the rollback copy of the weights live in the trainer, keyed by its engine.
+_TRAINER_STATE: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+
+
+def sft_begin(engine, examples: list, sft_cfg, pad_id: int) -> None:
+    """Create the warm start's :class:`~areal_cli.sft.SftStage` on ``engine`` (trainer side)."""
+    from areal_cli.sft import SftStage
+
+    _TRAINER_STATE.setdefault(engine, {})["sft"] = SftStage(engine, examples, sft_cfg, pad_id=pad_id)
+
+
+def sft_step(engine) -> dict[str, float]:
+    """One SFT optimiser step of the stage made by :func:`sft_begin` (trainer side)."""
+    return _TRAINER_STATE[engine]["sft"].step()
+
+
+def keep_weights(engine) -> None:
+    """Keep a copy of this rank's weights (the warm start's rollback point; trainer side)."""
+    _TRAINER_STATE.setdefault(engine, {})["kept"] = {
+        k: v.clone() for k, v in engine.model.state_dict().items() if "_extra_state" not in k}
+
+
+def sft_end(engine, rollback: bool) -> None:
+    """End the warm start: with ``rollback``, load the weights kept by :func:`keep_weights`; drop the stage."""
+    st = _TRAINER_STATE.pop(engine, {})
+    if rollback:
+        engine.model.load_state_dict(st["kept"], strict=False)
+
+
 # --------------------------------------------------------------------------------------------------
 # Phase 2: asynchronous RL
 # --------------------------------------------------------------------------------------------------
 def _cpu_snapshot(ctx: RunContext) -> dict:
-    """{"t": monotonic s, "trainer_process": CPU s of this process, "server<i>": CPU s of server i}."""
+    """{"t": monotonic s, "trainer_process": CPU s of this process, "server<i>": CPU s of server i,
+    "trainer_rank<r>": CPU s of torchrun trainer rank r (when the trainer is a group on this machine)}."""
     snap = {"t": time.monotonic(), "trainer_process": process_cpu_seconds(os.getpid())}
+    if isinstance(ctx.trainer, TorchrunTrainer):  # its ranks on this machine
+        for r, pid in enumerate(ctx.trainer.pids):
+            snap[f"trainer_rank{r}"] = process_cpu_seconds(pid)
     if ctx.rollout_process is not None:
         snap["rollout_process"] = process_cpu_seconds(ctx.rollout_process.pid)
-    for i, s in enumerate(ctx.servers):
-        snap[f"server{i}"] = process_cpu_seconds(s.proc.pid)
+    for i, p in enumerate(ctx.fleet.procs):
+        snap[f"server{i}"] = process_cpu_seconds(p.pid)
     return snap
 
 
@@ -491,6 +621,30 @@ def make_train_batch(groups: list[Group], cfg: TrainConfig, pad_id: int) -> Trai
     return batch
 
 
+def train_on_groups(engine, groups: list[Group], cfg: TrainConfig, pad_id: int) -> dict[str, float]:
+    """One RL training step in the trainer: :func:`make_train_batch` then :func:`ppo_update` (run on every rank
+    with the same groups). Returns ppo_update's stats plus ``tokens`` (prompt + response tokens of the batch),
+    ``response_tokens`` and ``batch_s`` (seconds building the batch)."""
+    t0 = time.monotonic()
+    batch = make_train_batch(groups, cfg, pad_id)
+    batch_s = time.monotonic() - t0
+    stats = ppo_update(engine, batch, cfg)
+    return {**stats, "tokens": float(batch.attention_mask.sum()), "response_tokens": float(batch.loss_mask.sum()),
+            "batch_s": batch_s}
+
+
+def save_trainer_checkpoint(engine, run_dir: Path, step: int, *, hf_dir: Path, rng: dict, state: dict,
+                            keep: int) -> Path | None:
+    """:func:`~areal_cli.checkpoint.save_checkpoint` with the engine's optimizer state, written by global rank 0
+    only (data-parallel replicas hold the same state; config refuses checkpoints with model parallelism)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized() and dist.get_rank() != 0:
+        return None
+    return save_checkpoint(run_dir, step, hf_dir=hf_dir, optimizer_state=engine.optimizer.state_dict(), rng=rng,
+                           state=state, keep=keep)
+
+
 def ppo_update(engine, batch: TrainBatch, cfg: TrainConfig) -> dict[str, float]:
     """Recompute proximal logprobs, then one decoupled-PPO optimiser step per minibatch (runs in a thread).
 
@@ -516,9 +670,30 @@ def ppo_update(engine, batch: TrainBatch, cfg: TrainConfig) -> dict[str, float]:
             return loss
 
         out = engine.train_step([mb], loss_fn, temperature=cfg.temperature)
+    _sum_over_data_parallel(totals)
     n = max(totals["n_tokens"], 1.0)
     return {"loss": out["loss"], "grad_norm": out["grad_norm"], "clip_frac": totals["n_clipped"] / n,
             "iw_capped_frac": totals["n_iw_capped"] / n, "cpu_s": time.thread_time() - cpu0}
+
+
+def _sum_over_data_parallel(totals: dict[str, float]) -> None:
+    """Sum the loss-function counters over data-parallel ranks, in place (no-op in one process).
+
+    Each rank counts the rows its ``loss_fn`` saw: its share when the engine splits the batch, all of it when
+    it does not; fractions ``n_x / n_tokens`` are the global ones either way."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return
+    from megatron.core import parallel_state as ps
+
+    if ps.get_data_parallel_world_size() == 1:
+        return
+    keys = sorted(totals)
+    t = torch.tensor([totals[k] for k in keys], dtype=torch.float64)
+    dist.all_reduce(t, group=ps.get_data_parallel_group())
+    for k, v in zip(keys, t.tolist()):
+        totals[k] = v
 
 
 async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None) -> dict:
@@ -550,8 +725,8 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
     metrics_path = ctx.out / "metrics.jsonl"
     resumes: list[dict] = list(rs.get("resumes", [])) if rs else []
     if rs is None:
-        ctx.engine.set_lr(cfg.lr)
-        ctx.engine.optimizer.state.clear()  # fresh AdamW moments for the RL phase
+        await ctx.train("engine.set_lr", cfg.lr)
+        await ctx.train("engine.optimizer.state.clear")  # fresh AdamW moments for the RL phase
         version, acc, first_step = 0, warm["accuracy"], 1
         time_to_target, trained_tokens, last_tokens = None, 0, 0
         t_rl = time.monotonic()
@@ -585,12 +760,12 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                 groups = await controller.get_batch(cfg.batch_size)
                 t_batch = time.monotonic()
                 wait_s = t_batch - t_wait
-                batch = await ctx.in_trainer(make_train_batch, groups, cfg, ctx.tokenizer.pad_token_id)
-                t_train = time.monotonic()
-                train_stats = await ctx.in_trainer(ppo_update, ctx.engine, batch, cfg)
+                train_stats = await ctx.train("areal_cli.train_loop:train_on_groups", groups, cfg,
+                                              ctx.tokenizer.pad_token_id)
                 train_cpu_s = train_stats.pop("cpu_s")
-                train_s = time.monotonic() - t_train
-                trained_tokens += int(batch.attention_mask.sum())
+                n_tokens, n_response = int(train_stats.pop("tokens")), int(train_stats.pop("response_tokens"))
+                train_s = time.monotonic() - t_batch - train_stats.pop("batch_s")  # the PPO update
+                trained_tokens += n_tokens
                 samples = [s for g in groups for s in g.samples]
                 stale = [version - s.head_version for s in samples if s.versions]
                 version += 1
@@ -598,12 +773,20 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                 if loading is not None:  # the servers finish loading the previous version first
                     await loading
                     loading = None
-                path = await ctx.in_trainer(ctx.engine.save_hf, ctx.out / "weights" / f"v{version}")
-                # The servers load it while the trainer goes on with the next batch (already generated under
-                # the staleness bound); rollouts of the new version are admitted once it is loaded.
-                loading = asyncio.create_task(_load_version(ctx, controller, path, version))
+                path = ctx.out / "weights" / f"v{version}"
+                keep_copy = step == cfg.max_steps or bool(cfg.checkpoint_every and step % cfg.checkpoint_every == 0)
+                if cfg.weight_update_mode == "xccl":  # broadcast from the trainer; servers paused meanwhile
+                    await _sync_distributed(ctx, version)
+                    controller.notify_version(version)
+                    if keep_copy:  # the final weights and checkpoints still go to disk
+                        await ctx.train("engine.save_hf", path)
+                else:
+                    await ctx.train("engine.save_hf", path)
+                    # The servers load it while the trainer goes on with the next batch (already generated
+                    # under the staleness bound); rollouts of the new version are admitted once it is loaded.
+                    loading = asyncio.create_task(_load_version(ctx, controller, path, version))
                 eval_due = bool(cfg.eval_every) and (step % cfg.eval_every == 0 or step == cfg.max_steps)
-                if eval_due or step == cfg.max_steps:
+                if (eval_due or step == cfg.max_steps) and loading is not None:
                     await loading
                     loading = None
                 old = ctx.out / "weights" / f"v{version - 2}"
@@ -623,7 +806,7 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                             tl.add("trainer", kind, a, b)
                     tl.steps.append({
                         "step": step, "start": round(t_wait, 6), "end": round(t_published, 6),
-                        "tokens": int(batch.attention_mask.sum()), "response_tokens": int(batch.loss_mask.sum()),
+                        "tokens": n_tokens, "response_tokens": n_response,
                         "n_samples": len(samples), "staleness": dict(sorted(Counter(stale).items())),
                         "wait_s": round(wait_s, 6), "train_s": round(t_sync - t_batch, 6),
                         "train_cpu_s": round(train_cpu_s, 6), "publish_s": round(sync_s, 6),
@@ -654,18 +837,18 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                     if loading is not None:  # the servers must hold this version: the staleness counter is v
                         await loading
                         loading = None
+                    engine_steps = await ctx.train("engine.steps")
                     state = {
                         "step": step, "version": version, "accuracy": acc, "elapsed_s": line["elapsed_s"],
                         "rl_elapsed_s": line["rl_elapsed_s"], "trained_tokens": trained_tokens,
                         "last_tokens": last_tokens, "time_to_target": time_to_target, "warm_start": warm,
-                        **_controller_state(controller, stream, cfg, step), "engine_steps": ctx.engine.steps,
+                        **_controller_state(controller, stream, cfg, step), "engine_steps": engine_steps,
                         "resumes": resumes, "config": cfg.to_dict(),
                     }
                     rng = capture_rng()
                     t_ck = time.monotonic()
-                    ck = await ctx.in_trainer(lambda: save_checkpoint(
-                        ctx.out, step, hf_dir=path, optimizer_state=ctx.engine.optimizer.state_dict(), rng=rng,
-                        state=state, keep=cfg.keep_checkpoints))
+                    ck = await ctx.train("areal_cli.train_loop:save_trainer_checkpoint", ctx.out, step, hf_dir=path,
+                                         rng=rng, state=state, keep=cfg.keep_checkpoints)
                     ctx.status.log(f"checkpoint {ck.relative_to(ctx.out)} ({time.monotonic() - t_ck:.2f} s)")
                 if time_to_target is None and cfg.target_accuracy and acc >= cfg.target_accuracy:
                     time_to_target = {"step": step, "elapsed_s": line["elapsed_s"], "rl_elapsed_s": line["rl_elapsed_s"]}

@@ -20,8 +20,8 @@ from areal_cli import download as dl
 from areal_cli.errors import UserError
 from areal_cli.eval import runner
 from areal_cli.recipe import Measured, allocation_gpus, compare, load_recipe, recipe_names
+from areal_cli.placement import parse_allocation
 from areal_cli.reproduce import (
-    allocation_split,
     check_checkpoint,
     estimate_hours,
     eval_groups,
@@ -69,8 +69,15 @@ def test_dry_run_plans_every_shipped_recipe_and_writes_nothing(name, tmp_path):
     plan = outcome.plan
     assert plan.gpus_needed == recipe.file.resources.gpus
     if recipe.file.resources.allocation:
-        assert plan.split.total == recipe.file.resources.gpus
+        assert plan.allocation.total == recipe.file.resources.gpus
         assert recipe.file.resources.allocation in text
+        # placed on the published nodes: every GPU of every node used, each line of the summary printed
+        r = recipe.file.resources
+        assert (plan.placement.nodes, plan.placement.gpus_per_node) == (r.nodes, r.gpus_per_node)
+        assert sum(s.gpus_used for s in plan.placement.summary()) == r.gpus
+        flat = " ".join(text.split())
+        for line in plan.placement.describe()[:4]:
+            assert " ".join(line.split()) in flat, line
     for ref in (recipe.file.model, recipe.file.data):
         assert (ref.builtin or ref.repo) in text
         if ref.revision:
@@ -105,21 +112,50 @@ def test_eval_only_plan_runs_each_supported_benchmark_with_the_recipe_settings(n
     ("sglang.d64p1m1+d32p2m1", 64, 64),
     ("d32p1m4", 0, 128),  # SFT: no generation part
 ])
-def test_allocation_split_counts_inference_and_training_gpus(allocation, inference, training):
-    split = allocation_split(allocation)
-    assert (split.inference_gpus, split.training_gpus) == (inference, training)
-    assert split.total == allocation_gpus(allocation)
+def test_allocation_counts_inference_and_training_gpus_as_the_recipe_check_does(allocation, inference, training):
+    a = parse_allocation(allocation)
+    assert (a.inference_gpus, a.training_gpus) == (inference, training)
+    assert a.total == allocation_gpus(allocation)
 
 
-def test_allocation_split_describes_each_part_with_its_degrees():
-    assert allocation_split("sglang.d80m2p1+d4m2p4").describe() == \
+def test_allocation_describes_each_part_with_its_degrees():
+    assert parse_allocation("sglang.d80m2p1+d4m2p4").describe() == \
         "160 inference (sglang: d80 x m2 x p1) + 32 training (d4 x m2 x p4)"
 
 
-@pytest.mark.parametrize("bad", ["sglang.d4m2", "sglang.d4+x2", "d4q2", ""])
-def test_allocation_split_rejects_malformed_strings(bad):
-    with pytest.raises(ValueError):
-        allocation_split(bad)
+def test_dry_run_places_the_14b_recipe_on_its_48_nodes():
+    console = quiet_console()
+    plan = reproduce("boba2-14b-code", dry_run=True, console=console, gpus_here=0).plan
+    p = plan.placement
+    assert len(p.servers) == 80 and all(len(g) == 4 for _, g in p.servers)
+    assert {n for n, _ in p.servers} == set(range(40)) and p.training_nodes == list(range(40, 48))
+    assert len(p.trainer_ranks) == 64
+    flat = " ".join(text_of(console).split())
+    assert "80 sglang servers (tp 4, pp 1; 4 GPUs each) on nodes 0-39" in flat
+    assert "384 of 384 GPUs placed" in flat and "torchrun --nnodes 8" in flat
+
+
+def test_dry_run_places_on_other_hardware_given_on_the_command_line():
+    console = quiet_console()
+    plan = reproduce("boba2-8b-code", dry_run=True, console=console, gpus_here=0, nodes=12, gpus_per_node=16).plan
+    assert (plan.placement.nodes, plan.placement.gpus_per_node) == (12, 16)
+    assert plan.placement.training_nodes == [10, 11]
+    assert "192 of 192 GPUs placed" in " ".join(text_of(console).split())
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["boba2-14b-code", "--dry-run", "--nodes", "2", "--gpus-per-node", "8"],
+     ["allocation 'sglang.d80m4p1+d4p8m2' needs 384 GPUs", "2 nodes x 8 GPUs = 16"]),
+    (["boba2-14b-code", "--dry-run", "--nodes", "192", "--gpus-per-node", "2"],
+     ["one sglang server uses tp*pp = 4 GPUs, more than a node's 2"]),
+    # 384 GPUs are there, but a TP4 server per 6-GPU node leaves 2 idle: 80 + 11 nodes are needed
+    (["boba2-14b-code", "--dry-run", "--nodes", "64", "--gpus-per-node", "6"],
+     ["does not fit on 64 x 6 GPUs", "takes 91 nodes"]),
+    (["async-7b-math", "--dry-run", "--nodes", "4"], ["publishes no allocation string"]),
+    (["boba2-8b-code", "--nodes", "4"], ["--dry-run only"]),
+])
+def test_impossible_placement_on_the_command_line_is_one_line_exit_2(args, needles):
+    one_line_error(CliRunner().invoke(reproduce_cmd, args), *needles)
 
 
 def test_published_wall_clock_hours_are_used_when_the_expected_file_has_them():

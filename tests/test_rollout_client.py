@@ -216,6 +216,83 @@ def test_weight_update_fans_out_pause_update_continue_and_resubmits_after_contin
     assert seq[gen[0]][0] == seq[gen[1]][0]  # sticky: resubmitted to the same server
 
 
+def test_resumed_samples_and_groups_go_back_to_their_own_server_among_three():
+    # Three servers: round robin would send a resubmission to the next server, stickiness to the same one.
+    aborted = _fixture("pause_abort.json", "aborted_generate")["response"]  # 80 partial tokens
+    final = _fixture("generate_single.json")["response"]  # 16 tokens
+    calls: list[tuple[str, object]] = []  # (host, wire rid) of every /generate
+    paused = asyncio.Event()
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path == "/pause_generation":
+            paused.set()
+            return httpx.Response(200, json={"message": "Generation paused successfully.", "status": "ok"})
+        if path in ("/continue_generation", "/update_weights_from_disk"):
+            return httpx.Response(200, json={"success": True, "message": "ok", "num_paused_requests": 0})
+        body = json.loads(request.content)
+        calls.append((request.url.host, body["rid"]))
+        first = not paused.is_set()
+        if first:
+            await paused.wait()  # in flight until the update pauses the servers
+        one = aborted if first else final
+        return httpx.Response(200, json=[one] * len(body["rid"]) if isinstance(body["rid"], list) else one)
+
+    async def run():
+        c = RolloutClient(["http://a:1", "http://b:1", "http://c:1"], vocab_size=1024,
+                          transport=httpx.MockTransport(handler))
+        single = asyncio.create_task(c.generate([1, 2], SamplingParams(96), rid="s"))
+        group = asyncio.create_task(c.generate_group([3, 4], 2, SamplingParams(96), rid="g"))
+        while len(calls) < 2:
+            await asyncio.sleep(0.01)
+        await c.update_weights_from_disk("/ckpt/v1", 1)
+        out = await single, await group
+        await c.aclose()
+        return out
+
+    single, group = asyncio.run(run())
+    host = {str(rid): h for h, rid in calls}
+    assert host["s"] != host["['g.0', 'g.1']"]
+    assert host["s.r1"] == host["s"] and host["['g.0.r1', 'g.1.r1']"] == host["['g.0', 'g.1']"]
+    assert len(calls) == 4 and single.n_interruptions == 1 and [g.n_interruptions for g in group] == [1, 1]
+    assert {single.server_url} == {f"http://{host['s']}:1"} and len(single.output_ids) == 96
+
+
+def test_health_is_not_probed_while_the_client_has_the_servers_paused():
+    # SGLang's /health blocks while paused and marks the server unhealthy after 20 s: never probe then.
+    probes: list[str] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/health":
+            probes.append(request.url.host)
+            return httpx.Response(200)
+        return httpx.Response(200, json={"message": "ok", "status": "ok"})
+
+    async def run():
+        c = RolloutClient(["http://a:1", "http://b:1"], vocab_size=10, transport=httpx.MockTransport(handler))
+        before = await c.health()
+        await c.pause()
+        during = await c.health()
+        n_during = len(probes)
+        await c.resume()
+        after = await c.health()
+        await c.aclose()
+        return before, during, n_during, after
+
+    before, during, n_during, after = asyncio.run(run())
+    assert before == during == after == {"http://a:1": True, "http://b:1": True}
+    assert n_during == 2 and len(probes) == 4  # nothing was probed between pause and resume
+
+
+def test_group_with_out_of_range_ids_sends_nothing():
+    replay = Replay([])
+    c = replay.client(vocab_size=1024)
+    for bad in ([1, 1024], [-1], [10**7]):
+        with pytest.raises(ValueError, match="outside the vocabulary"):
+            asyncio.run(c.generate_group(bad, 4, SamplingParams(4)))
+    assert replay.calls == []
+
+
 # ---------------------------------------------------------------- against the embedded server (real HTTP)
 
 

@@ -14,6 +14,8 @@
   an out-of-range id (fixtures/sglang/errors.json).
 - A request that hangs while a server is paused is expected (SGLang holds new requests until continue),
   so the per-request timeout is long (``request_timeout_s``, default 1 h).
+- ``health()`` never probes ``/health`` while this client has the servers paused (SGLang's ``/health``
+  blocks while paused and then marks the server unhealthy); it returns the last known states instead.
 - HTTP runs on aiohttp: with hundreds of concurrent requests httpx's connection pool cost ~17 ms of client
   CPU per request here, aiohttp ~0.5 ms (measured side by side, 512 requests). An injected ``transport``
   (tests: ``httpx.MockTransport``) uses httpx instead.
@@ -133,6 +135,7 @@ class RolloutClient:
         self._paused = False
         self._closed = False
         self._sticky_max = 4096
+        self._health: dict[str, bool] = {}  # url -> last /health result (returned while paused)
         self.interruptible = bool(interruptible)
         self.on_activity = on_activity
         self._in_flight: dict[str, int] = {}  # url -> /generate requests in flight
@@ -510,6 +513,15 @@ class RolloutClient:
         finally:
             self._paused = False
 
+    def hold(self) -> None:
+        """Hold new submissions and resubmissions here (servers untouched) until :meth:`release`: the
+        non-interruptible side of a weight update, whose servers finish in-flight requests first."""
+        self._paused = True
+
+    def release(self) -> None:
+        """Let held submissions go (see :meth:`hold`)."""
+        self._paused = False
+
     async def update_weights_from_disk(self, model_path: str, version: int) -> None:
         """Load ``model_path`` with ``weight_version = str(version)`` on every server.
 
@@ -547,14 +559,26 @@ class RolloutClient:
             raise err
 
     async def health(self) -> dict[str, bool]:
-        """(added) ``GET /health`` on every server -> {url: healthy}. Never raises."""
+        """(added) ``GET /health`` on every server -> {url: healthy}. Never raises.
+
+        While this client has the servers paused (:attr:`paused`, e.g. during a weight update) nothing is
+        probed and the last known states are returned (servers never probed are left out): SGLang 0.5.23's
+        ``/health`` runs a generation, so it blocks while paused and after 20 s marks the server unhealthy
+        until a later probe succeeds (fixtures/sglang/README.md). For a cheap liveness check use
+        :meth:`model_info` (``GET /model_info``), which answers while paused.
+        """
+        if self._paused:
+            return dict(self._health)
+
         async def one(u: str) -> bool:
             try:
                 status, _ = await self._request("GET", u + "/health", timeout_s=5.0)
                 return status == 200
             except (_ConnectFailed, _Dropped):
                 return False
-        return dict(zip(self.urls, await asyncio.gather(*(one(u) for u in self.urls))))
+        res = dict(zip(self.urls, await asyncio.gather(*(one(u) for u in self.urls))))
+        self._health.update(res)
+        return res
 
     async def model_info(self, url: str | None = None) -> dict:
         """(added) ``GET /model_info`` of one server (default the first)."""

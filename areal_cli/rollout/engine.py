@@ -250,6 +250,7 @@ class Qwen3Model:
             for b in ("q", "k", "v", "o"):
                 layer[b + "_b"] = t.get(p + f"self_attn.{b}_proj.bias")
             layers.append(layer)
+        self._named = t  # HF name -> the tensor the forward uses (same objects as in ``layers``)
         self.embed = t["model.embed_tokens.weight"]
         self.norm = t["model.norm.weight"]
         self.lm_head = self.embed if self.spec.tie_word_embeddings else t["lm_head.weight"]
@@ -269,6 +270,42 @@ class Qwen3Model:
             diff = sorted(k for k in mine if mine[k] != theirs[k])
             raise UserError(f"{model_dir}: architecture differs from the loaded model in {', '.join(diff)}")
         self._load(load_safetensors_state(model_dir), model_dir, init=False)
+
+    def update_tensors(self, named: dict[str, torch.Tensor], source: str = "update") -> list[str]:
+        """Overwrite some weights in place with HF-named tensors (a subset is fine: weight-sync buckets).
+
+        Every name and shape is checked before anything changes, so a refused call leaves all weights as
+        they were. Values are cast to the model dtype exactly as a disk load casts them
+        (``tensor.to(dtype)``), so loading the same weights this way or from disk gives identical numbers.
+        ``lm_head.weight`` of a model with tied embeddings is skipped when it equals the embedding shape
+        (SGLang's Qwen3 ``load_weights`` skips it too).
+
+        Args:
+            named: ``{hf_name: tensor}`` with the shapes of :meth:`_expected_shapes`.
+            source: where the tensors came from (error messages only).
+        Returns:
+            the names that were loaded.
+        Raises:
+            UserError: an unknown name or a wrong shape (nothing is changed).
+        """
+        shapes = self._expected_shapes()
+        todo: list[tuple[str, torch.Tensor]] = []
+        for name, tensor in named.items():
+            if name == "lm_head.weight" and self.spec.tie_word_embeddings and name not in shapes:
+                if tuple(tensor.shape) != shapes["model.embed_tokens.weight"]:
+                    raise UserError(f"{source}: weight 'lm_head.weight' has shape {tuple(tensor.shape)}, "
+                                    f"expected {shapes['model.embed_tokens.weight']}")
+                continue
+            if name not in shapes:
+                raise UserError(f"{source}: weight {name!r} is not a parameter of this Qwen3 model")
+            if tuple(tensor.shape) != shapes[name]:
+                raise UserError(f"{source}: weight {name!r} has shape {tuple(tensor.shape)}, "
+                                f"expected {shapes[name]} (same architecture required)")
+            todo.append((name, tensor))
+        with torch.no_grad():
+            for name, tensor in todo:
+                self._named[name].copy_(tensor.to(self.dtype))
+        return [n for n, _ in todo]
 
     # -- forward --------------------------------------------------------------------------------------------
 
@@ -586,6 +623,19 @@ class InferenceEngine:
         self.model_path = str(model_dir)
         if weight_version is not None:
             self.weight_version = str(weight_version)
+
+    def load_tensors(self, named: dict[str, torch.Tensor], weight_version: str | None = None,
+                     source: str = "update") -> list[str]:
+        """Load HF-named tensors in place (all or a subset; see :meth:`Qwen3Model.update_tensors`) and
+        optionally set the version label. Same caveat on running requests as :meth:`load_weights`.
+
+        Raises:
+            UserError: unknown name or wrong shape (nothing changes, the version label stays).
+        """
+        loaded = self.model.update_tensors(named, source=source)
+        if weight_version is not None:
+            self.weight_version = str(weight_version)
+        return loaded
 
     # -- stepping -------------------------------------------------------------------------------------------
 

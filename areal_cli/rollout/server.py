@@ -19,6 +19,16 @@ Endpoints (shapes as recorded from SGLang 0.5.23, ``shared/fixtures/sglang`` of 
   abort and while not paused it waits for in-flight requests to finish (new ones wait), like SGLang.
   Every output token records the version that produced it (``meta_info.weight_versions`` spans).
 - ``POST /update_weight_version`` ``{new_version}``: label only.
+- ``POST /init_weights_update_group`` ``{master_address, master_port, rank_offset, world_size, group_name,
+  backend}`` (SGLang ``InitWeightsUpdateGroupReqInput``; backend "gloo" only on this CPU server): joins a
+  new process group as rank ``rank_offset`` (in a thread; answers once the group formed). A group of the
+  same name is replaced.
+- ``POST /update_weights_from_distributed`` ``{names, dtypes, shapes, group_name, weight_version?,
+  abort_all_requests?, flush_cache?}``: receives one broadcast tensor per entry from rank 0 (allocated by
+  the payload's shapes/dtypes, so the group stays in step even when the load is then refused), then loads
+  them like ``/update_weights_from_disk`` (same abort/drain/hold rules, same reply shapes). A failed
+  receive drops the group.
+- ``POST /destroy_weights_update_group`` ``{group_name}``. See :mod:`areal_cli.rollout.weight_sync`.
 - ``GET /health``, ``/health_generate``: 200 at once, also while paused (unlike SGLang 0.5.23, whose
   /health blocks while paused). ``GET /ready``: 503 while paused.
 - ``GET /model_info`` (alias ``/get_model_info``), ``GET /server_info`` (alias ``/get_server_info``).
@@ -153,6 +163,19 @@ class EngineWorker:
 _NOTHING = object()
 
 
+def _receive_broadcast(pg, specs) -> dict:
+    """Receive one tensor per ParamSpec from rank 0 of ``pg``, in order (``{name: tensor}``)."""
+    import torch
+    import torch.distributed as dist
+
+    out = {}
+    for s in specs:
+        t = torch.empty(s.shape, dtype=getattr(torch, s.dtype))
+        dist.broadcast(t, src=0, group=pg)
+        out[s.name] = t
+    return out
+
+
 # ----------------------------------------------------------------------------------------------------------
 # HTTP app
 # ----------------------------------------------------------------------------------------------------------
@@ -172,6 +195,8 @@ class ServerState:
         self.unheld: asyncio.Event | None = None
         self.update_lock: asyncio.Lock | None = None
         self.worker = EngineWorker(engine, self._on_result, step_delay_s=args.step_delay_s)
+        self.weight_groups: dict[str, Any] = {}  # group_name -> torch process group (weight sync)
+        self.receiving: set[str] = set()  # groups a receive is blocked on
         self.started = time.time()
 
     # results arrive on the engine thread
@@ -399,6 +424,110 @@ def build_app(state: ServerState):
             msg += f" Weight version updated to {version}."
         return {"success": True, "message": msg, "num_paused_requests": 0}
 
+    def weight_reply(success: bool, message: str, status: int = 200, **extra):
+        return JSONResponse({"success": success, "message": message, **extra}, status_code=status)
+
+    def drop_group(name: str) -> None:
+        from areal_cli.rollout.weight_sync import destroy_process_group
+
+        pg = state.weight_groups.pop(name, None)
+        if pg is not None and name not in state.receiving:
+            destroy_process_group(pg)
+
+    @app.post("/init_weights_update_group")
+    async def init_weights_update_group(request: Request):
+        from areal_cli.rollout.weight_sync import init_custom_process_group, parse_init_weights_update_group_request
+
+        try:
+            req = parse_init_weights_update_group_request(await read_json(request))
+        except ProtocolError as e:
+            return weight_reply(False, str(e), 400)
+        if req.backend != "gloo":
+            return weight_reply(False, f"backend {req.backend!r} is not supported by the embedded (CPU) "
+                                       f"server: use gloo", 400)
+        t_end = time.monotonic() + state.args.weight_sync_timeout_s
+        while req.group_name in state.receiving and time.monotonic() < t_end:
+            await asyncio.sleep(0.05)  # an old group of this name still receives: torch needs it gone first
+        await asyncio.to_thread(drop_group, req.group_name)
+        try:
+            pg = await asyncio.to_thread(
+                init_custom_process_group, "gloo", f"tcp://{req.master_address}:{req.master_port}",
+                req.world_size, req.rank_offset, req.group_name, state.args.weight_sync_timeout_s)
+        except Exception as e:  # noqa: BLE001 - reported to the trainer
+            return weight_reply(False, f"Failed to init custom process group {req.group_name!r}: {e}", 400)
+        state.weight_groups[req.group_name] = pg
+        log.info("joined weight-update group %s as rank %d of %d", req.group_name, req.rank_offset,
+                 req.world_size)
+        return weight_reply(True, "Succeeded to initialize custom process group.")
+
+    @app.post("/destroy_weights_update_group")
+    async def destroy_weights_update_group(request: Request):
+        from areal_cli.rollout.weight_sync import parse_destroy_weights_update_group_request
+
+        try:
+            raw = await request.body()
+            name = parse_destroy_weights_update_group_request(json.loads(raw) if raw else {})
+        except (ProtocolError, json.JSONDecodeError) as e:
+            return weight_reply(False, str(e), 400)
+        if name not in state.weight_groups:
+            return weight_reply(False, f"Weight update group {name!r} does not exist.", 400)
+        await asyncio.to_thread(drop_group, name)
+        return weight_reply(True, "Succeeded to destroy custom process group.")
+
+    @app.post("/update_weights_from_distributed")
+    async def update_weights_from_distributed(request: Request):
+        from areal_cli.rollout.weight_sync import parse_update_weights_from_distributed_request
+
+        try:
+            req = parse_update_weights_from_distributed_request(await read_json(request))
+        except ProtocolError as e:
+            return weight_reply(False, str(e), 400)
+        name = req.group_name
+        if name not in state.weight_groups:
+            return weight_reply(False, f"Weight update group {name!r} is not initialized: call "
+                                       f"/init_weights_update_group first.", 400)
+        async with state.update_lock:
+            state.updating += 1
+            state.refresh_hold()
+            try:
+                if req.abort_all_requests:
+                    await abort_all_and_wait()
+                elif not state.paused:
+                    while state.worker.busy():  # like SGLang: wait for in-flight requests to finish
+                        await asyncio.sleep(0.005)
+                pg = state.weight_groups.get(name)
+                if pg is None:
+                    return weight_reply(False, f"Weight update group {name!r} was destroyed.", 400)
+                from areal_cli.rollout.weight_sync import destroy_process_group
+
+                state.receiving.add(name)
+                try:
+                    named = await asyncio.to_thread(_receive_broadcast, pg, req.specs)
+                except Exception as e:  # noqa: BLE001 - the group is out of step: drop it
+                    named, error = None, e
+                    if state.weight_groups.get(name) is pg:
+                        state.weight_groups.pop(name)
+                state.receiving.discard(name)
+                if state.weight_groups.get(name) is not pg:  # dropped (here or by a destroy) meanwhile
+                    await asyncio.to_thread(destroy_process_group, pg)
+                if named is None:
+                    return weight_reply(False, f"Failed to receive weights over group {name!r}: {error}", 400)
+
+                def load(e, named=named, v=req.weight_version):
+                    e.load_tensors(named, v, source="update_weights_from_distributed")
+
+                try:
+                    await asyncio.wrap_future(state.worker.call(load))
+                except Exception as e:  # noqa: BLE001 - reported to the trainer, old weights stay
+                    return weight_reply(False, f"Failed to update weights: {e}", 400)
+            finally:
+                state.updating -= 1
+                state.refresh_hold()
+        msg = "Succeeded to update parameter online."
+        if req.weight_version is not None:
+            msg += f" Weight version updated to {req.weight_version}."
+        return weight_reply(True, msg)
+
     @app.post("/update_weight_version")
     async def update_weight_version(request: Request):
         try:
@@ -508,6 +637,8 @@ def _parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--num-threads", type=int, default=1, help="torch intra-op threads (default 1)")
     p.add_argument("--step-delay-s", type=float, default=0.0,
                    help="sleep after each engine step (testing: makes generation interruptible)")
+    p.add_argument("--weight-sync-timeout-s", type=float, default=300.0,
+                   help="weight-update group: join and receive timeout (seconds)")
     p.add_argument("--parent-pid", type=int, default=None, help="exit when this process is gone")
     p.add_argument("--log-level", default="info")
     return p.parse_args(argv)

@@ -5,10 +5,10 @@ in plain PyTorch, no Transformer Engine / Apex) runs on CPU except for a handful
 GPU exists. :func:`apply_cpu_compat` patches exactly those places, and only when
 ``torch.cuda.is_available()`` is False; on a GPU machine it does nothing, so the same trainer code runs
 unpatched there. Each patch is listed in :data:`PATCHES` with what Megatron assumes, where, and why the
-replacement is safe. Megatron's own optimizer (``megatron.core.optimizer``), its
-``forward_backward_no_pipelining`` schedule and its grad-clipping helpers also create ``device="cuda"``
-tensors; the trainer does not use them (it uses ``torch.optim.AdamW`` and
-``torch.nn.utils.clip_grad_norm_``), so they are NOT patched here.
+replacement is safe. Megatron's own optimizer (``megatron.core.optimizer``) and its
+grad-clipping helpers also create ``device="cuda"`` tensors; the trainer does not use them (it uses
+``torch.optim.AdamW`` and its own norm), so they are NOT patched here. The pipeline schedules are used
+under pipeline parallel (one patch, ``pipeline_schedule_cpu``).
 
 Distributed init (:func:`init_distributed`, :func:`init_model_parallel`, :func:`setup_megatron`) is
 idempotent and reusable by many engines/tests in one process. It works single-process (world size 1,
@@ -84,6 +84,20 @@ PATCHES: tuple[Patch, ...] = (
         assumes="the causal mask built when attention_mask=None is allocated with device='cuda'",
         why_safe="same triangular boolean mask, built on the CPU (the device of the attention scores); "
         "only reached when the caller passes attention_mask=None",
+    ),
+    Patch(
+        name="pipeline_schedule_cpu",
+        target="megatron/core/pipeline_parallel/schedules.py forward_backward_no_pipelining / "
+        "forward_backward_pipelining_with(out)_interleaving: "
+        "total_num_tokens = torch.zeros([], dtype=torch.int, device=\"cuda\") (line 2138 for the "
+        "non-interleaved pipeline schedule)",
+        assumes="a token counter can be allocated on a CUDA device (AssertionError 'Torch not compiled with "
+        "CUDA enabled' on a CPU-only build)",
+        why_safe="the module's ``torch`` name is replaced by a proxy forwarding every attribute to torch "
+        "except ``zeros``, which maps device='cuda' to the CPU; the counter is only summed and read back. "
+        "The other CUDA call of the pipeline path, torch.cuda.synchronize() after batched p2p "
+        "(p2p_communication.py:398), is avoided by the config (batch_p2p_sync=False without CUDA), not "
+        "patched",
     ),
 )
 
@@ -181,6 +195,22 @@ for _f in (_get_cpu_rng_state, _set_cpu_rng_state, _cpu_default_causal_mask, _cp
     setattr(_f, _MARK, True)
 
 
+class _TorchCpuZeros:
+    """Stand-in for the ``torch`` module inside megatron's pipeline schedules (:data:`PATCHES`)."""
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    @staticmethod
+    def zeros(*args, **kwargs):
+        if str(kwargs.get("device", "")).startswith("cuda"):
+            kwargs["device"] = "cpu"
+        return torch.zeros(*args, **kwargs)
+
+
+setattr(_TorchCpuZeros, _MARK, True)
+
+
 def apply_cpu_compat() -> list[str]:
     """Apply every patch in :data:`PATCHES` if this process has no CUDA device; idempotent, thread-safe.
 
@@ -217,6 +247,14 @@ def apply_cpu_compat() -> list[str]:
             mod.get_sliding_window_causal_mask = _cpu_sliding_window_causal_mask
         if "causal_mask_cpu" not in _APPLIED:
             _APPLIED.append("causal_mask_cpu")
+
+        # 4. pipeline schedules' CUDA token counter
+        from megatron.core.pipeline_parallel import schedules
+
+        if not getattr(type(schedules.torch), _MARK, False):
+            schedules.torch = _TorchCpuZeros()
+        if "pipeline_schedule_cpu" not in _APPLIED:
+            _APPLIED.append("pipeline_schedule_cpu")
         return list(_APPLIED)
 
 

@@ -17,7 +17,9 @@ pattern + a transform name). ``{i}`` in a pattern stands for the decoder layer i
 (pure reshapes/concatenations): HF -> mcore -> HF reproduces every tensor bit for bit.
 
 Supported: ``Qwen3ForCausalLM`` configs (GQA, q/k RMSNorm, SwiGLU, RoPE with the default rope type, no
-attention bias), tied or untied output layer, tensor/pipeline parallel size 1.
+attention bias), tied or untied output layer. Tensor parallel: :func:`load_hf_into_model` shards the
+converted tensors for the model's TP rank (:mod:`areal_cli.trainer.parallel_shard`); pipeline parallel:
+a stage's parameters are matched by whole-model name (:func:`global_param_names`).
 """
 
 from __future__ import annotations
@@ -262,8 +264,17 @@ def transformer_config_from_hf(hf_config, *, params_dtype: torch.dtype = torch.f
     return TransformerConfig(**kw)
 
 
-def build_gpt_model(hf_config, *, params_dtype: torch.dtype = torch.float32, **config_overrides):
+def build_gpt_model(hf_config, *, params_dtype: torch.dtype = torch.float32, vocab_size: int | None = None,
+                    pre_process: bool = True, post_process: bool = True, **config_overrides):
     """A randomly initialised megatron ``GPTModel`` with the architecture of ``hf_config``.
+
+    ``vocab_size`` (default ``hf_config.vocab_size``) is the model's (padded) vocabulary; under tensor
+    parallel it must be a multiple of the TP size (:func:`areal_cli.trainer.parallel_shard.padded_vocab_size`).
+    With TP > 1 the parameters are this rank's shards (megatron's column/row-parallel linears and
+    vocab-parallel embedding/output layer). Under pipeline parallel, ``pre_process`` (first stage: the
+    embedding) / ``post_process`` (last stage: final norm + output layer) select the stage's parts and
+    megatron builds only this stage's decoder layers (named ``decoder.layers.<local index>``, see
+    :func:`global_param_names`).
 
     Layer spec: ``get_gpt_layer_local_spec(qk_layernorm=True, normalization="RMSNorm")``; RoPE with the
     config's theta; output layer shared with the embedding iff ``tie_word_embeddings``. Requires
@@ -278,10 +289,10 @@ def build_gpt_model(hf_config, *, params_dtype: torch.dtype = torch.float32, **c
     return GPTModel(
         config=cfg,
         transformer_layer_spec=spec,
-        vocab_size=hf_config.vocab_size,
+        vocab_size=int(vocab_size or hf_config.vocab_size),
         max_sequence_length=hf_config.max_position_embeddings,
-        pre_process=True,
-        post_process=True,
+        pre_process=pre_process,
+        post_process=post_process,
         share_embeddings_and_output_weights=_tied(hf_config),
         position_embedding_type="rope",
         rotary_percent=1.0,
@@ -362,24 +373,59 @@ def mcore_to_hf(mcore_state: Mapping[str, Tensor], hf_config) -> dict[str, Tenso
     return out
 
 
+_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.*)$")
+
+
+def global_param_names(model: torch.nn.Module) -> dict[str, str]:
+    """``{local parameter name: whole-model name}`` of a (pipeline stage of a) GPTModel: a stage's
+    ``decoder.layers.<j>.`` is global layer ``layers[j].layer_number - 1`` (megatron numbers layers from 1
+    over the whole model); other names are unchanged. Identity without pipeline parallel."""
+    layers = model.decoder.layers
+    out = {}
+    for n, _ in model.named_parameters():
+        m = _LAYER.match(n)
+        out[n] = f"decoder.layers.{layers[int(m.group(1))].layer_number - 1}.{m.group(2)}" if m else n
+    return out
+
+
 def mcore_param_state_dict(model: torch.nn.Module) -> dict[str, Tensor]:
     """``{name: detached parameter}`` of a GPTModel (no ``_extra_state``, no buffers)."""
     return {n: p.detach() for n, p in model.named_parameters()}
 
 
-def load_hf_into_model(model: torch.nn.Module, hf_state: Mapping[str, Tensor], hf_config) -> None:
+def load_hf_into_model(model: torch.nn.Module, hf_state: Mapping[str, Tensor], hf_config, *,
+                       tp_rank: int = 0, tp_size: int = 1, stage: bool = False) -> None:
     """Copy HF weights into an existing GPTModel in place (parameters keep their identity, so an optimizer
     holding them stays valid).
 
+    With ``tp_size > 1`` the model holds TP rank ``tp_rank``'s shards: each converted tensor is padded on
+    the vocabulary (embedding / output layer, zero rows up to the model's vocabulary) and cut with
+    :func:`areal_cli.trainer.parallel_shard.shard` according to the parameter's megatron attributes.
+    ``stage=True``: the model is one pipeline stage; its parameters are matched by whole-model name
+    (:func:`global_param_names`) and the rest of the converted tensors is ignored.
     Raises:
         ConversionError: name mismatch, or a shape that differs from the model's parameter.
     """
+    from areal_cli.trainer import parallel_shard as psh
+
     conv = hf_to_mcore(hf_state, hf_config)
-    params = dict(model.named_parameters())
-    _check_names(set(conv), set(params), "converted")
+    gname = global_param_names(model)
+    params = {gname[n]: p for n, p in model.named_parameters()}
+    if stage:
+        _check_names(set(conv) & set(params), set(params), "converted")
+    else:
+        _check_names(set(conv), set(params), "converted")
     with torch.no_grad():
         for n, p in params.items():
             src = conv[n]
+            full_rows = p.shape[0] * (tp_size if psh.is_tp_sharded(p) else 1)
+            if n in psh.VOCAB_PARAMS and src.shape[0] < full_rows:
+                src = psh.pad_vocab(src, full_rows)
+            if psh.is_tp_sharded(p) and tp_size > 1:
+                try:
+                    src = psh.shard(src, dim=p.partition_dim, stride=p.partition_stride, tp=tp_size, rank=tp_rank)
+                except ValueError as e:
+                    raise ConversionError(f"{n}: {e}") from None
             if tuple(src.shape) != tuple(p.shape):
                 raise ConversionError(f"{n}: shape {tuple(src.shape)} != model {tuple(p.shape)}")
             p.copy_(src.to(dtype=p.dtype, device=p.device))

@@ -13,6 +13,35 @@ Log-probabilities (the quantity every RL loss consumes)::
 Sequences are right-padded, so with causal attention padding never influences a real position; positions
 whose target ``input_ids[:, t+1]`` is padding are returned as 0 (and the loss masks them out anyway).
 
+Parallelism (SPMD; launched by ``torchrun``, gloo on CPU / nccl on GPU): ``tensor_parallel`` (TP) and
+``pipeline_parallel`` (PP) give a data-parallel size ``DP = world / (TP * PP)``. EVERY rank calls each
+method with the SAME arguments (the full batch):
+
+- weights are sharded for TP by megatron's column/row-parallel linears and vocab-parallel embedding /
+  output layer (layouts in :mod:`areal_cli.trainer.parallel_shard`); the vocabulary is padded with zero
+  rows to a multiple of TP, and padded entries get logit ``-inf`` (probability 0, no gradient);
+- rows are split over DP ranks in contiguous near-equal chunks (``TrainBatch.split`` order; the first
+  ``B % DP`` ranks get one extra row; a rank with 0 rows still joins every collective);
+- under TP the log-softmax is vocab parallel: full logits are never gathered. Each TP rank holds
+  ``logits[..., r*V/TP:(r+1)*V/TP]``; megatron's ``vocab_parallel_cross_entropy``
+  (megatron/core/tensor_parallel/cross_entropy.py) all-reduces the row max (MAX) and the sum of
+  ``exp(logit - max)`` (SUM) over the TP group, and the target logit (only the rank owning the target id
+  contributes, SUM). ``lp = -cross_entropy`` with its exact softmax gradient;
+- PP: each stage holds ``num_layers / PP`` decoder layers (first: + embedding, last: + final norm and
+  output layer). Every micro-batch runs through megatron's ``get_forward_backward_func()``
+  (``forward_backward_pipelining_without_interleaving``, one micro-batch per call since micro-batches
+  may differ in shape: correct, but stages do not overlap -- padding micro-batches to one shape and
+  passing ``num_microbatches > 1`` would be the next step for speed); logprobs / the loss are computed on
+  the last stage and broadcast over the PP group. Tied embeddings are refused under PP (they would need
+  megatron's embedding group all-reduce);
+- ``logprobs`` all-gathers the rows over DP: every rank returns the full ``[B, L-1]`` tensor;
+- ``train_step``: gradients summed over DP (one coalesced all-reduce), q/k-norm gradients summed over TP
+  (each TP rank only sees its own heads, as megatron's finalize_model_grads does for ``qk_layernorm``),
+  the global L2 norm counts TP-sharded parameters once per shard and replicated parameters once;
+  the returned loss is summed over DP ranks.
+- optimiser state (``self.optimizer``, torch AdamW over this rank's parameters) is per (TP rank, PP
+  stage) and identical across DP replicas; a world-1 engine's ``optimizer.state_dict()`` is the whole.
+
 ``torch.set_num_threads`` is left to the caller. The constructor seeds torch's global RNG with ``seed``
 (``torch.manual_seed`` + Megatron's RNG tracker): construction and training are deterministic per seed.
 """
@@ -37,10 +66,12 @@ warnings.filterwarnings("ignore", category=UserWarning, module=r"megatron(\..*)?
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
+from areal_cli.errors import UserError
 from areal_cli.trainer import cpu_compat, hf_mcore
+from areal_cli.trainer import parallel_shard as psh
 from areal_cli.trainer.batch import TrainBatch
 
-__all__ = ["MegatronEngine", "HF_AUX_FILES", "read_hf_state_dict"]
+__all__ = ["MegatronEngine", "HF_AUX_FILES", "read_hf_state_dict", "dp_row_ranges"]
 
 # Files copied verbatim from the source model directory by save_hf (when present).
 HF_AUX_FILES: tuple[str, ...] = (
@@ -76,6 +107,33 @@ def read_hf_state_dict(model_dir: str | Path) -> dict[str, Tensor]:
     raise FileNotFoundError(f"{d}: no model.safetensors or model.safetensors.index.json")
 
 
+def dp_row_ranges(n_rows: int, dp: int) -> list[tuple[int, int]]:
+    """Contiguous ``[start, end)`` row ranges of ``dp`` data-parallel ranks over ``n_rows`` rows: near-equal
+    sizes, the first ``n_rows % dp`` ranks one row more (``TrainBatch.split`` order; sizes may be 0)."""
+    base, extra = divmod(int(n_rows), int(dp))
+    out, start = [], 0
+    for r in range(dp):
+        size = base + (1 if r < extra else 0)
+        out.append((start, start + size))
+        start += size
+    return out
+
+
+def _check_parallel_sizes(hf_config, tp: int, pp: int) -> None:
+    if not (isinstance(tp, int) and tp >= 1 and isinstance(pp, int) and pp >= 1):
+        raise UserError(f"MegatronEngine: tensor_parallel and pipeline_parallel must be integers >= 1, got {tp}, {pp}")
+    if pp > 1 and int(hf_config.num_hidden_layers) % pp != 0:
+        raise UserError(f"MegatronEngine: pipeline_parallel={pp} does not divide num_hidden_layers="
+                        f"{hf_config.num_hidden_layers}")
+    if pp > 1 and hf_mcore._tied(hf_config):
+        raise UserError("MegatronEngine: pipeline_parallel > 1 with tied embeddings (tie_word_embeddings) is not "
+                        "supported")
+    for field in ("num_attention_heads", "num_key_value_heads", "intermediate_size"):
+        if int(getattr(hf_config, field)) % tp != 0:
+            raise UserError(f"MegatronEngine: tensor_parallel={tp} does not divide {field}="
+                            f"{getattr(hf_config, field)}")
+
+
 def _load_hf_config(model_dir: Path):
     from transformers import AutoConfig
 
@@ -98,14 +156,17 @@ class MegatronEngine:
         seed: seeds torch + Megatron's RNG tracker.
         params_dtype: parameter dtype (float32 default; logprobs are always computed in float32).
         device: default ``cuda`` when available, else ``cpu``.
+        tensor_parallel: TP size (divides the heads, KV heads and MLP size).
+        pipeline_parallel: PP size (divides the layer count; untied embeddings only).
     Raises:
         FileNotFoundError: missing config/weights. hf_mcore.ConversionError: unsupported architecture or
-        weight names. NotImplementedError: megatron tensor/pipeline parallel size > 1 (not yet supported).
+        weight names. UserError: TP / PP not dividing the model, PP with tied embeddings. RuntimeError: world
+        size not a multiple of TP * PP, or megatron parallel_state already initialised with other sizes in
+        this process.
 
     Distributed: initialises ``torch.distributed`` (gloo world of size 1 unless under torchrun) and
-    megatron ``parallel_state`` (TP = PP = 1) if not done yet. With a data-parallel world > 1 each rank
-    trains on its own micro-batches and gradients are summed over the data-parallel group before clipping
-    (so ``loss_fn`` must divide by the token count of the GLOBAL batch, as for gradient accumulation).
+    megatron ``parallel_state`` if not done yet; DP = world / (TP * PP). SPMD: every rank calls every
+    method with the same arguments (see the module docstring); results are identical on every rank.
     """
 
     def __init__(
@@ -120,6 +181,8 @@ class MegatronEngine:
         seed: int = 0,
         params_dtype: torch.dtype = torch.float32,
         device: str | torch.device | None = None,
+        tensor_parallel: int = 1,
+        pipeline_parallel: int = 1,
     ) -> None:
         from megatron.core import parallel_state as ps
 
@@ -128,15 +191,24 @@ class MegatronEngine:
         hf_mcore.check_supported(self.hf_config)
         self.seed = int(seed)
         self.grad_clip = float(grad_clip)
-        self.rank, self.world_size = cpu_compat.setup_megatron(seed=self.seed)
-        if ps.get_tensor_model_parallel_world_size() != 1 or ps.get_pipeline_model_parallel_world_size() != 1:
-            raise RuntimeError("MegatronEngine runs with tensor and pipeline parallel size 1; "
-                               f"got TP={ps.get_tensor_model_parallel_world_size()}, "
-                               f"PP={ps.get_pipeline_model_parallel_world_size()}")
+        _check_parallel_sizes(self.hf_config, tensor_parallel, pipeline_parallel)
+        self.rank, self.world_size = cpu_compat.setup_megatron(
+            tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel, seed=self.seed)
+        self.tp, self.pp = ps.get_tensor_model_parallel_world_size(), ps.get_pipeline_model_parallel_world_size()
+        self.tp_rank = ps.get_tensor_model_parallel_rank()
+        self.dp, self.dp_rank = ps.get_data_parallel_world_size(), ps.get_data_parallel_rank()
+        self.is_first_stage = ps.is_pipeline_first_stage()
+        self.is_last_stage = ps.is_pipeline_last_stage()
+        self.padded_vocab_size = psh.padded_vocab_size(self.hf_config.vocab_size, self.tp)
         self.device = torch.device(device) if device is not None else (
             torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
         )
-        self.model = hf_mcore.build_gpt_model(self.hf_config, params_dtype=params_dtype).to(self.device)
+        pp_kw = dict(tensor_model_parallel_size=self.tp, pipeline_model_parallel_size=self.pp)
+        if self.pp > 1:  # batch_p2p_sync would call torch.cuda.synchronize() (p2p_communication.py:398)
+            pp_kw.update(pipeline_dtype=params_dtype, batch_p2p_sync=torch.cuda.is_available())
+        self.model = hf_mcore.build_gpt_model(self.hf_config, params_dtype=params_dtype,
+                                              vocab_size=self.padded_vocab_size, pre_process=self.is_first_stage,
+                                              post_process=self.is_last_stage, **pp_kw).to(self.device)
         self.load_hf(self.model_dir)
         decay = [p for p in self.model.parameters() if p.dim() >= 2]
         no_decay = [p for p in self.model.parameters() if p.dim() < 2]
@@ -169,8 +241,22 @@ class MegatronEngine:
             g["lr"] = float(lr)
 
     def num_parameters(self) -> int:
-        """Number of trainable parameters (equals the HF model's)."""
-        return sum(p.numel() for p in self.model.parameters())
+        """Number of trainable parameters of the whole model (equals the HF model's; under TP the shards of
+        all ranks are counted, the vocabulary padding is not)."""
+        n = 0
+        for name, p in self.model.named_parameters():
+            rows = p.shape[0] * (self.tp if psh.is_tp_sharded(p) else 1)
+            full = p.numel() * (self.tp if psh.is_tp_sharded(p) else 1)
+            if name in psh.VOCAB_PARAMS:
+                full = full // rows * self.vocab_size
+            n += full
+        if self.pp > 1:  # collective: the other stages' layers
+            from megatron.core import parallel_state as ps
+
+            t = torch.tensor([n], dtype=torch.int64, device=self.device)
+            dist.all_reduce(t, group=ps.get_pipeline_model_parallel_group())
+            n = int(t.item())
+        return n
 
     # ------------------------------------------------------------------ forward
     def _causal_mask(self, length: int) -> Tensor:
@@ -184,49 +270,164 @@ class MegatronEngine:
         return m
 
     def forward_logits(self, input_ids: Tensor) -> Tensor:
-        """Raw logits of the GPTModel for right-padded ``input_ids`` [B, L] -> [B, L, V] (model dtype).
+        """Raw logits of the GPTModel for right-padded ``input_ids`` [B, L] -> [B, L, V/TP] (model dtype).
 
         Positions are 0..L-1 for every row; attention is causal (padding after the real tokens never
-        affects them).
+        affects them). Under TP this is the rank's vocabulary slice ``[r*Vp/TP, (r+1)*Vp/TP)`` of the padded
+        vocabulary ``Vp`` (full logits are never gathered); with TP = 1 it is the full ``[B, L, V]``.
         """
+        if self.pp > 1:
+            raise NotImplementedError("forward_logits is not available with pipeline_parallel > 1 (use logprobs)")
         ids = input_ids.to(self.device)
         b, length = ids.shape
         pos = torch.arange(length, device=self.device).unsqueeze(0).expand(b, length)
         return self.model(ids, pos, self._causal_mask(length))
 
+    def token_logprobs(self, input_ids: Tensor, position_ids: Tensor, attention_mask: Tensor,
+                       temperature: float = 1.0) -> Tensor:
+        """``lp[b, t] = log_softmax(logits[b, t] / T)[input_ids[b, t+1]]`` for the given rows (no DP split),
+        with gradient when grad mode is on; vocab parallel under TP (module docstring).
+
+        Args:
+            input_ids: LongTensor[B, L]; position_ids: LongTensor[B, L]; attention_mask: megatron bool mask
+            (True = masked out) broadcastable to [B, 1, L, L]; temperature: T >= 0 (0 = no scaling).
+        Returns:
+            FloatTensor[B, L-1] (float32, nats) on the engine's device (padding targets NOT zeroed here).
+        Raises:
+            NotImplementedError: pipeline_parallel > 1 (the logits exist on the last stage only).
+        """
+        if self.pp > 1:
+            raise NotImplementedError("token_logprobs is not available with pipeline_parallel > 1")
+        ids = input_ids.to(self.device)
+        logits = self.model(ids, position_ids.to(self.device), attention_mask.to(self.device))
+        return self._lp_from_logits(logits, ids, temperature)
+
+    def _lp_from_logits(self, logits: Tensor, ids: Tensor, temperature: float) -> Tensor:
+        logits = logits[:, :-1].float()
+        if temperature > 0 and temperature != 1.0:
+            logits = logits / temperature
+        targets = ids[:, 1:]
+        if self.tp == 1:
+            return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
+
+        part = logits.shape[-1]
+        pad_from = self.vocab_size - self.tp_rank * part  # local index of the first padded vocabulary entry
+        if pad_from < part:
+            keep = torch.arange(part, device=logits.device) < pad_from
+            logits = logits.masked_fill(~keep, float("-inf"))
+        # megatron's function works in place on its input: hand it a contiguous copy/own tensor
+        return -vocab_parallel_cross_entropy(logits.contiguous(), targets.contiguous())
+
     def _logprobs(self, batch: TrainBatch, temperature: float) -> Tensor:
         if not temperature >= 0 or math.isinf(temperature):
             raise ValueError(f"temperature must be finite and >= 0, got {temperature}")
+        if self.pp > 1:
+            return self._pp_run(batch, temperature, None)
         ids = batch.input_ids.to(self.device)
-        logits = self.forward_logits(ids)[:, :-1].float()
-        if temperature > 0 and temperature != 1.0:
-            logits = logits / temperature
-        lp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+        b, length = ids.shape
+        pos = torch.arange(length, device=self.device).unsqueeze(0).expand(b, length)
+        lp = self.token_logprobs(ids, pos, self._causal_mask(length), temperature)
         real_target = batch.attention_mask[:, 1:].to(self.device)
         return torch.where(real_target, lp, torch.zeros_like(lp))
+
+    def _pp_run(self, batch: TrainBatch, temperature: float, loss_fn) -> Tensor:
+        """One micro-batch through megatron's pipeline schedule. ``loss_fn is None``: forward only, returns
+        the masked logprobs [B, L-1] on every stage (broadcast from the last). Otherwise forward + backward of
+        ``loss_fn(lp, batch)`` (computed on the last stage); returns the loss (scalar, float64) on every stage.
+        """
+        from megatron.core import parallel_state as ps
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        ids = batch.input_ids.to(self.device)
+        b, length = ids.shape
+        pos = torch.arange(length, device=self.device).unsqueeze(0).expand(b, length)
+        mask = self._causal_mask(length)
+        real_target = batch.attention_mask[:, 1:].to(self.device)
+        dev_batch = batch.to(self.device) if loss_fn is not None else batch
+
+        def step(data_iterator, model):
+            next(data_iterator)
+            out = model(ids, pos, mask)
+            if not self.is_last_stage:  # p2p sends raw memory: hidden states [s, b, h] must be contiguous
+                out = out.contiguous()
+
+            def post(logits):
+                lp = self._lp_from_logits(logits, ids, temperature)
+                lp = torch.where(real_target, lp, torch.zeros_like(lp))
+                if loss_fn is None:
+                    return lp.new_zeros(()), {"lp": lp.detach()}
+                loss = loss_fn(lp, dev_batch)
+                if not isinstance(loss, Tensor) or loss.dim() != 0:
+                    raise ValueError("loss_fn must return a scalar tensor")
+                return loss, {"loss": loss.detach().double()}
+
+            return out, post
+
+        store = get_forward_backward_func()(
+            forward_step_func=step, data_iterator=iter([None]), model=[self.model], num_microbatches=1,
+            seq_length=length, micro_batch_size=b, forward_only=loss_fn is None)
+        key = "lp" if loss_fn is None else "loss"
+        if self.is_last_stage:
+            res = store[0][key].contiguous()
+        else:
+            res = (torch.zeros(b, length - 1, device=self.device) if loss_fn is None
+                   else torch.zeros((), dtype=torch.float64, device=self.device))
+        dist.broadcast(res, src=ps.get_pipeline_model_parallel_last_rank(),
+                       group=ps.get_pipeline_model_parallel_group())
+        return res
+
+    def _dp_local(self, batch: TrainBatch) -> TrainBatch | None:
+        """This data-parallel rank's contiguous rows of ``batch`` (the batch itself when DP = 1; None when
+        the rank gets no rows, as a TrainBatch cannot be empty)."""
+        if self.dp == 1:
+            return batch
+        start, end = dp_row_ranges(batch.batch_size, self.dp)[self.dp_rank]
+        return batch.select(slice(start, end)) if end > start else None
 
     def logprobs(self, batch: TrainBatch, temperature: float = 1.0, *, n_micro: int = 1) -> Tensor:
         """Log-probabilities of the next tokens under the current weights, without gradient.
 
         ``lp[b, t] = log_softmax(logits[b, t] / T)[input_ids[b, t+1]]`` (T = 0 means no scaling, the greedy
-        convention of the rollout servers).
+        convention of the rollout servers). Collective when world > 1: each DP rank evaluates its rows
+        (vocab parallel under TP) and the rows are all-gathered, so every rank returns the full result.
         Args:
-            batch: the sequences (only ``input_ids`` and ``attention_mask`` are used).
+            batch: the sequences (only ``input_ids`` and ``attention_mask`` are used); the same on all ranks.
             temperature: T >= 0.
-            n_micro: evaluate in this many row chunks (bounds memory; result identical).
+            n_micro: evaluate (each rank's rows) in this many row chunks (bounds memory; result identical).
         Returns:
             FloatTensor[B, L-1] (float32, nats) on the CPU; 0 where the target token is padding.
         Raises:
             ValueError: negative/non-finite temperature.
         """
+        if not temperature >= 0 or math.isinf(temperature):
+            raise ValueError(f"temperature must be finite and >= 0, got {temperature}")
+        local = self._dp_local(batch)
         was_training = self.model.training
         self.model.eval()
         try:
             with torch.no_grad():
-                parts = [self._logprobs(mb, temperature) for mb in batch.split(n_micro)]
+                if local is None:
+                    parts = [torch.zeros(0, batch.seq_len - 1, device=self.device)]
+                else:
+                    parts = [self._logprobs(mb, temperature)
+                             for mb in local.split(min(max(int(n_micro), 1), local.batch_size))]
         finally:
             self.model.train(was_training)
-        return torch.cat(parts, dim=0).cpu()
+        out = torch.cat(parts, dim=0)
+        if self.dp > 1:
+            out = self._dp_all_gather_rows(out, batch.batch_size)
+        return out.cpu()
+
+    def _dp_all_gather_rows(self, local: Tensor, n_rows: int) -> Tensor:
+        """All-gather each DP rank's rows (sizes from :func:`dp_row_ranges`) into the full [n_rows, ...]."""
+        ranges = dp_row_ranges(n_rows, self.dp)
+        width = max(e - s for s, e in ranges)
+        padded = local.new_zeros((width, *local.shape[1:]))
+        padded[: local.shape[0]] = local
+        parts = [torch.empty_like(padded) for _ in range(self.dp)]
+        dist.all_gather(parts, padded.contiguous(), group=self._dp_group())
+        return torch.cat([p[: e - s] for p, (s, e) in zip(parts, ranges)], dim=0)
 
     # ------------------------------------------------------------------ training
     def train_step(
@@ -246,9 +447,13 @@ class MegatronEngine:
         clipped to ``grad_clip``, AdamW steps and gradients are cleared. A non-finite gradient norm skips
         the update (``skipped = 1``), as Megatron does.
 
+        Under DP each micro-batch's rows are split over the DP ranks (:func:`dp_row_ranges`); ``loss_fn`` sees
+        this rank's rows only (a rank with 0 rows skips the forward but joins the reductions). All ranks
+        pass the same ``micro_batches``; the results equal a single process's up to float summation order.
+
         Returns:
             ``{"loss": sum of the micro-batch losses (summed over data-parallel ranks), "grad_norm": global
-            norm before clipping, "skipped": 0.0 or 1.0, "lr": learning rate used}``.
+            norm before clipping, "skipped": 0.0 or 1.0, "lr": learning rate used}`` (same on every rank).
         Raises:
             ValueError: no micro-batches, or ``loss_fn`` returned a non-scalar tensor.
         """
@@ -263,8 +468,9 @@ class MegatronEngine:
         temperature: float = 1.0,
     ) -> float:
         """Clear gradients, then accumulate ``d loss_fn(lp, mb) / d params`` over ``micro_batches`` into
-        ``param.grad`` (see :meth:`train_step`). Returns the summed loss (over micro-batches and data-parallel
-        ranks). Gradients stay in ``param.grad`` (not yet reduced over data-parallel ranks).
+        ``param.grad`` (see :meth:`train_step`; rows split over DP ranks). Returns the summed loss (over
+        micro-batches and data-parallel ranks). Gradients stay in ``param.grad`` (not yet reduced over
+        data-parallel ranks; :meth:`optimizer_step` does it).
         """
         if len(micro_batches) == 0:
             raise ValueError("train_step needs at least one micro-batch")
@@ -272,6 +478,12 @@ class MegatronEngine:
         self.optimizer.zero_grad(set_to_none=True)
         total = 0.0
         for mb in micro_batches:
+            mb = self._dp_local(mb)
+            if mb is None:
+                continue
+            if self.pp > 1:
+                total += float(self._pp_run(mb, temperature, loss_fn).item())
+                continue
             lp = self._logprobs(mb, temperature)
             loss = loss_fn(lp, mb.to(self.device))
             if not isinstance(loss, Tensor) or loss.dim() != 0:
@@ -284,12 +496,18 @@ class MegatronEngine:
         return float(loss_t.item())
 
     def optimizer_step(self) -> dict[str, float]:
-        """Sum gradients over data-parallel ranks, clip the global L2 norm to ``grad_clip``, AdamW step (unless
-        the norm is not finite), clear gradients. Returns ``{"grad_norm", "skipped", "lr"}``."""
+        """Sum gradients over data-parallel ranks (and q/k-norm gradients over TP ranks), clip the global L2
+        norm to ``grad_clip``, AdamW step (unless the norm is not finite), clear gradients.
+        Returns ``{"grad_norm", "skipped", "lr"}``."""
         params = [p for p in self.model.parameters()]
         self._allreduce_grads(params)
         max_norm = self.grad_clip if self.grad_clip > 0 else math.inf
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        if self.tp == 1 and self.pp == 1:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        else:
+            if self.tp > 1:
+                self._allreduce_tp_partial_grads()
+            grad_norm = self._clip_tp(max_norm)
         skipped = not math.isfinite(grad_norm)
         lr = self.lr
         if not skipped:
@@ -309,24 +527,121 @@ class MegatronEngine:
         return ps.get_data_parallel_group()
 
     def _allreduce_grads(self, params: list[Tensor]) -> None:
-        """Sum gradients over the data-parallel group (no-op for a single rank)."""
+        """Sum gradients over the data-parallel group in one coalesced all-reduce (no-op for DP = 1)."""
         if self._dp_size() <= 1:
             return
-        group = self._dp_group()
         for p in params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-            dist.all_reduce(p.grad, op=dist.ReduceOp.SUM, group=group)
+        self._allreduce_coalesced([p.grad for p in params], self._dp_group())
+
+    @staticmethod
+    def _allreduce_coalesced(tensors: list[Tensor], group) -> None:
+        from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+        if not tensors:
+            return
+        flat = _flatten_dense_tensors(tensors)
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
+        for t, synced in zip(tensors, _unflatten_dense_tensors(flat, tensors)):
+            t.copy_(synced)
+
+    def _allreduce_tp_partial_grads(self) -> None:
+        """Sum the q/k RMSNorm gradients over the TP group: the norm weight is shared by all heads but each
+        TP rank only back-propagates through its own heads (megatron finalize_model_grads.py,
+        ``_allreduce_non_tensor_model_parallel_grads`` with ``qk_layernorm``)."""
+        from megatron.core import parallel_state as ps
+
+        grads = []
+        for name, p in self.model.named_parameters():
+            if "q_layernorm" in name or "k_layernorm" in name:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                grads.append(p.grad)
+        self._allreduce_coalesced(grads, ps.get_tensor_model_parallel_group())
+
+    def _clip_tp(self, max_norm: float) -> float:
+        """Global L2 norm under TP / PP: squares of TP-sharded gradients summed over the model-parallel group
+        (TP x PP: every stage's own parameters), replicated ones (identical on every TP rank) counted once
+        (TP rank 0's, megatron's ``param_is_not_tensor_parallel_duplicate``); float64 accumulation. Scales the
+        gradients by ``max_norm / (norm + 1e-6)`` when that is < 1 (``clip_grad_norm_``'s rule). Returns the
+        norm."""
+        from megatron.core import parallel_state as ps
+
+        sq = torch.zeros(1, dtype=torch.float64, device=self.device)
+        grads = []
+        for p in self.model.parameters():
+            if p.grad is None:
+                continue
+            grads.append(p.grad)
+            if psh.is_tp_sharded(p) or self.tp_rank == 0:
+                sq += p.grad.detach().double().pow(2).sum()
+        dist.all_reduce(sq, op=dist.ReduceOp.SUM, group=ps.get_model_parallel_group())
+        norm = float(sq.sqrt().item())
+        coef = max_norm / (norm + 1e-6)
+        if math.isfinite(norm) and coef < 1.0:
+            for g in grads:
+                g.mul_(torch.tensor(coef, dtype=g.dtype))
+        return norm
 
     # ------------------------------------------------------------------ weights in HF format
     def hf_state_dict(self) -> dict[str, Tensor]:
-        """Current weights with HF names and layouts: ``{name: CPU contiguous tensor}`` (copies)."""
-        conv = hf_mcore.mcore_to_hf(hf_mcore.mcore_param_state_dict(self.model), self.hf_config)
+        """Current weights with HF names and layouts: ``{name: CPU contiguous tensor}`` (copies).
+
+        Collective under TP (every rank must call it): TP shards are all-gathered and reassembled
+        (:func:`parallel_shard.unshard`, vocabulary padding dropped), replicated tensors are taken from TP
+        rank 0 (broadcast), so every rank returns the same full state dict, bit for bit equal to a
+        single-process engine holding the same weights. DP replicas hold identical weights by construction
+        (identical all-reduced gradients, deterministic AdamW), so nothing is exchanged over DP.
+        """
+        state = hf_mcore.mcore_param_state_dict(self.model)
+        if self.tp > 1:
+            state = self._gather_tp(state)
+        if self.pp > 1:
+            state = self._gather_pp(state)
+        conv = hf_mcore.mcore_to_hf(state, self.hf_config)
         return {k: v.detach().to("cpu").contiguous().clone() for k, v in conv.items()}
+
+    def _gather_pp(self, state: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Every stage's (TP-gathered) tensors under whole-model names, on every rank (object all-gather of
+        CPU tensors over the PP group: pickled copies, bit exact)."""
+        from megatron.core import parallel_state as ps
+
+        gname = hf_mcore.global_param_names(self.model)
+        mine = {gname[n]: t.detach().cpu() for n, t in state.items()}
+        parts: list = [None] * self.pp
+        dist.all_gather_object(parts, mine, group=ps.get_pipeline_model_parallel_group())
+        out: dict[str, Tensor] = {}
+        for p in parts:
+            if out.keys() & p.keys():
+                raise RuntimeError(f"pipeline stages share parameters {sorted(out.keys() & p.keys())[:3]}")
+            out.update(p)
+        return out
+
+    def _gather_tp(self, state: dict[str, Tensor]) -> dict[str, Tensor]:
+        from megatron.core import parallel_state as ps
+
+        group = ps.get_tensor_model_parallel_group()
+        params = dict(self.model.named_parameters())
+        out: dict[str, Tensor] = {}
+        for name, t in state.items():
+            p = params[name]
+            t = t.contiguous()
+            if psh.is_tp_sharded(p):
+                parts = [torch.empty_like(t) for _ in range(self.tp)]
+                dist.all_gather(parts, t, group=group)
+                full = psh.unshard(parts, dim=p.partition_dim, stride=p.partition_stride)
+                if name in psh.VOCAB_PARAMS:
+                    full = full[: self.vocab_size]
+            else:
+                full = t.clone()
+                dist.broadcast(full, src=ps.get_tensor_model_parallel_src_rank(), group=group)
+            out[name] = full
+        return out
 
     def load_hf(self, model_dir: str | Path) -> None:
         """Load the weights of an HF directory with the same architecture into the model, in place
-        (the optimiser state is kept).
+        (the optimiser state is kept). Every rank reads the directory and keeps its TP shard.
 
         Raises:
             FileNotFoundError: no weights. hf_mcore.ConversionError: different architecture / names / shapes.
@@ -338,7 +653,8 @@ class MegatronEngine:
         if want != got:
             diff = {k: (want[k], got[k]) for k in want if want[k] != got[k]}
             raise hf_mcore.ConversionError(f"{d}: architecture differs from the engine's (engine, dir): {diff}")
-        hf_mcore.load_hf_into_model(self.model, read_hf_state_dict(d), self.hf_config)
+        hf_mcore.load_hf_into_model(self.model, read_hf_state_dict(d), self.hf_config,
+                                    tp_rank=self.tp_rank, tp_size=self.tp, stage=self.pp > 1)
 
     def save_hf(self, out_dir: str | Path) -> Path:
         """Write the current weights as an HF model directory; returns ``Path(out_dir)``.

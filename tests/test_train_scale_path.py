@@ -1,0 +1,68 @@
+"""`areal train` through the scale path on CPU: SGLang's launch command (tests/fake_sglang stands in for the
+`sglang` package and runs our embedded server) and the collective weight sync (`weight_update_mode: xccl`,
+gloo on CPU, the code path that uses NCCL on GPUs) give the same run as the default (embedded servers,
+weights from disk), step by step."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.test_trainer_group import SYNC, warm_model  # noqa: F401  (module-scoped fixture)
+
+FAKE_SGLANG = str(Path(__file__).resolve().parent / "fake_sglang")
+
+
+def _run(cfg, out: Path, overrides: list[str]) -> list[dict]:
+    from areal_cli.config import apply_overrides
+    from areal_cli.train_loop import run_training
+
+    run_training(apply_overrides(cfg, overrides), out, live=False)
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_sglang_launch_and_collective_weight_sync_train_exactly_like_the_default(warm_model, tmp_path, monkeypatch):  # noqa: F811
+    from areal_cli.config import load_recipe
+
+    monkeypatch.setenv("PYTHONPATH", FAKE_SGLANG + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cfg, _ = load_recipe("tiny-arith")
+    base = [*SYNC, f"model_path={warm_model}"]
+    ref = _run(cfg, tmp_path / "disk", base)
+    runs = {
+        "xccl": _run(cfg, tmp_path / "xccl", [*base, "weight_update_mode=xccl", "weight_update_chunk_mb=0.5"]),
+        "sglang+xccl": _run(cfg, tmp_path / "sglang", [*base, "rollout_engine=sglang", "n_servers=2",
+                                                        "weight_update_mode=xccl"]),
+    }
+    # the SGLang path really went through `python -m sglang.launch_server` (the stand-in logs its flags)
+    log0 = (tmp_path / "sglang" / "logs" / "server0.log").read_text()
+    assert "fake sglang: tp=1" in log0 and "mem_fraction_static=0.8" in log0
+    assert (tmp_path / "sglang" / "logs" / "server1.log").exists()
+    # collective sync leaves no per-step weight directories behind except the final one
+    assert sorted(p.name for p in (tmp_path / "xccl" / "weights").glob("v*")) == ["v3"]
+    assert [r["step"] for r in ref] == [0, 1, 2, 3]
+    for name, rows in runs.items():
+        assert [r["step"] for r in rows] == [0, 1, 2, 3], name
+        for a, b in zip(ref[1:], rows[1:]):
+            # greedy rollouts from the same weights: identical rewards, accuracy and trained tokens
+            assert (a["reward_mean"], a["accuracy"], a["version"]) == (b["reward_mean"], b["accuracy"], b["version"]), (name, a["step"])
+            # behaviour logprobs depend on the servers' batch composition at the 1e-7 level, hence not bit-equal
+            assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-5), (name, a["step"])
+    # the servers hold the last version, loaded over the group
+    summary = json.loads((tmp_path / "xccl" / "summary.json").read_text())
+    assert summary["final_version"] == 3
+
+
+def test_scale_path_keys_are_checked_with_their_names():
+    from areal_cli.config import TrainConfig, apply_overrides
+    from areal_cli.errors import UserError
+
+    assert apply_overrides(TrainConfig(), ["weight_update_mode=xccl"]).weight_update_mode == "xccl"
+    for bad, field in (("weight_update_mode=nccl2", "weight_update_mode"), ("rollout_engine=vllm", "rollout_engine"),
+                       ("sglang_mem_fraction_static=1.5", "sglang_mem_fraction_static"),
+                       ("sglang_tp_size=0", "sglang_tp_size"), ("sglang_dtype=int8", "sglang_dtype")):
+        with pytest.raises(UserError, match=f"field '{field}'"):
+            apply_overrides(TrainConfig(), [bad])
