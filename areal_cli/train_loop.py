@@ -272,8 +272,8 @@ async def _run(cfg: TrainConfig, out: Path, task, status: RunStatus, timeline: T
         serve_version = int(resume.state["version"])
         serve_dir = _restore_weights_dir(out, resume)
         status.log(f"resuming from {resume.path} (step {resume.step}, policy version {serve_version})")
-    fleet = launch_servers(cfg, serve_dir, serve_version, out, status.log)
     trainer_cpus, server_cpus, controller_cpus = _check_cpus(cfg)
+    fleet = launch_servers(cfg, serve_dir, serve_version, out, status.log)
     # this process's threads other than the trainer's: the controller's event loop, or, when the controller
     # runs in its own process, the trainer's side (receiving batches, publishing)
     main_cpus = trainer_cpus if (cfg.rollout_process and trainer_cpus) else controller_cpus
@@ -339,10 +339,10 @@ def launch_servers(cfg: TrainConfig, model_dir: Path, version: int, out: Path, l
 
     ``rollout_engine``: "embedded" -> ``n_servers`` embedded CPU servers; "sglang" -> ``n_servers`` real
     SGLang servers (``python -m sglang.launch_server``), server i on GPUs ``W + i*tp .. W + i*tp + tp-1``
-    modulo the GPUs visible, W = trainer ranks (which hold GPUs 0..W-1); on one GPU everything shares it, and
-    ``weight_update_mode: xccl`` is then impossible (NCCL refuses two ranks on one device: use disk); "external" -> ``server_urls`` or
-    ``$AREAL_LLM_SERVER_ADDRS`` (what ``areal launch`` gives the controller), nothing launched. Logs:
-    ``out/logs/server{i}.log``.
+    modulo the GPUs visible, W = trainer ranks (which hold GPUs 0..W-1); on one GPU everything shares it
+    and ``weight_update_mode: xccl`` is then impossible (NCCL refuses two ranks on one device: use disk);
+    "external" -> ``server_urls`` or ``$AREAL_LLM_SERVER_ADDRS`` (what ``areal launch`` gives the
+    controller), nothing launched. Logs: ``out/logs/server{i}.log``.
 
     Raises:
         UserError: port in use, bad settings, no external URLs.
@@ -379,11 +379,15 @@ def launch_servers(cfg: TrainConfig, model_dir: Path, version: int, out: Path, l
 
 def weight_sync_spec(cfg: TrainConfig, client: RolloutClient):
     """The :class:`~areal_cli.rollout.weight_sync.WeightSyncSpec` of ``weight_update_mode: xccl``: nccl when the
-    trainer has CUDA, else gloo (our embedded server)."""
+    trainer has CUDA, else gloo (our embedded server); servers on other hosts reach the head rank at the
+    address of its interface that routes to them (resolved on that rank)."""
     from areal_cli.rollout.weight_sync import WeightSyncSpec
 
+    from urllib.parse import urlsplit
+
+    local = all(urlsplit(u).hostname in ("127.0.0.1", "localhost") for u in client.urls)
     return WeightSyncSpec(urls=tuple(client.urls), backend="nccl" if torch.cuda.is_available() else "gloo",
-                          chunk_mb=cfg.weight_update_chunk_mb, server_tp=cfg.sglang_tp_size if
+                          master_address="127.0.0.1" if local else "auto", chunk_mb=cfg.weight_update_chunk_mb, server_tp=cfg.sglang_tp_size if
                           cfg.rollout_engine == "sglang" else 1, abort_all_requests=client.interruptible)
 
 

@@ -336,3 +336,10 @@ def test_engine_loads_a_subset_in_place_and_a_refused_load_changes_nothing(dirs)
                      weight_version="2")
     assert eng.weight_version == "2"
     assert torch.equal(eng.model.full_logits(PROMPTS[1]), ref.model.full_logits(PROMPTS[1]))
+
+
+def test_routable_address_is_the_interface_that_reaches_the_server():
+    from areal_cli.rollout.weight_sync import routable_address
+
+    assert routable_address("http://127.0.0.1:30000") == "127.0.0.1"
+    assert routable_address("localhost:30000") == "127.0.0.1"

@@ -663,7 +663,8 @@ class WeightSyncSpec:
     """What :func:`sync_weights_from_engine` needs (small and picklable: it travels to every rank).
 
     Attributes:
-        urls: server base URLs. backend: "nccl" | "gloo". master_address: this head rank's address as the
+        urls: server base URLs. backend: "nccl" | "gloo". master_address ("auto": :func:`routable_address`
+        of the first server, computed on the head rank itself): this head rank's address as the
         servers see it. group_name, chunk_mb, server_tp, server_pp, timeout_s: see :class:`WeightSender`.
         abort_all_requests: interruptible mode (servers abort in-flight requests) vs wait for them.
     """
@@ -710,12 +711,29 @@ def sync_weights_from_engine(engine, spec: WeightSyncSpec, version: int) -> dict
     with _SENDERS_LOCK:
         sender = _SENDERS.get(key)
         if sender is None:
-            sender = WeightSender(list(spec.urls), backend=spec.backend, master_address=spec.master_address,
+            master = spec.master_address if spec.master_address != "auto" else routable_address(spec.urls[0])
+            sender = WeightSender(list(spec.urls), backend=spec.backend, master_address=master,
                                   group_name=spec.group_name, server_tp=spec.server_tp,
                                   server_pp=spec.server_pp, timeout_s=spec.timeout_s)
             _SENDERS[key] = sender
     return sender.send(list(state.items()), version, chunk_mb=spec.chunk_mb,
                        abort_all_requests=spec.abort_all_requests)
+
+
+def routable_address(url: str) -> str:
+    """This host's IP address on the interface that routes to ``url``'s host (what a server on another node
+    must use to reach the group's TCPStore here): a UDP ``connect`` sends nothing, it only picks the route.
+
+    Raises:
+        OSError: no route to that host.
+    """
+    import socket
+    from urllib.parse import urlsplit
+
+    host = urlsplit(url if "://" in url else f"http://{url}").hostname or "127.0.0.1"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((socket.gethostbyname(host), 9))
+        return s.getsockname()[0]
 
 
 def close_senders() -> None:
