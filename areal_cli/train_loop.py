@@ -713,7 +713,8 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
     before any eval), ``"tokens"`` (prompt + response tokens of the batch: what the trainer consumed,
     AReaL's ``ppo_actor/n_tokens``), ``"response_tokens"``, ``"n_samples"``, ``"staleness"`` (histogram
     {versions behind at the first token: samples}), ``"wait_s"``, ``"train_s"``, ``"train_cpu_s"``,
-    ``"publish_s"``, ``"eval_s"``, ``"accuracy"`` (latest measured), ``"cpu"`` (CPU seconds at ``end``),
+    ``"publish_s"``, ``"eval_s"``, ``"evaluated"`` (held-out accuracy measured after this step), ``"accuracy"``
+    (latest measured), ``"cpu"`` (CPU seconds at ``end``),
     ``"generated_tokens"`` (all tokens generated since RL start, kept or dropped, at ``end``)}.
     """
     cfg = ctx.cfg
@@ -814,7 +815,7 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                         "n_samples": len(samples), "staleness": dict(sorted(Counter(stale).items())),
                         "wait_s": round(wait_s, 6), "train_s": round(t_sync - t_batch, 6),
                         "train_cpu_s": round(train_cpu_s, 6), "publish_s": round(sync_s, 6),
-                        "eval_s": round(now - t_published, 6), "accuracy": acc, "cpu": cpu_now,
+                        "eval_s": round(now - t_published, 6), "evaluated": eval_due, "accuracy": acc, "cpu": cpu_now,
                         "generated_tokens": generated_now,
                     })
                 cs = controller.stats.as_dict()

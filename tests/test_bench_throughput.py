@@ -105,6 +105,43 @@ def test_effective_throughput_is_consumed_tokens_over_step_time():
         tp.effective_throughput(steps, rl_start=2.0)  # the first step would end before it started
 
 
+def test_held_out_evaluations_are_left_out_of_step_times_and_give_the_accuracy_curve():
+    tl = _timeline(steps=((100, 1.0), (300, 3.5), (100, 4.5)))
+    tl["steps"][0].update(evaluated=True, eval_s=0.5, accuracy=0.4)  # eval in [1.0, 1.5]: not training time
+    tl["steps"][2].update(evaluated=True, eval_s=0.2, accuracy=0.6)
+    eff = tp.effective_throughput(tl["steps"], rl_start=0.0)
+    assert eff["seconds"] == pytest.approx(4.0) and eff["tokens_per_s"] == pytest.approx(500 / 4.0)
+    r = tp.summarize_run(tl, _summary(0.6), label="x", mode="sync", repeat=0, eta=0, interruptible=True,
+                         eval_n_prompts=128)
+    assert r["accuracy_curve"] == [[1, pytest.approx(1.0), 0.4], [3, pytest.approx(4.0), 0.6]]
+
+
+def _curve_run(mode: str, rep: int, curve: list[tuple[int, float, float]]) -> dict:
+    return {"mode": mode, "repeat": rep, "final_accuracy": curve[-1][2], "accuracy_curve": [list(c) for c in curve]}
+
+
+def test_time_to_equal_accuracy_uses_the_accuracy_both_modes_reach_and_pairs_repeats():
+    runs = [_curve_run("sync", 0, [(10, 20.0, 0.5), (20, 40.0, 0.62), (30, 60.0, 0.7)]),
+            _curve_run("async", 0, [(10, 10.0, 0.45), (20, 20.0, 0.55), (30, 30.0, 0.6)]),
+            _curve_run("async", 1, [(10, 12.0, 0.5), (20, 24.0, 0.64), (30, 36.0, 0.64)]),
+            _curve_run("sync", 1, [(10, 22.0, 0.55), (20, 44.0, 0.62), (30, 66.0, 0.66)])]
+    t = tp.time_to_accuracy(runs)
+    assert t["target_accuracy"] == pytest.approx(0.62)  # async's mean final accuracy, the lower one
+    assert t["seconds"]["sync"] == {0: 40.0, 1: 44.0}
+    assert t["seconds"]["async"] == {0: None, 1: 24.0}  # repeat 0's async run never got to 0.62
+    assert t["runs_reached"] == {"async": 1, "sync": 2}
+    assert t["ratio"]["pairs"] == [pytest.approx(44.0 / 24.0)]
+    assert tp.time_to_accuracy([dict(r, accuracy_curve=r["accuracy_curve"][-1:]) for r in runs]) is None
+
+
+def test_accuracy_curves_plot(tmp_path):
+    from areal_cli.bench.timeline_plot import plot_accuracy_curves
+
+    runs = [_curve_run("sync", 0, [(10, 20.0, 0.5), (20, 40.0, 0.62)]), _curve_run("async", 0, [(10, 10.0, 0.55), (20, 20.0, 0.63)])]
+    plot_accuracy_curves({"runs": runs, "time_to_accuracy": tp.time_to_accuracy(runs)}, tmp_path / "a.png")
+    assert (tmp_path / "a.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (tmp_path / "a.png").stat().st_size > 10_000
+
+
 def test_run_figures_generation_staleness_and_cpu():
     r = tp.summarize_run(_timeline(), _summary(0.7), label="x", mode="async", repeat=0, eta=2,
                          interruptible=True, eval_n_prompts=64)
@@ -196,7 +233,10 @@ def test_results_json_schema_plots_and_table(tmp_path):
     assert res["ratios"]["async_over_sync"]["mean"] == pytest.approx((1.9 + 200 / 110) / 2)
     assert set(res["modes"]) == {"sync", "async"}
     assert res["modes"]["async"]["idle"]["trainer"]["n"] == 2
-    assert res["targets"]["reached"] == {"async_over_sync": True, "continuous_over_static": True}
+    # these runs evaluated once (no accuracy curve): no time-to-accuracy comparison, so that target is not reached
+    assert res["time_to_accuracy"] is None
+    assert res["targets"]["reached"] == {"async_over_sync": True, "continuous_over_static": True,
+                                         "async_over_sync_time_to_equal_accuracy": False}
     m = res["machine"]["start"]
     assert m["cpu_count"] >= 1 and len(m["load_average"]) == 3 and m["torch"]
     plot_timelines([("sync", _timeline()), ("async", _timeline())], tmp_path / "timeline.png")

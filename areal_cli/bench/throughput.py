@@ -61,6 +61,7 @@ DEFAULT_SCENARIO: dict[str, Any] = {
     "eta_sync": 0,
     "eta_async": 1,
     "compare_interruptible": True,
+    "accuracy_every": 10,
     "cpus": {"trainer": "0", "server": "1", "controller": "1"},
     "overrides": {"success_rate_lb": 0.0, "success_rate_ub": 1.0, "batch_size": 40, "group_size": 3,
                   "rollout_process": True},
@@ -80,6 +81,8 @@ class Scenario:
         repeats: how many times each mode runs (interleaved, ABBA order).
         eta_sync, eta_async: ``max_head_offpolicyness`` of the two modes.
         compare_interruptible: also run async with non-interruptible weight updates.
+        accuracy_every: held-out accuracy every this many steps (0: after the last step only); gives each
+            run's accuracy curve against RL time and the time-to-equal-accuracy ratio.
         cpus: ``trainer`` / ``server`` / ``controller`` Linux cpu lists ("" = no pinning).
         overrides: recipe fields set for every run (and the warm start).
         generate_compare: workload of :func:`compare_generation`, or None to skip it.
@@ -92,6 +95,7 @@ class Scenario:
     eta_sync: int
     eta_async: int
     compare_interruptible: bool
+    accuracy_every: int
     cpus: dict[str, str]
     overrides: dict[str, Any]
     generate_compare: dict[str, Any] | None
@@ -124,6 +128,7 @@ def _scenario_from_dict(data: Any, where: Callable[[str], str]) -> Scenario:
     eta_sync = need("eta_sync", int, lambda v: v >= 0, "an int >= 0")
     eta_async = need("eta_async", int, lambda v: v >= 1, "an int >= 1")
     compare = need("compare_interruptible", bool)
+    acc_every = need("accuracy_every", int, lambda v: v >= 0, "an int >= 0")
     cpus = need("cpus", dict)
     for k, v in cpus.items():
         if k not in ("trainer", "server", "controller") or not isinstance(v, (str, int)) or isinstance(v, bool):
@@ -144,7 +149,7 @@ def _scenario_from_dict(data: Any, where: Callable[[str], str]) -> Scenario:
                 raise UserError(f"{where('generate_compare')}: field 'generate_compare.{k}': bad value {v!r}")
         if gen["min_new_tokens"] > gen["max_new_tokens"]:
             raise UserError(f"{where('generate_compare')}: field 'generate_compare': min_new_tokens > max_new_tokens")
-    return Scenario(name, recipe, steps, repeats, eta_sync, eta_async, compare, cpus, dict(overrides), gen)
+    return Scenario(name, recipe, steps, repeats, eta_sync, eta_async, compare, acc_every, cpus, dict(overrides), gen)
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -233,8 +238,12 @@ def activity(timeline: dict, window: tuple[float, float] | None = None) -> dict[
 def effective_throughput(steps: list[dict], rl_start: float) -> dict[str, float]:
     """Effective training throughput of one run (AReaL: tokens used by each step / time of the step).
 
+    Held-out evaluations are bookkeeping, not training: the time of an evaluation after step i
+    (``eval_s`` of a step with ``evaluated``) is left out of step i+1's time.
+
     Args:
-        steps: step records ``{"tokens", "end", ...}`` in order (``end``: new version published).
+        steps: step records ``{"tokens", "end", ...}`` in order (``end``: new version published, before any
+            evaluation).
         rl_start: time the RL phase started (the first step's time runs from here).
     Returns:
         ``{"tokens", "seconds", "tokens_per_s", "step_mean_tokens_per_s", "steps"}``; ``tokens_per_s`` is
@@ -244,15 +253,15 @@ def effective_throughput(steps: list[dict], rl_start: float) -> dict[str, float]
     """
     if not steps:
         raise ValueError("no RL steps")
-    prev, per_step = rl_start, []
+    prev, per_step, seconds, skip = rl_start, [], 0.0, 0.0
     for s in steps:
-        dt = s["end"] - prev
+        dt = s["end"] - prev - skip
         if dt <= 0:
-            raise ValueError(f"step {s.get('step')}: end {s['end']} is not after {prev}")
+            raise ValueError(f"step {s.get('step')}: end {s['end']} is not after {prev} (+{skip:.3f} s of eval)")
         per_step.append(s["tokens"] / dt)
-        prev = s["end"]
+        seconds += dt
+        prev, skip = s["end"], (s.get("eval_s", 0.0) if s.get("evaluated") else 0.0)
     tokens = sum(s["tokens"] for s in steps)
-    seconds = steps[-1]["end"] - rl_start
     return {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds,
             "step_mean_tokens_per_s": sum(per_step) / len(per_step), "steps": len(steps)}
 
@@ -288,6 +297,11 @@ def summarize_run(timeline: dict, summary: dict, *, label: str, mode: str, repea
     generated = steps[-1].get("generated_tokens", 0)
     act = activity(timeline, (rl_start, steps[-1]["end"]))
     train_wall = sum(s["train_s"] for s in steps)
+    curve, t = [], 0.0  # (step, RL seconds without evaluations, held-out accuracy) at each evaluation
+    for i, s in enumerate(steps):
+        t = effective_throughput(steps[: i + 1], rl_start)["seconds"]
+        if s.get("evaluated"):
+            curve.append([s["step"], round(t, 4), s["accuracy"]])
     return {
         "label": label, "mode": mode, "repeat": repeat, "eta": eta, "interruptible": interruptible,
         "steps": eff["steps"], "rl_seconds": round(eff["seconds"], 4), "tokens_consumed": eff["tokens"],
@@ -300,7 +314,7 @@ def summarize_run(timeline: dict, summary: dict, *, label: str, mode: str, repea
         "trainer_cpu_over_wall": sum(s["train_cpu_s"] for s in steps) / train_wall if train_wall > 0 else None,
         "step_seconds": {k: statistics.fmean(s[k] for s in steps) for k in ("wait_s", "train_s", "publish_s")},
         "staleness": staleness_distribution(steps),
-        "final_accuracy": summary["final_accuracy"], "eval_n_prompts": eval_n_prompts,
+        "final_accuracy": summary["final_accuracy"], "eval_n_prompts": eval_n_prompts, "accuracy_curve": curve,
         "interruptions": summary["controller"]["interruptions"],
         "groups_dropped_filter": summary["controller"]["groups_dropped_filter"],
         "warm_start_s": summary["warm_start"]["seconds"],
@@ -350,6 +364,33 @@ def accuracy_comparison(runs: list[dict], a: str = "async", b: str = "sync") -> 
     noise = 2 * math.sqrt(var_of_mean(acc[a]) + var_of_mean(acc[b]))
     return {a: statistics.fmean(acc[a]), b: statistics.fmean(acc[b]), "difference": diff,
             "two_standard_errors": noise, "equal_within_noise": abs(diff) <= noise}
+
+
+def time_to_accuracy(runs: list[dict], a: str = "async", b: str = "sync") -> dict | None:
+    """RL time each run needs to first reach the accuracy both modes reach: the target is the lower of the
+    two modes' mean final accuracies (fixed by the data, not chosen), each run's time is that of its first
+    evaluation at or above it (evaluations excluded from the time), and the ratio ``b``/``a`` of those times
+    is paired per repeat as in :func:`paired_ratio`. This is AReaL's comparison: wall time to train to the
+    same accuracy. Runs that never reach the target count as not reached (no time).
+
+    Returns None without accuracy curves (``accuracy_every: 0``) or without both modes.
+    """
+    acc = {m: [r["final_accuracy"] for r in runs if r["mode"] == m] for m in (a, b)}
+    if not acc[a] or not acc[b] or not all(len(r.get("accuracy_curve", [])) > 1 for r in runs if r["mode"] in (a, b)):
+        return None
+    target = min(statistics.fmean(acc[a]), statistics.fmean(acc[b]))
+
+    def first(r: dict) -> float | None:
+        return next((t for _, t, x in r["accuracy_curve"] if x >= target - 1e-12), None)
+
+    times = {m: {r["repeat"]: first(r) for r in runs if r["mode"] == m} for m in (a, b)}
+    pairs = [times[b][k] / times[a][k] for k in sorted(times[a]) if times[a].get(k) and times[b].get(k)]
+    reached = {m: sum(v is not None for v in times[m].values()) for m in (a, b)}
+    mean_t = {m: statistics.fmean([v for v in times[m].values() if v is not None]) if reached[m] else None
+              for m in (a, b)}
+    return {"target_accuracy": target, "seconds": {m: times[m] for m in (a, b)}, "runs_reached": reached,
+            "mean_seconds": mean_t, "ratio": {**spread(pairs), "pairs": pairs} if pairs else None,
+            "ratio_of_means": mean_t[b] / mean_t[a] if mean_t[a] and mean_t[b] else None}
 
 
 def aggregate_modes(runs: list[dict]) -> dict[str, dict]:
@@ -565,7 +606,7 @@ def run_benchmark(scenario: Scenario, out: Path, *, extra_overrides: list[str] |
         UserError: ``out`` already holds results, bad recipe/overrides, unavailable cpus.
     """
     from areal_cli.atomic import write_json_atomic
-    from areal_cli.bench.timeline_plot import plot_throughput_bars, plot_timelines
+    from areal_cli.bench.timeline_plot import plot_accuracy_curves, plot_throughput_bars, plot_timelines
     from areal_cli.train_loop import run_training
 
     extra = list(extra_overrides or [])
@@ -598,7 +639,8 @@ def run_benchmark(scenario: Scenario, out: Path, *, extra_overrides: list[str] |
         interruptible = mode != "async_noninterruptible"
         label = f"{i:02d}-{mode}-r{rep}"
         items = cpu_items + [f"model_path={weights[-1].resolve()}", "sft_max_steps=0",
-                             f"max_steps={scenario.steps}", f"eval_every={scenario.steps}", "target_accuracy=0",
+                             f"max_steps={scenario.steps}", f"eval_every={scenario.accuracy_every or scenario.steps}",
+                             "target_accuracy=0",
                              "time_limit_s=0", f"max_head_offpolicyness={eta}",
                              f"interruptible={'true' if interruptible else 'false'}"]
         cfg = _run_cfg(scenario, extra, items)
@@ -628,6 +670,8 @@ def run_benchmark(scenario: Scenario, out: Path, *, extra_overrides: list[str] |
                             recipe_config=base_cfg.to_dict(), seconds=time.monotonic() - t_bench)
     plot_timelines([(m, timelines[m]) for m in MODES if m in timelines], out / results["plots"]["timeline"])
     plot_throughput_bars(results, out / results["plots"]["throughput"])
+    if results["plots"].get("accuracy"):
+        plot_accuracy_curves(results, out / results["plots"]["accuracy"])
     write_json_atomic(out / "results.json", results)
     return results
 
@@ -646,7 +690,9 @@ def build_results(scenario: Scenario, runs: list[dict], *, warm: dict, generate:
               "async_over_sync_generation": paired_ratio(runs, "async", "sync", "generation_tokens_per_s"),
               "interruptible_over_noninterruptible": paired_ratio(runs, "async", "async_noninterruptible")}
     accuracy = accuracy_comparison(runs)
+    tta = time_to_accuracy(runs)
     reached = {
+        "async_over_sync_time_to_equal_accuracy": bool(tta and tta["ratio"] and tta["ratio"]["mean"] >= TARGETS["async_over_sync"]),
         "async_over_sync": bool(ratios["async_over_sync"] and ratios["async_over_sync"]["mean"] >= TARGETS["async_over_sync"]
                                 and accuracy and accuracy["equal_within_noise"]),
         "continuous_over_static": bool(generate and generate["continuous_over_static"] >= TARGETS["continuous_over_static"]),
@@ -658,14 +704,20 @@ def build_results(scenario: Scenario, runs: list[dict], *, warm: dict, generate:
         "machine": machine, "scenario": scenario.to_dict(), "extra_overrides": list(extra_overrides),
         "recipe_config": dict(recipe_config),
         "definitions": {
-            "effective_tokens_per_s": "prompt+response tokens of trained samples / RL wall seconds (warm start excluded)",
+            "effective_tokens_per_s": "prompt+response tokens of trained samples / RL seconds (warm start and "
+                                      "held-out evaluations excluded)",
             "generation_tokens_per_s": "all tokens the servers generated / RL wall seconds",
             "idle": "fraction of the RL window: trainer waiting for a batch; server with nothing in flight and no update",
             "staleness": "trained samples by versions between their first token and the training step",
+            "time_to_accuracy": "RL seconds (evaluations excluded) to first reach the lower of the two modes' mean "
+                                "final accuracies; ratio = sync time / async time, paired per repeat",
         },
         "warm_start": warm, "runs": runs, "modes": aggregate_modes(runs), "ratios": ratios, "accuracy": accuracy,
+        "time_to_accuracy": tta,
         "generate": generate, "targets": {**TARGETS, "reached": reached},
-        "plots": {"timeline": "timeline.png", "throughput": "throughput.png"}, "bench_seconds": seconds,
+        "plots": {"timeline": "timeline.png", "throughput": "throughput.png",
+                  **({"accuracy": "accuracy.png"} if any(r.get("accuracy_curve") for r in runs) else {})},
+        "bench_seconds": seconds,
     }
 
 
@@ -704,6 +756,13 @@ def results_table(results: dict):
     t.add_row("held-out accuracy after the last step", *[ms(modes[m]["final_accuracy"], "{:.3f}") for m in cols],
               (f"{acc['difference']:+.3f} ({'equal' if acc['equal_within_noise'] else 'NOT equal'} within "
                f"±{acc['two_standard_errors']:.3f})") if acc else "")
+    tta = results.get("time_to_accuracy")
+    if tta:
+        secs = tta["seconds"]
+        t.add_row(f"RL time to accuracy {tta['target_accuracy']:.3f} (s; both modes reach it)",
+                  *[", ".join("-" if v is None else f"{v:.1f}" for v in secs[m].values()) if m in secs else ""
+                    for m in cols],
+                  f"{tta['ratio']['mean']:.2f}x {[round(p, 2) for p in tta['ratio']['pairs']]}" if tta["ratio"] else "-")
     ri = results["ratios"]["interruptible_over_noninterruptible"]
     if ri:
         t.add_row("interruptible / non-interruptible (effective)", *["" for _ in cols],
@@ -716,7 +775,8 @@ def results_table(results: dict):
     load = results["machine"]["start"]["load_average"]
     t.caption = (f"{results['machine']['start']['cpu']}, {results['machine']['start']['cpu_count']} cpus, load "
                  f"{load} at start; targets: async/sync >= {TARGETS['async_over_sync']}x at equal accuracy "
-                 f"({'reached' if results['targets']['reached']['async_over_sync'] else 'not reached'}), "
+                 f"({'reached' if results['targets']['reached']['async_over_sync'] else 'not reached'}; in time "
+                 f"to equal accuracy: {'reached' if results['targets']['reached'].get('async_over_sync_time_to_equal_accuracy') else 'not reached'}), "
                  f"continuous/static >= {TARGETS['continuous_over_static']}x "
                  f"({'reached' if results['targets']['reached']['continuous_over_static'] else 'not reached'})")
     return t

@@ -131,3 +131,42 @@ def plot_throughput_bars(results: dict, path: Path) -> None:
     fig.tight_layout()
     _save(fig, path)
     plt.close(fig)
+
+
+def plot_accuracy_curves(results: dict, path: Path) -> None:
+    """Held-out accuracy against RL seconds (evaluations excluded) for every run, one colour per mode, with
+    the time-to-equal-accuracy target as a dashed line.
+
+    Args:
+        results: the ``results.json`` dict of :func:`areal_cli.bench.throughput.run_benchmark` (runs with an
+            ``accuracy_curve``).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = {"sync": "#7f7f7f", "async": "#1f77b4", "async_noninterruptible": "#ff7f0e"}
+    fig, ax = plt.subplots(figsize=(7, 4))
+    seen: set[str] = set()
+    for r in results["runs"]:
+        curve = r.get("accuracy_curve") or []
+        if not curve:
+            continue
+        mode = r["mode"]
+        ax.plot([c[1] for c in curve], [c[2] for c in curve], marker="o", ms=3, color=colours.get(mode, "k"),
+                label=None if mode in seen else TITLES.get(mode, mode), alpha=0.85)
+        seen.add(mode)
+    tta = results.get("time_to_accuracy")
+    title = "held-out accuracy vs RL time"
+    if tta:
+        ax.axhline(tta["target_accuracy"], ls="--", color="#d62728", lw=1)
+        if tta["ratio"]:
+            title += f" (time to {tta['target_accuracy']:.3f}: sync/async {tta['ratio']['mean']:.2f}x)"
+    ax.set_xlabel("RL seconds (held-out evaluations excluded)")
+    ax.set_ylabel("held-out accuracy (greedy)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    _save(fig, path)
+    plt.close(fig)
