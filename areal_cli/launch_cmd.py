@@ -52,13 +52,20 @@ def slurm(config: str, nodes: int, gpus_per_node: int, out_dir: Path, allocation
     YAML) on NODES x GPUS_PER_NODE; --submit also calls sbatch. Bad input: one line, exit 2."""
     from areal_cli.launch.slurm import submit as do_submit
     from areal_cli.launch.slurm import write_slurm_files
+    from areal_cli.errors import UserError
     from areal_cli.launch.setup import plan_for_config
 
+    if model_path is not None and not (Path(model_path) / "config.json").is_file():
+        raise UserError(f"--model {model_path}: not a model directory (no config.json); every node loads it "
+                        "from this path, so it must be on the shared filesystem")
     plan = plan_for_config(config, nodes=nodes, gpus_per_node=gpus_per_node, run_dir=out_dir,
                            allocation=allocation, model_path=model_path, overrides=list(overrides),
                            master_port=master_port, controller_port=controller_port)
-    plan_path, sbatch = write_slurm_files(plan, cpus_per_task=cpus_per_task, time_limit=time_limit,
-                                          partition=partition, account=account)
+    try:
+        plan_path, sbatch = write_slurm_files(plan, cpus_per_task=cpus_per_task, time_limit=time_limit,
+                                              partition=partition, account=account)
+    except OSError as e:  # an --out that cannot hold a run (under a file, /proc, no permission)
+        raise UserError(f"--out {out_dir}: cannot write the launch files ({e.strerror or e})") from None
     for line in plan.placement.describe():
         click.echo(line)
     click.echo(f"wrote {plan_path} and {sbatch}")

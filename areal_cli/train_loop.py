@@ -354,14 +354,21 @@ def launch_servers(cfg: TrainConfig, model_dir: Path, version: int, out: Path, l
     if engine == "external":
         urls = [u.strip() for u in cfg.server_urls.split(",") if u.strip()] or None
         log(f"using running rollout servers: {', '.join(urls) if urls else '$AREAL_LLM_SERVER_ADDRS'}")
-        return launch_fleet(FleetSpec(engine="external", n_servers=0, urls=urls, run_dir=out), wait=False)
+        # they were started elsewhere and should already answer: wait 2 minutes, not a model load's 10
+        return launch_fleet(FleetSpec(engine="external", n_servers=0, urls=urls, run_dir=out,
+                                      startup_timeout_s=120.0), wait=False)
     if engine == "embedded":
         log(f"starting {cfg.n_servers} embedded rollout server(s)")
         return launch_fleet(FleetSpec(engine="embedded", n_servers=cfg.n_servers,
                                       max_running_requests=cfg.server_max_running_requests,
                                       max_total_tokens=cfg.server_max_total_tokens, **common), wait=False)
+    import importlib.util
+
     from areal_cli.rollout.sglang_launcher import sglang_args_from_config
 
+    if importlib.util.find_spec("sglang") is None:
+        raise UserError("rollout_engine: sglang: the 'sglang' package is not installed in this environment "
+                        "(pip install 'sglang[all]', see benchmarks/gpu_smoke.sh), or use rollout_engine=embedded")
     tp = cfg.sglang_tp_size
     n_gpus = torch.cuda.device_count()
     first = cfg.trainer_world_size  # the trainer ranks hold GPUs 0..W-1 (LOCAL_RANK); servers take the next ones

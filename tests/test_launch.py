@@ -105,6 +105,7 @@ def test_cpu_sbatch_asks_for_no_gpus(tmp_path):
 def test_launch_slurm_writes_the_files_and_submit_without_sbatch_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
     out = tmp_path / "run"
+    (tmp_path / "config.json").write_text("{}")  # stands for the model directory on the shared filesystem
     res = CliRunner().invoke(launch, ["slurm", "tiny-arith", "--nodes", "2", "--gpus-per-node", "0", "--out", str(out),
                                       "--allocation", "embedded.d2+d2", "--model", str(tmp_path), "--submit"])
     one_line_error(res, 2, "sbatch: not found on PATH", str(out / "launch" / "job.sbatch"))
@@ -113,6 +114,12 @@ def test_launch_slurm_writes_the_files_and_submit_without_sbatch_is_one_line(tmp
     res = CliRunner().invoke(launch, ["slurm", "tiny-arith", "--nodes", "2", "--gpus-per-node", "0", "--out", str(out),
                                       "--allocation", "embedded.d2+d2", "--model", str(tmp_path)])
     one_line_error(res, 2, "already holds a launch plan")
+    res = CliRunner().invoke(launch, ["slurm", "tiny-arith", "--nodes", "2", "--gpus-per-node", "0", "--out",
+                                      str(tmp_path / "run2"), "--allocation", "embedded.d2+d2", "--model", str(out)])
+    one_line_error(res, 2, "not a model directory")
+    res = CliRunner().invoke(launch, ["slurm", "tiny-arith", "--nodes", "2", "--gpus-per-node", "0", "--out",
+                                      "/proc/nope", "--allocation", "embedded.d2+d2", "--model", str(tmp_path)])
+    one_line_error(res, 2, "cannot write the launch files")
 
 
 @pytest.mark.parametrize("args, needles", [

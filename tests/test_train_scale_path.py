@@ -36,6 +36,8 @@ def test_sglang_launch_and_collective_weight_sync_train_exactly_like_the_default
         "xccl": _run(cfg, tmp_path / "xccl", [*base, "weight_update_mode=xccl", "weight_update_chunk_mb=0.5"]),
         "sglang+xccl": _run(cfg, tmp_path / "sglang", [*base, "rollout_engine=sglang", "n_servers=2",
                                                         "weight_update_mode=xccl"]),
+        # torchrun ranks: the head rank's weight-update group must not join torchrun's agent store
+        "xccl+dp2": _run(cfg, tmp_path / "xccl-dp2", [*base, "weight_update_mode=xccl", "trainer_data_parallel=2"]),
     }
     # the SGLang path really went through `python -m sglang.launch_server` (the stand-in logs its flags)
     log0 = (tmp_path / "sglang" / "logs" / "server0.log").read_text()
@@ -66,3 +68,18 @@ def test_scale_path_keys_are_checked_with_their_names():
                        ("sglang_tp_size=0", "sglang_tp_size"), ("sglang_dtype=int8", "sglang_dtype")):
         with pytest.raises(UserError, match=f"field '{field}'"):
             apply_overrides(TrainConfig(), [bad])
+
+
+def test_sglang_engine_without_the_sglang_package_is_one_line_before_any_launch(tmp_path, monkeypatch):
+    import importlib.util
+
+    from areal_cli.config import TrainConfig, apply_overrides
+    from areal_cli.errors import UserError
+    from areal_cli.train_loop import launch_servers
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "sglang" else real(name, *a))
+    cfg = apply_overrides(TrainConfig(), ["rollout_engine=sglang"])
+    with pytest.raises(UserError, match="'sglang' package is not installed"):
+        launch_servers(cfg, tmp_path / "model", 0, tmp_path / "out", log=lambda _: None)
+    assert not (tmp_path / "out").exists()

@@ -365,7 +365,7 @@ def init_custom_process_group(backend: str, init_method: str, world_size: int, r
     """A new process group that leaves the default ``torch.distributed`` group alone.
 
     The recipe of SGLang's ``sglang.srt.utils.init_custom_process_group`` (also used by AReaL and OpenRLHF):
-    ``rendezvous(init_method)`` (rank 0 hosts the TCPStore), ``PrefixStore(group_name, store)``,
+    a TCPStore at ``init_method`` (rank 0 hosts it; SGLang goes through ``rendezvous``, which under torchrun joins the agent's store instead), ``PrefixStore(group_name, store)``,
     ``_new_process_group_helper(world_size, rank, [], backend, store, group_name=...)`` and an identity
     rank map so ``dist.broadcast(..., group=pg)`` works without a default group. Blocks until all
     ``world_size`` ranks joined or ``timeout_s`` passed.
@@ -377,11 +377,19 @@ def init_custom_process_group(backend: str, init_method: str, world_size: int, r
 
     import torch
     from torch.distributed.distributed_c10d import (
-        Backend, PrefixStore, _new_process_group_helper, _world, rendezvous,
+        Backend, PrefixStore, _new_process_group_helper, _world,
     )
 
     timeout = timedelta(seconds=timeout_s)
-    store, rank, world_size = next(rendezvous(init_method, rank, world_size, timeout=timeout))
+    # A TCPStore built directly, not through rendezvous(): under torchrun (TORCHELASTIC_USE_AGENT_STORE set)
+    # rendezvous() connects to the agent's store instead of serving one, and the servers then wait forever.
+    from urllib.parse import urlsplit
+
+    u = urlsplit(init_method)
+    if u.scheme != "tcp" or not u.hostname or not u.port:
+        raise ValueError(f"init_method must be tcp://host:port, got {init_method!r}")
+    store = torch.distributed.TCPStore(u.hostname, u.port, world_size, is_master=(rank == 0), timeout=timeout,
+                                       wait_for_workers=False)
     store.set_timeout(timeout)
     store = PrefixStore(group_name, store)
     release = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
