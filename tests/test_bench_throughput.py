@@ -353,6 +353,8 @@ def test_bench_command_writes_results_and_plots(tmp_path):
     assert res.exit_code == 0, res.output
     results = json.loads((out / "results.json").read_text())
     assert [r["mode"] for r in results["runs"]] == ["sync", "async"]
+    assert [r["seed"] for r in results["runs"]] == [results["recipe_config"]["seed"]] * 2  # repeat 0: recipe seed
+    assert results["overlap_ceiling"]["ceiling"]["mean"] >= 1.0
     assert all(r["steps"] == 2 and r["effective_tokens_per_s"] > 0 for r in results["runs"])
     assert results["ratios"]["async_over_sync"]["mean"] > 0  # a ratio, whatever this machine gives
     assert results["generate"]["continuous_over_static"] > 0
@@ -365,3 +367,40 @@ def test_bench_command_writes_results_and_plots(tmp_path):
     # the same output folder is never overwritten
     again = CliRunner().invoke(throughput, ["--scenario", str(scenario), "--out", str(out)])
     assert again.exit_code == 2 and "already holds a benchmark" in again.output
+
+
+def test_overlap_ceiling_is_the_sync_step_over_its_longer_side():
+    runs = [{"mode": "sync", "step_seconds": {"wait_s": 0.3, "train_s": 0.35, "publish_s": 0.05}},
+            {"mode": "sync", "step_seconds": {"wait_s": 0.5, "train_s": 0.2, "publish_s": 0.0}},
+            {"mode": "async", "step_seconds": {"wait_s": 0.0, "train_s": 9.0, "publish_s": 9.0}}]
+    oc = tp.overlap_ceiling(runs)
+    assert oc["ceiling"]["min"] == pytest.approx(0.7 / 0.5)  # generation-bound run: (0.5+0.2)/0.5
+    assert oc["ceiling"]["max"] == pytest.approx(0.7 / 0.4)  # training-bound run: (0.3+0.35+0.05)/0.4
+    assert oc["phases_s"] == {"generate": pytest.approx(0.4), "train": pytest.approx(0.275),
+                              "publish": pytest.approx(0.025)}
+    assert oc["bound_by"] == "generation"
+    assert tp.overlap_ceiling([runs[2]]) is None
+
+
+def test_time_to_accuracy_of_the_seed_averaged_curves_is_interpolated():
+    runs = [_curve_run("sync", 0, [(10, 20.0, 0.4), (20, 40.0, 0.6)]),
+            _curve_run("sync", 1, [(10, 22.0, 0.5), (20, 42.0, 0.8)]),   # mean final 0.7
+            _curve_run("async", 0, [(10, 10.0, 0.5), (20, 20.0, 0.5)]),
+            _curve_run("async", 1, [(10, 12.0, 0.5), (20, 22.0, 0.7)])]  # mean final 0.6: the target
+    t = tp.time_to_accuracy(runs)
+    assert t["target_accuracy"] == pytest.approx(0.6)
+    assert t["mean_curve"]["sync"] == [[10, 21.0, pytest.approx(0.45)], [20, 41.0, pytest.approx(0.7)]]
+    # sync's mean curve crosses 0.6 at 21 + 20 * (0.6 - 0.45) / (0.7 - 0.45) = 33 s; async's at its end, 21 s
+    assert t["mean_curve_seconds"] == {"sync": pytest.approx(33.0), "async": pytest.approx(21.0)}
+    assert t["mean_curve_ratio"] == pytest.approx(33.0 / 21.0)
+    assert t["seconds"]["async"] == {0: None, 1: 22.0}  # per run: seed 0 never got to 0.6
+    assert tp.first_crossing([[5, 3.0, 0.9]], 0.5) == 3.0 and tp.first_crossing([[5, 3.0, 0.1]], 0.5) is None
+
+
+def test_each_repeat_has_its_own_seed_shared_by_the_modes(tmp_path):
+    sc = tp.default_scenario()
+    assert sc.seed_per_repeat is True
+    f = tmp_path / "s.yaml"
+    f.write_text("seed_per_repeat: 3\n")
+    with pytest.raises(UserError, match=r"s.yaml:1: field 'seed_per_repeat'"):
+        tp.load_scenario(f)

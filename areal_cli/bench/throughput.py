@@ -57,13 +57,14 @@ DEFAULT_SCENARIO: dict[str, Any] = {
     "name": "throughput-tiny-arith",
     "recipe": "tiny-arith",
     "steps": 40,
-    "repeats": 2,
+    "repeats": 4,
     "eta_sync": 0,
     "eta_async": 1,
     "compare_interruptible": True,
-    "accuracy_every": 10,
+    "accuracy_every": 5,
+    "seed_per_repeat": True,
     "cpus": {"trainer": "0", "server": "1", "controller": "1"},
-    "overrides": {"success_rate_lb": 0.0, "success_rate_ub": 1.0, "batch_size": 40, "group_size": 3,
+    "overrides": {"success_rate_lb": 0.0, "success_rate_ub": 1.0, "batch_size": 48, "group_size": 3,
                   "rollout_process": True},
     "generate_compare": {"n_prompts": 32, "min_new_tokens": 16, "max_new_tokens": 256, "seed": 0,
                          "hf_per_prompt": True},
@@ -83,6 +84,9 @@ class Scenario:
         compare_interruptible: also run async with non-interruptible weight updates.
         accuracy_every: held-out accuracy every this many steps (0: after the last step only); gives each
             run's accuracy curve against RL time and the time-to-equal-accuracy ratio.
+        seed_per_repeat: repeat ``r`` runs every mode with ``seed = recipe seed + r`` (training problems and
+            sampling), so the repeats sample the run-to-run spread of accuracy and each sync/async pair shares
+            its seed; False: every run uses the recipe seed (repeats then differ only by timing).
         cpus: ``trainer`` / ``server`` / ``controller`` Linux cpu lists ("" = no pinning).
         overrides: recipe fields set for every run (and the warm start).
         generate_compare: workload of :func:`compare_generation`, or None to skip it.
@@ -96,6 +100,7 @@ class Scenario:
     eta_async: int
     compare_interruptible: bool
     accuracy_every: int
+    seed_per_repeat: bool
     cpus: dict[str, str]
     overrides: dict[str, Any]
     generate_compare: dict[str, Any] | None
@@ -129,6 +134,7 @@ def _scenario_from_dict(data: Any, where: Callable[[str], str]) -> Scenario:
     eta_async = need("eta_async", int, lambda v: v >= 1, "an int >= 1")
     compare = need("compare_interruptible", bool)
     acc_every = need("accuracy_every", int, lambda v: v >= 0, "an int >= 0")
+    seed_per_repeat = need("seed_per_repeat", bool)
     cpus = need("cpus", dict)
     for k, v in cpus.items():
         if k not in ("trainer", "server", "controller") or not isinstance(v, (str, int)) or isinstance(v, bool):
@@ -149,7 +155,7 @@ def _scenario_from_dict(data: Any, where: Callable[[str], str]) -> Scenario:
                 raise UserError(f"{where('generate_compare')}: field 'generate_compare.{k}': bad value {v!r}")
         if gen["min_new_tokens"] > gen["max_new_tokens"]:
             raise UserError(f"{where('generate_compare')}: field 'generate_compare': min_new_tokens > max_new_tokens")
-    return Scenario(name, recipe, steps, repeats, eta_sync, eta_async, compare, acc_every, cpus, dict(overrides), gen)
+    return Scenario(name, recipe, steps, repeats, eta_sync, eta_async, compare, acc_every, seed_per_repeat, cpus, dict(overrides), gen)
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -383,6 +389,8 @@ def time_to_accuracy(runs: list[dict], a: str = "async", b: str = "sync") -> dic
     def first(r: dict) -> float | None:
         return next((t for _, t, x in r["accuracy_curve"] if x >= target - 1e-12), None)
 
+    curves = {m: mean_accuracy_curve([r for r in runs if r["mode"] == m]) for m in (a, b)}
+    crossing = {m: first_crossing(curves[m], target) if curves[m] else None for m in (a, b)}
     times = {m: {r["repeat"]: first(r) for r in runs if r["mode"] == m} for m in (a, b)}
     pairs = [times[b][k] / times[a][k] for k in sorted(times[a]) if times[a].get(k) and times[b].get(k)]
     reached = {m: sum(v is not None for v in times[m].values()) for m in (a, b)}
@@ -390,7 +398,64 @@ def time_to_accuracy(runs: list[dict], a: str = "async", b: str = "sync") -> dic
               for m in (a, b)}
     return {"target_accuracy": target, "seconds": {m: times[m] for m in (a, b)}, "runs_reached": reached,
             "mean_seconds": mean_t, "ratio": {**spread(pairs), "pairs": pairs} if pairs else None,
-            "ratio_of_means": mean_t[b] / mean_t[a] if mean_t[a] and mean_t[b] else None}
+            "ratio_of_means": mean_t[b] / mean_t[a] if mean_t[a] and mean_t[b] else None,
+            "mean_curve": curves, "mean_curve_seconds": crossing,
+            "mean_curve_ratio": crossing[b] / crossing[a] if crossing[a] and crossing[b] else None}
+
+
+def mean_accuracy_curve(runs: list[dict]) -> list[list[float]] | None:
+    """Mean over ``runs`` (one mode, every seed) of their accuracy curves: ``[[step, mean RL seconds, mean
+    accuracy], ...]`` at the evaluation steps all runs share; None when they share fewer than two. Averaging
+    across seeds before asking "when is the target reached" keeps runs whose own final accuracy falls below
+    the target in the comparison (the per-run times cannot).
+    """
+    if not runs:
+        return None
+    shared = set.intersection(*({c[0] for c in r["accuracy_curve"]} for r in runs))
+    if len(shared) < 2:
+        return None
+    by_step = [{c[0]: c for c in r["accuracy_curve"]} for r in runs]
+    return [[st, statistics.fmean(c[st][1] for c in by_step), statistics.fmean(c[st][2] for c in by_step)]
+            for st in sorted(shared)]
+
+
+def first_crossing(curve: list[list[float]], target: float) -> float | None:
+    """RL seconds at which ``curve`` ([[step, seconds, accuracy], ...]) first reaches ``target``, linearly
+    interpolated between the two evaluations around the crossing (0 start: the first point's own time when it
+    is already at the target); None when it never does."""
+    prev = None
+    for _, t, x in curve:
+        if x >= target - 1e-12:
+            if prev is None or prev[1] >= x:
+                return t
+            return prev[0] + (t - prev[0]) * (target - prev[1]) / (x - prev[1])
+        prev = (t, x)
+    return None
+
+
+def overlap_ceiling(runs: list[dict], sync_mode: str = "sync") -> dict | None:
+    """The most any overlap of generation and training could gain on this workload, from the sync runs' phases.
+
+    A synchronous step is G + T + P: the trainer waits G for its batch (the servers load the last version,
+    generate and score it), trains for T, publishes (saves) for P. Perfect overlap costs max(G, T + P) per
+    step, so no asynchronous schedule on the same split of the hardware beats
+
+        ceiling = (G + T + P) / max(G, T + P)       (2.0 only when G = T + P)
+
+    Per sync run, from the mean step phases (``step_seconds``). Returns ``{"ceiling": spread,
+    "phases_s": {"generate": G, "train": T, "publish": P} (means over the sync runs),
+    "bound_by": "training" | "generation"}`` or None without sync runs.
+    """
+    rs = [r for r in runs if r["mode"] == sync_mode and r.get("step_seconds")]
+    if not rs:
+        return None
+    ceil = []
+    for r in rs:
+        g, t, p = (r["step_seconds"][k] for k in ("wait_s", "train_s", "publish_s"))
+        ceil.append((g + t + p) / max(g, t + p))
+    g, t, p = (statistics.fmean(r["step_seconds"][k] for r in rs) for k in ("wait_s", "train_s", "publish_s"))
+    return {"ceiling": spread(ceil), "phases_s": {"generate": g, "train": t, "publish": p},
+            "bound_by": "training" if t + p >= g else "generation"}
 
 
 def aggregate_modes(runs: list[dict]) -> dict[str, dict]:
@@ -638,7 +703,8 @@ def run_benchmark(scenario: Scenario, out: Path, *, extra_overrides: list[str] |
         eta = scenario.eta_sync if mode == "sync" else scenario.eta_async
         interruptible = mode != "async_noninterruptible"
         label = f"{i:02d}-{mode}-r{rep}"
-        items = cpu_items + [f"model_path={weights[-1].resolve()}", "sft_max_steps=0",
+        seed = base_cfg.seed + (rep if scenario.seed_per_repeat else 0)
+        items = cpu_items + [f"seed={seed}", f"model_path={weights[-1].resolve()}", "sft_max_steps=0",
                              f"max_steps={scenario.steps}", f"eval_every={scenario.accuracy_every or scenario.steps}",
                              "target_accuracy=0",
                              "time_limit_s=0", f"max_head_offpolicyness={eta}",
@@ -650,11 +716,11 @@ def run_benchmark(scenario: Scenario, out: Path, *, extra_overrides: list[str] |
         tl = json.loads((run_dir / "timeline.json").read_text())
         r = summarize_run(tl, summary, label=label, mode=mode, repeat=rep, eta=eta, interruptible=interruptible,
                           eval_n_prompts=cfg.eval_n_prompts)
-        r["dir"] = str(run_dir)
+        r["seed"], r["dir"] = seed, str(run_dir)
         runs.append(r)
         timelines.setdefault(mode, tl)  # the first run of each mode is plotted
         log(f"{label}: {r['effective_tokens_per_s']:.0f} tok/s effective, {r['rl_seconds']:.1f} s for "
-            f"{r['steps']} steps, accuracy {r['final_accuracy']:.3f}, idle trainer {r['idle'].get('trainer', 0):.2f} "
+            f"{r['steps']} steps, seed {seed}, accuracy {r['final_accuracy']:.3f}, idle trainer {r['idle'].get('trainer', 0):.2f} "
             f"server {r['idle'].get('server0', 0):.2f}")
 
     # 3. continuous batching vs static generate
@@ -691,8 +757,12 @@ def build_results(scenario: Scenario, runs: list[dict], *, warm: dict, generate:
               "interruptible_over_noninterruptible": paired_ratio(runs, "async", "async_noninterruptible")}
     accuracy = accuracy_comparison(runs)
     tta = time_to_accuracy(runs)
+    ceiling = overlap_ceiling(runs)
+    if ceiling and ratios["async_over_sync"]:
+        ceiling["async_over_sync_fraction_of_ceiling"] = ratios["async_over_sync"]["mean"] / ceiling["ceiling"]["mean"]
     reached = {
-        "async_over_sync_time_to_equal_accuracy": bool(tta and tta["ratio"] and tta["ratio"]["mean"] >= TARGETS["async_over_sync"]),
+        "async_over_sync_time_to_equal_accuracy": bool(tta and tta["mean_curve_ratio"]
+                                                       and tta["mean_curve_ratio"] >= TARGETS["async_over_sync"]),
         "async_over_sync": bool(ratios["async_over_sync"] and ratios["async_over_sync"]["mean"] >= TARGETS["async_over_sync"]
                                 and accuracy and accuracy["equal_within_noise"]),
         "continuous_over_static": bool(generate and generate["continuous_over_static"] >= TARGETS["continuous_over_static"]),
@@ -709,11 +779,14 @@ def build_results(scenario: Scenario, runs: list[dict], *, warm: dict, generate:
             "generation_tokens_per_s": "all tokens the servers generated / RL wall seconds",
             "idle": "fraction of the RL window: trainer waiting for a batch; server with nothing in flight and no update",
             "staleness": "trained samples by versions between their first token and the training step",
+            "overlap_ceiling": "(G + T + P) / max(G, T + P) from the sync runs' mean step phases: wait for the "
+                               "batch G, train T, publish P; the most any overlap could gain",
             "time_to_accuracy": "RL seconds (evaluations excluded) to first reach the lower of the two modes' mean "
-                                "final accuracies; ratio = sync time / async time, paired per repeat",
+                                "final accuracies; mean_curve_ratio = sync / async time of the seed-averaged curves "
+                                "(interpolated between evaluations), ratio = per-run times paired per repeat",
         },
         "warm_start": warm, "runs": runs, "modes": aggregate_modes(runs), "ratios": ratios, "accuracy": accuracy,
-        "time_to_accuracy": tta,
+        "time_to_accuracy": tta, "overlap_ceiling": ceiling,
         "generate": generate, "targets": {**TARGETS, "reached": reached},
         "plots": {"timeline": "timeline.png", "throughput": "throughput.png",
                   **({"accuracy": "accuracy.png"} if any(r.get("accuracy_curve") for r in runs) else {})},
@@ -756,13 +829,23 @@ def results_table(results: dict):
     t.add_row("held-out accuracy after the last step", *[ms(modes[m]["final_accuracy"], "{:.3f}") for m in cols],
               (f"{acc['difference']:+.3f} ({'equal' if acc['equal_within_noise'] else 'NOT equal'} within "
                f"±{acc['two_standard_errors']:.3f})") if acc else "")
+    oc = results.get("overlap_ceiling")
+    if oc:
+        ph = oc["phases_s"]
+        t.add_row(f"overlap ceiling (G+T+P)/max(G,T+P): sync step = {ph['generate']:.3f} + {ph['train']:.3f} + "
+                  f"{ph['publish']:.3f} s", *["" for _ in cols],
+                  f"{oc['ceiling']['mean']:.2f}x" + (f" (async reached {oc['async_over_sync_fraction_of_ceiling']:.0%})"
+                                                    if "async_over_sync_fraction_of_ceiling" in oc else ""))
     tta = results.get("time_to_accuracy")
     if tta:
-        secs = tta["seconds"]
-        t.add_row(f"RL time to accuracy {tta['target_accuracy']:.3f} (s; both modes reach it)",
+        secs, mc = tta["seconds"], tta.get("mean_curve_seconds") or {}
+        t.add_row(f"RL time to accuracy {tta['target_accuracy']:.3f} (s), mean curve over seeds",
+                  *[("-" if mc.get(m) is None else f"{mc[m]:.1f}") if m in secs else "" for m in cols],
+                  f"{tta['mean_curve_ratio']:.2f}x" if tta.get("mean_curve_ratio") else "-")
+        t.add_row("  per seed (- = that run never got there)",
                   *[", ".join("-" if v is None else f"{v:.1f}" for v in secs[m].values()) if m in secs else ""
                     for m in cols],
-                  f"{tta['ratio']['mean']:.2f}x {[round(p, 2) for p in tta['ratio']['pairs']]}" if tta["ratio"] else "-")
+                  f"{[round(p, 2) for p in tta['ratio']['pairs']]}" if tta["ratio"] else "-")
     ri = results["ratios"]["interruptible_over_noninterruptible"]
     if ri:
         t.add_row("interruptible / non-interruptible (effective)", *["" for _ in cols],

@@ -155,14 +155,18 @@ def plot_accuracy_curves(results: dict, path: Path) -> None:
             continue
         mode = r["mode"]
         ax.plot([c[1] for c in curve], [c[2] for c in curve], marker="o", ms=3, color=colours.get(mode, "k"),
-                label=None if mode in seen else TITLES.get(mode, mode), alpha=0.85)
+                label=None if mode in seen else TITLES.get(mode, mode), alpha=0.4, lw=1)
         seen.add(mode)
     tta = results.get("time_to_accuracy")
     title = "held-out accuracy vs RL time"
     if tta:
         ax.axhline(tta["target_accuracy"], ls="--", color="#d62728", lw=1)
-        if tta["ratio"]:
-            title += f" (time to {tta['target_accuracy']:.3f}: sync/async {tta['ratio']['mean']:.2f}x)"
+        for mode, curve in (tta.get("mean_curve") or {}).items():
+            if curve and len(results["runs"]) > 2:  # the seed average, drawn over the runs
+                ax.plot([c[1] for c in curve], [c[2] for c in curve], lw=2.5, color=colours.get(mode, "k"),
+                        label=f"{TITLES.get(mode, mode)}: mean over seeds")
+        if tta.get("mean_curve_ratio"):
+            title += f" (time to {tta['target_accuracy']:.3f}: sync/async {tta['mean_curve_ratio']:.2f}x)"
     ax.set_xlabel("RL seconds (held-out evaluations excluded)")
     ax.set_ylabel("held-out accuracy (greedy)")
     ax.set_title(title, fontsize=10)
