@@ -395,9 +395,10 @@ def test_time_to_accuracy_of_the_seed_averaged_curves_is_interpolated():
     assert t["mean_curve_ratio"] == pytest.approx(33.0 / 21.0)
     assert t["seconds"]["async"] == {0: None, 1: 22.0}  # per run: seed 0 never got to 0.6
     assert tp.first_crossing([[5, 3.0, 0.9]], 0.5) == 3.0 and tp.first_crossing([[5, 3.0, 0.1]], 0.5) is None
+    assert tp.first_crossing([[5, 3.0, 0.4], [10, 6.0, 0.8]], 0.6, interpolate=False) == 6.0
 
 
-def test_each_repeat_has_its_own_seed_shared_by_the_modes(tmp_path):
+def test_seed_per_repeat_is_on_by_default_and_must_be_a_bool(tmp_path):
     sc = tp.default_scenario()
     assert sc.seed_per_repeat is True
     f = tmp_path / "s.yaml"

@@ -386,12 +386,10 @@ def time_to_accuracy(runs: list[dict], a: str = "async", b: str = "sync") -> dic
         return None
     target = min(statistics.fmean(acc[a]), statistics.fmean(acc[b]))
 
-    def first(r: dict) -> float | None:
-        return next((t for _, t, x in r["accuracy_curve"] if x >= target - 1e-12), None)
-
     curves = {m: mean_accuracy_curve([r for r in runs if r["mode"] == m]) for m in (a, b)}
     crossing = {m: first_crossing(curves[m], target) if curves[m] else None for m in (a, b)}
-    times = {m: {r["repeat"]: first(r) for r in runs if r["mode"] == m} for m in (a, b)}
+    times = {m: {r["repeat"]: first_crossing(r["accuracy_curve"], target, interpolate=False)
+                 for r in runs if r["mode"] == m} for m in (a, b)}
     pairs = [times[b][k] / times[a][k] for k in sorted(times[a]) if times[a].get(k) and times[b].get(k)]
     reached = {m: sum(v is not None for v in times[m].values()) for m in (a, b)}
     mean_t = {m: statistics.fmean([v for v in times[m].values() if v is not None]) if reached[m] else None
@@ -419,14 +417,14 @@ def mean_accuracy_curve(runs: list[dict]) -> list[list[float]] | None:
             for st in sorted(shared)]
 
 
-def first_crossing(curve: list[list[float]], target: float) -> float | None:
-    """RL seconds at which ``curve`` ([[step, seconds, accuracy], ...]) first reaches ``target``, linearly
-    interpolated between the two evaluations around the crossing (0 start: the first point's own time when it
-    is already at the target); None when it never does."""
+def first_crossing(curve: list[list[float]], target: float, *, interpolate: bool = True) -> float | None:
+    """RL seconds at which ``curve`` ([[step, seconds, accuracy], ...]) first reaches ``target``: linearly
+    interpolated between the evaluation below and the first one at or above it, or (``interpolate=False``, and
+    when the first evaluation is already there) that evaluation's own time. None when it never does."""
     prev = None
     for _, t, x in curve:
         if x >= target - 1e-12:
-            if prev is None or prev[1] >= x:
+            if not interpolate or prev is None or prev[1] >= x:
                 return t
             return prev[0] + (t - prev[0]) * (target - prev[1]) / (x - prev[1])
         prev = (t, x)
