@@ -28,7 +28,12 @@ def _fmt_value(m) -> str:
         v = f"{m.value:g}x"
     else:
         v = f"{m.value:g}"
-    label = m.metric.replace("wall_clock_hours", "train time") if m.benchmark == "training" else m.benchmark
+    if m.benchmark == "training":
+        label = m.metric.replace("wall_clock_hours", "train time")
+    elif m.metric in ("pass@1", "max_accuracy", "rating"):
+        label = m.benchmark
+    else:
+        label = f"{m.benchmark} {m.metric.replace('_', ' ')}"
     text = f"{label} {'>= ' if m.check == 'at_least' else ''}{v}"
     return text + (f" ({m.variant})" if m.variant else "")
 

@@ -28,11 +28,36 @@ class TrainConfig:
     # --- identity / model -------------------------------------------------------------------
     recipe: str = "tiny-arith"
     seed: int = 1
-    task: str = "tiny-arith"
     model_path: str | None = None  # None: build the embedded tiny Qwen3 (no download)
     model_hidden_size: int = 128
     model_num_layers: int = 2
     model_vocab_size: int = 512
+    # chat template of the embedded tiny model: "chatml" (<|im_start|>...), "qwen3" (chatml + <think> tokens) or
+    # "r1" (DeepSeek-R1's <｜User｜>/<｜Assistant｜>, BOS, <think>), so miniatures read the upstream record formats
+    model_chat_template: str = "chatml"
+
+    # --- task: dataset, reward, rollout workflow (areal_cli.api; presets in areal_cli.tasks.registry) ------
+    # "" = the preset's value. Names of user code: "package.module:attr" or "path/file.py:attr" (relative
+    # paths: to the recipe's folder; -o overrides: to the current directory).
+    task: str = "tiny-arith"  # preset: tiny-arith | math-rl | code-rl | custom
+    # records: a .jsonl/.parquet file or folder, hf:OWNER/NAME[/file] (at dataset_revision), or
+    # module:function(split, seed) -> Iterable[dict]
+    dataset: str = ""
+    dataset_revision: str = ""  # hf: a 40-hex commit of the dataset repo
+    dataset_split: str = "train"  # hf: the split
+    eval_dataset: str = ""  # held-out records (same forms); "": heldout_fraction of dataset, by a hash of the id
+    heldout_fraction: float = 0.1
+    shuffle_dataset: bool = True  # a new seeded order every epoch
+    prompt_field: str = ""  # the record field with the prompt (a string, or a messages list)
+    prompt_template: str = ""  # "chat" | "none" | an `areal eval` protocol (r1-distill, qwen3-think, ...)
+    id_field: str = ""  # the record field that identifies it ("": "id" if present, else file:line)
+    required_fields: list[str] = field(default_factory=list)  # records without them: file:line error
+    reward: str = ""  # reward(prompt, completion, prompt_ids, completion_ids, **fields) -> float
+    workflow: str = ""  # async arun_episode(client, item) -> Group | None; "": areal_cli.workflows.rlvr:RLVRWorkflow
+    workflow_args: dict = field(default_factory=dict)  # keyword arguments of the workflow class
+    max_prompt_len: int = 0  # tokens; longer prompts are dropped and counted (0: no limit)
+    sft_target_field: str = ""  # the record field whose text is the warm start's target completion
+    code_dir: str = ""  # put first on sys.path for module:attr names ("": the recipe's folder)
 
     # --- supervised warm start (part of the recipe) -------------------------------------------
     sft_n_examples: int = 4000
@@ -55,6 +80,8 @@ class TrainConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 8
+    min_new_tokens: int = 0  # end tokens are masked until this many tokens were generated
+    top_k: int = -1  # -1: off
     success_rate_lb: float = 0.0  # groups with success rate < lb are dropped (counted)
     success_rate_ub: float = 1.0  # groups with success rate > ub are dropped (counted)
     reward_timeout_s: float = 5.0
@@ -85,7 +112,14 @@ class TrainConfig:
     eps_clip: float = 0.2
     behav_imp_weight_cap: float = 5.0
     adv_norm: str = "group"  # "group" (GRPO) or "global" (all valid tokens of the batch)
+    # reward shaping before advantages (AReaL actor): clip((r + reward_bias) * reward_scaling, +-max_reward_clip)
+    reward_bias: float = 0.0
+    reward_scaling: float = 1.0
+    max_reward_clip: float = 20.0  # 0: no clip
     ppo_n_minibatches: int = 1
+    # micro-batches of at most this many tokens per forward/backward (first fit decreasing, sequences packed;
+    # areal_cli.trainer.micro_batches); 0: one micro-batch per minibatch, right-padded
+    max_tokens_per_mb: int = 0
     recompute_proximal: bool = True  # decoupled PPO; False: proximal := behaviour (standard PPO)
     # trainer parallelism (areal_cli.trainer.group): world = data x tensor x pipeline ranks; world 1 = the
     # trainer thread in this process (default), else torchrun ranks on this machine (logs/trainer-rank*.log)
@@ -97,7 +131,16 @@ class TrainConfig:
     max_steps: int = 200
     target_accuracy: float = 0.9  # stop early once held-out accuracy reaches it (0 disables)
     eval_every: int = 1
-    eval_n_prompts: int = 128
+    eval_n_prompts: int = 128  # held-out prompts of the task evaluated every eval_every steps
+    eval_n_samples: int = 1  # samples per held-out prompt
+    eval_temperature: float = 0.0  # 0: greedy
+    # `areal eval` benchmarks evaluated in the loop (areal_cli.eval.in_loop), every eval_benchmark_every steps
+    # (0: every eval_every) and after the warm start, with the held-out evaluation's sampling
+    eval_benchmarks: list[str] = field(default_factory=list)
+    eval_data_dir: str = ""  # benchmark files (like `areal eval --data-dir`; relative to the recipe)
+    eval_protocol: str = ""  # "": chat-template for the embedded tiny model, else the benchmarks' default
+    eval_benchmark_every: int = 0
+    eval_max_problems: int = 0  # the first N problems of each benchmark (0: all)
     time_limit_s: float = 0.0  # 0: no limit
     # checkpoints (areal_cli.checkpoint): every N RL steps into DIR/checkpoints/step-NNNNNN (0 = off);
     # the newest keep_checkpoints are kept. `areal train --resume DIR` continues from the newest.
@@ -128,17 +171,19 @@ class TrainConfig:
             loc = f"{source}:{lines[name]}" if lines and name in lines else source
             return UserError(f"{loc}: field '{name}': {why} (got {getattr(self, name)!r})")
 
-        for name in ("batch_size", "group_size", "max_new_tokens", "n_servers", "sft_batch_size",
+        for name in ("batch_size", "group_size", "max_new_tokens", "n_servers", "sft_batch_size", "eval_n_samples",
                      "ppo_n_minibatches", "eval_n_prompts", "torch_threads", "reward_workers",
                      "sft_max_tokens_per_mb", "keep_checkpoints", "trainer_data_parallel",
                      "trainer_tensor_parallel", "trainer_pipeline_parallel"):
             if getattr(self, name) <= 0:
                 raise bad(name, "must be > 0")
         for name in ("max_head_offpolicyness", "max_steps", "sft_max_steps", "max_concurrent_rollouts",
-                     "eval_every", "time_limit_s", "sft_pack_row_tokens", "checkpoint_every"):
+                     "eval_every", "time_limit_s", "sft_pack_row_tokens", "checkpoint_every", "max_reward_clip",
+                     "eval_benchmark_every", "eval_max_problems"):
             if getattr(self, name) < 0:
                 raise bad(name, "must be >= 0")
-        for name in ("lr", "sft_lr", "grad_clip", "eps_clip", "behav_imp_weight_cap", "reward_timeout_s"):
+        for name in ("lr", "sft_lr", "grad_clip", "eps_clip", "behav_imp_weight_cap", "reward_timeout_s",
+                     "reward_scaling"):
             if not getattr(self, name) > 0:
                 raise bad(name, "must be > 0")
         if not 0.0 <= self.sft_stop_accuracy <= 0.5:
@@ -157,8 +202,15 @@ class TrainConfig:
             raise bad("sglang_dtype", "must be auto, bfloat16, float16 or float32")
         if self.adv_norm not in ("group", "global"):
             raise bad("adv_norm", "must be 'group' or 'global'")
-        if self.temperature < 0:
-            raise bad("temperature", "must be >= 0")
+        for name in ("temperature", "eval_temperature"):
+            if getattr(self, name) < 0:
+                raise bad(name, "must be >= 0")
+        if not 0.0 < self.top_p <= 1.0:
+            raise bad("top_p", "must be in (0, 1]")
+        if self.top_k != -1 and self.top_k < 1:
+            raise bad("top_k", "must be -1 (off) or >= 1")
+        if not 0 <= self.min_new_tokens <= self.max_new_tokens:
+            raise bad("min_new_tokens", "must be in [0, max_new_tokens]")
         if not 0.0 <= self.target_accuracy <= 1.0:
             raise bad("target_accuracy", "must be in [0, 1] (0 disables early stopping)")
         if self.sft_pack_row_tokens > self.sft_max_tokens_per_mb:
@@ -171,6 +223,17 @@ class TrainConfig:
         if self.sft_max_steps and self.trainer_pipeline_parallel > 1:
             raise bad("sft_max_steps", "the warm start (packed SFT) needs trainer_pipeline_parallel = 1; "
                                        "use sft_max_steps=0 with a warm model_path")
+        if self.model_chat_template not in ("chatml", "qwen3", "r1"):
+            raise bad("model_chat_template", "must be 'chatml', 'qwen3' or 'r1'")
+        if not 0.0 <= self.heldout_fraction < 1.0:
+            raise bad("heldout_fraction", "must be in [0, 1)")
+        for name in ("max_prompt_len", "max_tokens_per_mb"):
+            if getattr(self, name) < 0:
+                raise bad(name, "must be >= 0 (0: no limit)")
+        if not all(isinstance(x, str) and x for x in self.required_fields):
+            raise bad("required_fields", "must be a list of field names")
+        if not isinstance(self.workflow_args, dict) or not all(isinstance(k, str) for k in self.workflow_args):
+            raise bad("workflow_args", "must be a mapping of argument names to values")
         if self.batch_size % self.ppo_n_minibatches:
             raise bad("ppo_n_minibatches", f"must divide batch_size={self.batch_size}")
         for name in ("trainer_cpus", "server_cpus", "controller_cpus"):
@@ -234,6 +297,17 @@ def known_recipes() -> list[str]:
 def _coerce(name: str, value: object, where: str) -> object:
     """Convert ``value`` to the declared type of field ``name`` or raise UserError."""
     tp = _TYPES[name]
+    if typing.get_origin(tp) is list:
+        items = [value] if isinstance(value, str) and value else ([] if value in ("", None) else value)
+        if isinstance(items, list) and all(isinstance(x, str) for x in items):
+            return list(items)
+        raise UserError(f"{where}: field '{name}': expected a list of strings, got {value!r}")
+    if tp is dict:
+        if value in ("", None):
+            return {}
+        if isinstance(value, dict):
+            return dict(value)
+        raise UserError(f"{where}: field '{name}': expected a mapping, got {value!r}")
     allowed = typing.get_args(tp) if isinstance(tp, types.UnionType) else (tp,)
     if value is None:
         if type(None) in allowed:
@@ -316,7 +390,38 @@ def load_recipe(name_or_path: str) -> tuple[TrainConfig, Path]:
             raise UserError(f"{where}: field '{key}': unknown key")
         setattr(cfg, key, _coerce(key, value, where))
     cfg.validate(str(p), lines)
+    resolve_paths(cfg, p.parent, set(data), where=lambda k: f"{p}:{lines.get(k, 1)}")
     return cfg, p
+
+
+#: Fields naming user code or data by path: made absolute when the recipe is read (see resolve_paths).
+PATH_FIELDS = ("dataset", "eval_dataset", "reward", "workflow", "code_dir", "model_path", "eval_data_dir")
+
+
+def resolve_paths(cfg: TrainConfig, base_dir: Path, keys: set[str], *, set_code_dir: bool = True,
+                  where=None) -> None:
+    """Make the relative paths of ``cfg``'s fields in ``keys`` absolute against ``base_dir`` (the recipe's
+    folder, or the current directory for ``-o``): data files and folders, ``file.py:attr`` names, ``code_dir``,
+    ``model_path``. ``code_dir`` defaults to ``base_dir`` (``set_code_dir``). Module names, ``hf:`` sources and
+    absolute paths are unchanged."""
+    from areal_cli.api.loading import absolute_spec, is_file_spec
+
+    base = Path(base_dir).resolve()
+    for key in PATH_FIELDS:
+        value = getattr(cfg, key)
+        if key not in keys or not value:
+            continue
+        if key in ("reward", "workflow") or (key in ("dataset", "eval_dataset") and is_file_spec(value)):
+            setattr(cfg, key, absolute_spec(value, base))
+        elif key in ("dataset", "eval_dataset"):
+            if value.startswith("hf:") or (":" in value and "/" not in value.rpartition(":")[0]
+                                           and not value.endswith((".jsonl", ".json", ".parquet"))):
+                continue  # a Hub dataset or a module:function
+            setattr(cfg, key, str((base / Path(value).expanduser()).resolve()))
+        else:
+            setattr(cfg, key, str((base / Path(value).expanduser()).resolve()))
+    if set_code_dir and not cfg.code_dir:
+        cfg.code_dir = str(base)
 
 
 def apply_overrides(cfg: TrainConfig, overrides: list[str]) -> TrainConfig:
@@ -339,5 +444,7 @@ def apply_overrides(cfg: TrainConfig, overrides: list[str]) -> TrainConfig:
         except yaml.YAMLError:
             value = raw
         setattr(cfg, key, _coerce(key, value, where))
+        if key in PATH_FIELDS:
+            resolve_paths(cfg, Path.cwd(), {key}, set_code_dir=False)
     cfg.validate("overrides")
     return cfg

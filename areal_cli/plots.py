@@ -23,7 +23,7 @@ def _atomic_savefig(fig, path: Path) -> None:
 
 def plot_learning_curve(metrics_jsonl: Path, out_png: Path, *, target: float | None = None,
                         others: dict[str, Path] | None = None, label: str = "this run") -> Path:
-    """Held-out accuracy and batch reward vs RL step and vs wall-clock seconds.
+    """Held-out accuracy, batch reward and in-loop benchmark pass@1 vs RL step and vs wall-clock seconds.
 
     Args:
         metrics_jsonl: a run's metrics.jsonl (first line = state after the warm start).
@@ -49,6 +49,12 @@ def plot_learning_curve(metrics_jsonl: Path, out_png: Path, *, target: float | N
         acc = [r["accuracy"] for r in rows]
         ax_step.plot(steps, acc, marker=".", color=color, label=f"{label}: held-out accuracy")
         ax_time.plot(secs, acc, marker=".", color=color, label=f"{label}: held-out accuracy")
+        for j, bench in enumerate(sorted({b for r in rows for b in (r.get("eval_benchmarks") or {})})):
+            pts = [(r["step"], r["elapsed_s"], r["eval_benchmarks"][bench]["pass@1"]) for r in rows
+                   if bench in (r.get("eval_benchmarks") or {})]
+            style = dict(color=color, ls=":", marker=("s", "^", "v", "D")[j % 4], ms=4, label=f"{label}: {bench} pass@1")
+            ax_step.plot([a for a, _, _ in pts], [c for _, _, c in pts], **style)
+            ax_time.plot([b for _, b, _ in pts], [c for _, _, c in pts], **style)
         rew = [(r["step"], r["reward_mean"]) for r in rows if r.get("reward_mean") is not None]
         if rew:
             ax_step.plot([s for s, _ in rew], [v for _, v in rew], alpha=0.4, color=color, ls="--",

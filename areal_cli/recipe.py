@@ -41,7 +41,7 @@ from typing import Any, Literal
 import yaml
 
 from areal_cli.config import _FIELDS as TRAIN_CONFIG_FIELDS
-from areal_cli.config import TrainConfig, _coerce, recipes_dir
+from areal_cli.config import TrainConfig, _coerce, recipes_dir, resolve_paths
 from areal_cli.errors import UserError
 
 # --- vocabularies ------------------------------------------------------------------------------------
@@ -51,14 +51,15 @@ from areal_cli.errors import UserError
 #: Benchmarks with published numbers that ``areal eval`` cannot run yet: entries must say ``evaluated: false``.
 UNSUPPORTED_BENCHMARKS = {"gpqa_diamond": "not yet supported by areal eval"}
 #: Held-out sets measured inside a training run (not by ``areal eval``).
-TRAINING_BENCHMARKS = ("tiny-arith",)
+TRAINING_BENCHMARKS = ("tiny-arith", "mini-math", "mini-code")
 #: Pseudo-benchmark for wall-clock figures of a training run.
 TRAINING_FIGURES = "training"
 #: The data card (``data_cards/``) of every benchmark a recipe may name.
 BENCHMARK_CARDS = {
     "aime24": "math-eval.md", "aime25": "math-eval.md", "amc23": "math-eval.md", "math_500": "math-eval.md",
     "lcb_v5": "lcb_v5.md", "codecontests": "codecontests.md", "codeforces": "codeforces.md",
-    "gpqa_diamond": "gpqa-diamond.md", "tiny-arith": "tiny-arith.md",
+    "gpqa_diamond": "gpqa-diamond.md", "tiny-arith": "tiny-arith.md", "mini-math": "boba-106k-mini.md",
+    "mini-code": "boba2-rl-code-mini.md",
 }
 
 
@@ -805,6 +806,7 @@ def _build_cpu_train(data: dict, path: Path, prefix: str, *, name: str, kind: st
         lines[key] = line
     cfg.recipe = name
     cfg.validate(str(path), lines)
+    resolve_paths(cfg, path.parent, set(data))
     eta_line = f"{path}:{lines.get('max_head_offpolicyness', data.line if isinstance(data, LineDict) else 1)}"
     if kind == "sync-ppo" and cfg.max_head_offpolicyness != 0:
         raise UserError(f"{eta_line}: field '{prefix}.max_head_offpolicyness': kind sync-ppo needs eta = 0")
@@ -913,7 +915,7 @@ class ExpectedMetric:
 
     benchmark: str
     metric: str
-    unit: Literal["percent", "fraction", "elo", "hours", "ratio"]
+    unit: Literal["percent", "fraction", "elo", "hours", "ratio", "count"]
     value: float
     model: Literal["published", "base", "trained"]
     check: Literal["within", "at_least", "report"]

@@ -78,14 +78,21 @@ class RunStatus:
         t.add_column("value", justify="right")
         warm, ttt, ctl = summary["warm_start"], summary["time_to_target"], summary["controller"]
         t.add_row("warm start", f"{warm['steps']} steps, {warm['seconds']:.1f} s, accuracy {warm['accuracy']:.3f}")
-        t.add_row("final accuracy (held-out, greedy)", f"{summary['final_accuracy']:.3f}")
+        how = "greedy" if self.cfg.eval_temperature == 0 else f"T {self.cfg.eval_temperature:g}"
+        t.add_row(f"final accuracy (held-out, {how})", f"{summary['final_accuracy']:.3f}")
         t.add_row("policy versions (RL steps)", str(summary["final_version"]))
-        t.add_row(f"time to accuracy {self.cfg.target_accuracy}",
-                  f"step {ttt['step']}, {ttt['elapsed_s']:.1f} s total ({ttt['rl_elapsed_s']:.1f} s of RL)"
-                  if ttt else "not reached")
+        if self.cfg.target_accuracy:
+            t.add_row(f"time to accuracy {self.cfg.target_accuracy}",
+                      f"step {ttt['step']}, {ttt['elapsed_s']:.1f} s total ({ttt['rl_elapsed_s']:.1f} s of RL)"
+                      if ttt else "not reached")
         t.add_row("max_head_offpolicyness (eta)", str(self.cfg.max_head_offpolicyness))
-        t.add_row("groups accepted / dropped by filter / dropped by reward failure",
-                  f"{ctl['groups_accepted']} / {ctl['groups_dropped_filter']} / {ctl['groups_dropped_reward_failure']}")
+        t.add_row("groups accepted / rejected by the workflow / dropped by filter / dropped by reward failure",
+                  f"{ctl['groups_accepted']} / {ctl.get('groups_rejected', 0)} / {ctl['groups_dropped_filter']} / "
+                  f"{ctl['groups_dropped_reward_failure']}")
+        if ctl.get("prompts_dropped_too_long"):
+            t.add_row("prompts dropped (longer than max_prompt_len)", str(ctl["prompts_dropped_too_long"]))
+        for name, rec in (summary.get("last_eval_benchmarks") or {}).items():
+            t.add_row(f"{name} pass@1 (in-loop, version {rec['version']})", f"{rec['pass@1']:.3f}")
         t.add_row("reward calls ok / error / timeout", f"{ctl['reward_ok']} / {ctl['reward_error']} / {ctl['reward_timeout']}")
         t.add_row("samples interrupted and resumed", str(ctl["interruptions"]))
         t.add_row("wall time", f"{summary['elapsed_s']:.1f} s")

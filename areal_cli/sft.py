@@ -33,7 +33,6 @@ This module imports torch lazily (only the functions that build tensors need it)
 
 from __future__ import annotations
 
-import bisect
 import json
 import math
 import random
@@ -42,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from areal_cli.errors import UserError
+from areal_cli.trainer.micro_batches import ffd_allocate
 
 if TYPE_CHECKING:  # pragma: no cover
     from torch import Tensor
@@ -155,36 +155,6 @@ class SftConfig:
 # ---------------------------------------------------------------------------------------------------------
 # micro-batches and packing
 # ---------------------------------------------------------------------------------------------------------
-def ffd_allocate(values: Sequence[int], capacity: int, min_groups: int = 1) -> list[list[int]]:
-    """Partition item indices into groups whose value sums are <= ``capacity`` (AReaL ``datapack.ffd_allocate``).
-
-    Items in decreasing value (ties: lower index first); an item opens a new group while there are fewer
-    than ``min_groups`` groups or when no group has room; otherwise it joins, among the groups with room, the
-    one with the fewest items (ties: the smaller sum). Returns groups of indices in placement order.
-    Raises:
-        ValueError: a value > capacity, or fewer values than ``min_groups``.
-    """
-    if any(v > capacity for v in values):
-        raise ValueError(f"a value exceeds the capacity {capacity}: max {max(values)}")
-    if len(values) < min_groups:
-        raise ValueError(f"{len(values)} values cannot fill min_groups={min_groups} groups")
-    order = sorted(range(len(values)), key=lambda i: (-values[i], i))
-    groups: list[list[int]] = []
-    by_sum: list[tuple[int, int]] = []  # (sum, group index), ascending
-    for i in order:
-        v = values[i]
-        if len(groups) < min_groups or by_sum[0][0] + v > capacity:
-            groups.append([i])
-            bisect.insort(by_sum, (v, len(groups) - 1))
-            continue
-        n_fit = bisect.bisect_right(by_sum, (capacity - v, len(values)))
-        j = min(range(n_fit), key=lambda k: len(groups[by_sum[k][1]]))
-        s, g = by_sum.pop(j)
-        groups[g].append(i)
-        bisect.insort(by_sum, (s + v, g))
-    return groups
-
-
 @dataclass
 class PackedBatch:
     """Sequences packed end to end into R rows of W tokens (padding only at the end of a row).

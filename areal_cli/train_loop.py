@@ -1,47 +1,51 @@
 """The asynchronous RL loop of ``areal train``, top to bottom.
 
 Processes (DESIGN §3): this process runs the rollout controller (asyncio) and the Megatron-core trainer
-(its steps in a worker thread, so rollouts keep streaming while it trains); ``n_servers`` embedded rollout
-servers run as child processes; rewards are computed in a worker-process pool. With
+(its steps in a worker thread, so rollouts keep streaming while it trains); ``n_servers`` rollout servers
+run as child processes (:mod:`areal_cli.processes`); rewards are computed in a worker-process pool. With
 ``trainer_data_parallel x trainer_tensor_parallel x trainer_pipeline_parallel > 1`` the trainer is a group of
-torchrun ranks instead (:class:`areal_cli.trainer.group.TorchrunTrainer`; logs ``logs/trainer-rank*.log``).
-Every trainer use goes through the group (:mod:`areal_cli.trainer.group`): engine methods by name and the
-trainer-side functions of this module (:func:`train_on_groups`, :func:`sft_begin`, ...), which run on every
-rank with the same arguments.
+torchrun ranks instead. Every trainer use goes through the group (:mod:`areal_cli.trainer.group`): engine
+methods by name and the trainer-side functions of :mod:`areal_cli.trainer.steps`, which run on every rank
+with the same arguments.
 
-1. Build the embedded tiny Qwen3 (or use ``model_path``), start the servers and the reward pool.
-2. Supervised warm start (part of the recipe): train on the task's training split until held-out greedy
-   accuracy reaches ``sft_stop_accuracy`` (<= 0.5). That policy is version 0.
-3. RL steps: wait for ``batch_size`` accepted groups (admitted under the staleness bound eta), recompute
-   proximal logprobs, compute advantages, one decoupled-PPO update per minibatch, publish version v+1 in
-   HF format, pause -> load -> continue every server (interrupted samples resume with their prefix; the
-   servers load while the trainer takes its next batch, and the load is awaited before the next publish
-   and before an eval), measure held-out accuracy, append one line to ``metrics.jsonl``.
+What is trained is the run's task (:mod:`areal_cli.tasks.task`): records, prompt rendering, reward function
+and rollout workflow, each pluggable by ``module:attr`` (:mod:`areal_cli.api`).
+
+1. Read the task's records (bad data fails here, before anything starts), build the embedded tiny model
+   (or use ``model_path``), start the servers and the reward pool.
+2. Supervised warm start (part of the recipe, when the task names a target field): train on the task's
+   training split until held-out accuracy reaches ``sft_stop_accuracy`` (<= 0.5). That policy is version 0.
+3. RL steps: wait for ``batch_size`` accepted groups (episodes of the workflow, admitted under the staleness
+   bound eta), recompute proximal logprobs, compute advantages, one decoupled-PPO update per minibatch,
+   publish version v+1 in HF format, pause -> load -> continue every server (interrupted samples resume with
+   their prefix; the servers load while the trainer takes its next batch, and the load is awaited before the
+   next publish and before an eval), measure held-out accuracy, append one line to ``metrics.jsonl``.
 
 For ``areal bench throughput`` (off by default, output unchanged): ``record_timeline=True`` writes
-``timeline.json`` (activity intervals of the trainer and of every server, per-step consumed tokens and
-staleness, CPU seconds per process); ``trainer_cpus`` / ``server_cpus`` / ``controller_cpus`` pin the
-trainer thread, the servers, and the rest of this process (controller, reward workers) to chosen cores;
-``interruptible: false`` makes weight updates wait for in-flight samples instead of aborting them.
+``timeline.json`` (:class:`~areal_cli.timeline.Timeline`); ``trainer_cpus`` / ``server_cpus`` /
+``controller_cpus`` pin the trainer thread, the servers, and the rest of this process (controller, reward
+workers) to chosen cores; ``interruptible: false`` makes weight updates wait for in-flight samples instead of
+aborting them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import random
 import shutil
 import time
-import weakref
 from collections import Counter
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from areal_cli.api.types import Group, Item, RewardFailed
 from areal_cli.atomic import write_json_atomic
 from areal_cli.checkpoint import (
     Checkpoint,
@@ -49,97 +53,25 @@ from areal_cli.checkpoint import (
     capture_rng,
     load_checkpoint,
     restore_rng,
-    save_checkpoint,
     staleness_capacity,
     truncate_metrics,
 )
-from areal_cli.config import TrainConfig, parse_cpu_list
+from areal_cli.config import TrainConfig
+from areal_cli.episodes import episode_client, make_controller, open_reward_pool, stop_token_ids
 from areal_cli.errors import UserError
-from areal_cli.rollout.client import RolloutClient
-from areal_cli.rollout.controller import Group, PromptItem, RolloutController
-from areal_cli.rollout.protocol import SamplingParams
-from areal_cli.rollout.remote_controller import RolloutProcess, RolloutSpec
-from areal_cli.rollout.fleet import Fleet, FleetSpec, launch_fleet
-from areal_cli.rollout.staleness import StalenessManager
+from areal_cli.processes import check_cpus, launch_servers, pin_process, start_trainer, weight_sync_spec
 from areal_cli.reward.pool import RewardPool
+from areal_cli.rollout.client import RolloutClient
+from areal_cli.rollout.controller import RolloutController
+from areal_cli.rollout.episode import EpisodeClient
+from areal_cli.rollout.fleet import Fleet
+from areal_cli.rollout.remote_controller import RolloutProcess, RolloutSpec
 from areal_cli.run_status import RunStatus
-from areal_cli.tasks import registry
-from areal_cli.trainer.advantages import (
-    broadcast_to_tokens,
-    global_normalized_token_advantages,
-    group_normalized_advantages,
-)
-from areal_cli.trainer.batch import TrainBatch, build_train_batch
-from areal_cli.trainer.decoupled_ppo import DecoupledPPOConfig, decoupled_ppo_loss
-from areal_cli.trainer.group import ENV_AUTHKEY_FILE, LocalTrainer, TorchrunTrainer, TrainerGroup
+from areal_cli.tasks.task import Task
+from areal_cli.timeline import Timeline, cpu_snapshot
+from areal_cli.trainer.group import TorchrunTrainer, TrainerGroup
 
-ENV_LISTEN = "AREAL_CONTROLLER_LISTEN"  # host:port: attach to externally launched trainer ranks (multi-node)
-
-
-@dataclass
-class Timeline:
-    """What ran when, for throughput accounting (``timeline.json``); times are ``time.monotonic()`` s.
-
-    ``events``: ``{"lane", "kind", "start", "end"}`` intervals. Lanes: ``"trainer"`` (kinds ``wait`` for
-    a batch, ``train`` = proximal recompute + PPO update, ``publish`` = save weights + load on the servers,
-    ``eval``) and ``"server<i>"`` (``generate``: at least one request of this server in flight, seen by the
-    client; ``update``: weight-update window). ``steps``: one record per RL step (see :func:`rl_loop`).
-    ``cpu``: CPU seconds of this process and of every server process at RL start and end.
-    """
-
-    events: list[dict] = field(default_factory=list)
-    steps: list[dict] = field(default_factory=list)
-    marks: dict = field(default_factory=dict)
-    cpu: dict = field(default_factory=dict)
-
-    def add(self, lane: str, kind: str, start: float, end: float) -> None:
-        self.events.append({"lane": lane, "kind": kind, "start": round(start, 6), "end": round(end, 6)})
-
-    def to_dict(self) -> dict:
-        return {"clock": "time.monotonic", "marks": self.marks, "events": self.events, "steps": self.steps,
-                "cpu": self.cpu}
-
-
-def process_cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of process ``pid`` (all its threads) from ``/proc``; None if unreadable."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime (fields 14, 15)
-
-
-def pin_process(pid: int, cpus: frozenset[int]) -> None:
-    """Pin every thread of process ``pid`` (0 = this one) to ``cpus``; later threads inherit it."""
-    task_dir = Path(f"/proc/{pid or os.getpid()}/task")
-    tids = [int(t.name) for t in task_dir.iterdir()] if task_dir.is_dir() else [pid]
-    for tid in tids:
-        try:
-            os.sched_setaffinity(tid, cpus)
-        except (ProcessLookupError, PermissionError):  # a thread that just ended
-            pass
-
-
-CPU_FIELDS = ("trainer_cpus", "server_cpus", "controller_cpus")
-
-
-def _check_cpus(cfg: TrainConfig) -> tuple[frozenset[int], frozenset[int], frozenset[int]]:
-    """The trainer, server and controller cpu sets of ``cfg``, checked against this process's cpus.
-
-    Raises:
-        UserError: a cpu outside this process's affinity, or pinning unsupported on this OS.
-    """
-    sets = tuple(parse_cpu_list(getattr(cfg, name)) for name in CPU_FIELDS)
-    if not any(sets):
-        return sets
-    if not hasattr(os, "sched_setaffinity"):
-        raise UserError("trainer_cpus/server_cpus/controller_cpus: CPU pinning needs Linux (os.sched_setaffinity)")
-    allowed = os.sched_getaffinity(0)
-    for name, cpus in zip(CPU_FIELDS, sets):
-        if cpus - allowed:
-            raise UserError(f"field '{name}': cpu(s) {sorted(cpus - allowed)} not available "
-                            f"(this process may use {sorted(allowed)})")
-    return sets
+STEPS = "areal_cli.trainer.steps"  # the trainer-side functions, called by name through the trainer group
 
 
 @dataclass
@@ -148,17 +80,21 @@ class RunContext:
 
     cfg: TrainConfig
     out: Path
-    task: Any
+    task: Task
     tokenizer: Any
     trainer: TrainerGroup
     client: RolloutClient
     fleet: Fleet
     reward_pool: RewardPool
-    eval_items: list[PromptItem]
+    episodes: EpisodeClient  # the training episode client template
+    eval_episodes: EpisodeClient  # the same with the held-out evaluation's sampling
+    eval_items: list[Item]
     status: RunStatus
     t0: float
     timeline: Timeline | None = None
     rollout_process: RolloutProcess | None = None  # the controller in its own process (rollout_process: true)
+    version: int = 0  # the policy version the servers hold
+    bench: Any = None  # in-loop benchmark evaluation (areal_cli.eval.in_loop.BenchmarkEval) or None
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
@@ -191,17 +127,19 @@ def run_training(cfg: TrainConfig, out: Path, *, live: bool = True, record_timel
     """Run warm start + asynchronous RL for ``cfg``; return the summary (also written to summary.json).
 
     Args:
-        record_timeline: also write ``timeline.json`` (:class:`Timeline`) for throughput accounting.
+        record_timeline: also write ``timeline.json`` (:class:`~areal_cli.timeline.Timeline`).
         resume: continue the run in ``out`` from this verified checkpoint (see :func:`resume_training`).
     Raises:
-        UserError: unknown task, existing run directory, bad model path, or unavailable pinned cpus.
+        UserError: bad task (unknown preset, unreadable or malformed records, user code that does not load),
+            existing run directory, bad model path, or unavailable pinned cpus -- all before anything is written.
     """
-    task = registry.get_task(cfg.task, seed=cfg.seed)
     if cfg.model_path is not None and not (Path(cfg.model_path) / "config.json").is_file():
         raise UserError(f"model_path '{cfg.model_path}': not a model directory (no config.json)")
-    _check_cpus(cfg)
+    check_cpus(cfg)
     if resume is not None and record_timeline:
         raise UserError("a resumed run cannot record a timeline (areal bench runs are not resumed)")
+    task = Task(cfg)
+    created = not out.exists()
     if resume is None:
         prepare_out_dir(out)
     torch.set_num_threads(cfg.torch_threads)
@@ -211,8 +149,15 @@ def run_training(cfg: TrainConfig, out: Path, *, live: bool = True, record_timel
         write_json_atomic(out / "config.json", cfg.to_dict())
     status = RunStatus(cfg, out, live=live)
     timeline = Timeline() if record_timeline else None
-    with status:
-        summary = asyncio.run(_run(cfg, out, task, status, timeline, resume))
+    try:
+        with status:
+            summary = asyncio.run(_run(cfg, out, task, status, timeline, resume))
+    except UserError:
+        # bad input found while starting (a prompt the tokenizer cannot take, benchmark data, ...): the run never
+        # began, so leave nothing behind -- a half-made run directory would block the same --out next time
+        if resume is None and created and not (out / "metrics.jsonl").exists():
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     status.summary(summary)
     return summary
 
@@ -252,7 +197,7 @@ def _config_of_checkpoint(ckpt: Checkpoint) -> TrainConfig:
     return cfg
 
 
-async def _run(cfg: TrainConfig, out: Path, task, status: RunStatus, timeline: Timeline | None = None,
+async def _run(cfg: TrainConfig, out: Path, task: Task, status: RunStatus, timeline: Timeline | None = None,
                resume: Checkpoint | None = None) -> dict:
     from areal_cli.models.tiny import build_tiny_model, load_tokenizer
 
@@ -265,14 +210,24 @@ async def _run(cfg: TrainConfig, out: Path, task, status: RunStatus, timeline: T
         status.log("building the embedded tiny Qwen3 model and tokenizer")
         base = build_tiny_model(out / "model" / "base", seed=cfg.seed, corpus=task.tokenizer_corpus(),
                                 vocab_size=cfg.model_vocab_size, hidden_size=cfg.model_hidden_size,
-                                num_layers=cfg.model_num_layers)
+                                num_layers=cfg.model_num_layers, chat_template=cfg.model_chat_template)
     tokenizer = load_tokenizer(base)
+    task.bind(tokenizer)
+    eval_items = task.heldout(cfg.eval_n_prompts)
+    if not eval_items:
+        raise UserError(f"field 'eval_n_prompts': task '{task.name}' has no held-out prompt to evaluate "
+                        f"(set eval_dataset or heldout_fraction)")
+    stop_ids = stop_token_ids(base, tokenizer)
+    from areal_cli.eval.in_loop import BenchmarkEval
+
+    vocab = json.loads((base / "config.json").read_text()).get("vocab_size")
+    bench = BenchmarkEval.prepare(cfg, tokenizer, base, stop_ids, int(vocab), tiny_model=cfg.model_path is None)
     serve_dir, serve_version = base, 0
     if resume is not None:  # the servers restart with the checkpointed policy version
         serve_version = int(resume.state["version"])
         serve_dir = _restore_weights_dir(out, resume)
         status.log(f"resuming from {resume.path} (step {resume.step}, policy version {serve_version})")
-    trainer_cpus, server_cpus, controller_cpus = _check_cpus(cfg)
+    trainer_cpus, server_cpus, controller_cpus = check_cpus(cfg)
     fleet = launch_servers(cfg, serve_dir, serve_version, out, status.log)
     # this process's threads other than the trainer's: the controller's event loop, or, when the controller
     # runs in its own process, the trainer's side (receiving batches, publishing)
@@ -287,7 +242,7 @@ async def _run(cfg: TrainConfig, out: Path, task, status: RunStatus, timeline: T
     remote = None
     trainer = None
     try:
-        pool = RewardPool(task.reward_fn, n_workers=cfg.reward_workers, timeout_s=cfg.reward_timeout_s)
+        pool = open_reward_pool(cfg, task)
         engine_kwargs = dict(hf_model_dir=base, lr=cfg.sft_lr, weight_decay=cfg.weight_decay,
                              betas=(cfg.adam_beta1, cfg.adam_beta2), grad_clip=cfg.grad_clip, seed=cfg.seed)
         trainer = await start_trainer(cfg, engine_kwargs, out, trainer_cpus, status.log)
@@ -307,12 +262,17 @@ async def _run(cfg: TrainConfig, out: Path, task, status: RunStatus, timeline: T
         if cfg.rollout_process:  # starts now, builds its controller during the warm start
             remote = RolloutProcess(RolloutSpec(cfg, str(base), urls, vocab_size,
                                                 controller_cpus, timeline is not None), on_activity=on_activity)
-        eval_items = [_prompt_item(tokenizer, p) for p in task.heldout(cfg.eval_n_prompts)]
-        ctx = RunContext(cfg, out, task, tokenizer, trainer, client, fleet, pool, eval_items, status, t0, timeline,
-                         remote)
+        episodes = episode_client(cfg, client, pool, tokenizer, task, stop_ids)
+        eval_sampling = dataclasses.replace(episodes.sampling, temperature=cfg.eval_temperature)
+        eval_episodes = episode_client(cfg, client, pool, tokenizer, task, stop_ids, sampling=eval_sampling,
+                                       group_size=cfg.eval_n_samples, rid_prefix="eval-")
+        ctx = RunContext(cfg, out, task, tokenizer, trainer, client, fleet, pool, episodes, eval_episodes, eval_items,
+                         status, t0, timeline, remote, version=serve_version, bench=bench)
         warm = await warm_start(ctx) if resume is None else resume.state["warm_start"]
         summary = await rl_loop(ctx, warm, resume)
     finally:
+        if bench is not None:
+            bench.close()
         if remote is not None:
             remote.close()
         if client is not None:
@@ -334,97 +294,6 @@ async def _run(cfg: TrainConfig, out: Path, task, status: RunStatus, timeline: T
     return summary
 
 
-def launch_servers(cfg: TrainConfig, model_dir: Path, version: int, out: Path, log=print) -> Fleet:
-    """Start (or find) the run's rollout servers, without waiting for them (:meth:`Fleet.wait_ready`).
-
-    ``rollout_engine``: "embedded" -> ``n_servers`` embedded CPU servers; "sglang" -> ``n_servers`` real
-    SGLang servers (``python -m sglang.launch_server``), server i on GPUs ``W + i*tp .. W + i*tp + tp-1``
-    modulo the GPUs visible, W = trainer ranks (which hold GPUs 0..W-1); on one GPU everything shares it
-    and ``weight_update_mode: xccl`` is then impossible (NCCL refuses two ranks on one device: use disk);
-    "external" -> ``server_urls`` or ``$AREAL_LLM_SERVER_ADDRS`` (what ``areal launch`` gives the
-    controller), nothing launched. Logs: ``out/logs/server{i}.log``.
-
-    Raises:
-        UserError: port in use, bad settings, no external URLs.
-    """
-    import shlex
-
-    engine = cfg.rollout_engine
-    common = dict(run_dir=out, seed=cfg.seed, weight_version=str(version), model_path=model_dir)
-    if engine == "external":
-        urls = [u.strip() for u in cfg.server_urls.split(",") if u.strip()] or None
-        log(f"using running rollout servers: {', '.join(urls) if urls else '$AREAL_LLM_SERVER_ADDRS'}")
-        # they were started elsewhere and should already answer: wait 2 minutes, not a model load's 10
-        return launch_fleet(FleetSpec(engine="external", n_servers=0, urls=urls, run_dir=out,
-                                      startup_timeout_s=120.0), wait=False)
-    if engine == "embedded":
-        log(f"starting {cfg.n_servers} embedded rollout server(s)")
-        return launch_fleet(FleetSpec(engine="embedded", n_servers=cfg.n_servers,
-                                      max_running_requests=cfg.server_max_running_requests,
-                                      max_total_tokens=cfg.server_max_total_tokens, **common), wait=False)
-    import importlib.util
-
-    from areal_cli.rollout.sglang_launcher import sglang_args_from_config
-
-    if importlib.util.find_spec("sglang") is None:
-        raise UserError("rollout_engine: sglang: the 'sglang' package is not installed in this environment "
-                        "(pip install 'sglang[all]', see benchmarks/gpu_smoke.sh), or use rollout_engine=embedded")
-    tp = cfg.sglang_tp_size
-    n_gpus = torch.cuda.device_count()
-    first = cfg.trainer_world_size  # the trainer ranks hold GPUs 0..W-1 (LOCAL_RANK); servers take the next ones
-    gpu_ids = [[(first + i * tp + j) % n_gpus for j in range(tp)] for i in range(cfg.n_servers)] if n_gpus else None
-    template = sglang_args_from_config(
-        str(model_dir), tp_size=tp, mem_fraction_static=cfg.sglang_mem_fraction_static,
-        max_total_tokens=cfg.server_max_total_tokens, max_running_requests=cfg.server_max_running_requests,
-        max_prompt_tokens=cfg.extra.get("max_prompt_tokens", 1024), max_new_tokens=cfg.max_new_tokens,
-        dtype=cfg.sglang_dtype, seed=cfg.seed, weight_version=str(version),
-        extra_args=shlex.split(cfg.sglang_extra_args))
-    log(f"starting {cfg.n_servers} SGLang rollout server(s) (tp {tp}, GPUs {gpu_ids})")
-    return launch_fleet(FleetSpec(engine="sglang", n_servers=cfg.n_servers, gpu_ids=gpu_ids, sglang=template,
-                                  **common), wait=False)
-
-
-def weight_sync_spec(cfg: TrainConfig, client: RolloutClient):
-    """The :class:`~areal_cli.rollout.weight_sync.WeightSyncSpec` of ``weight_update_mode: xccl``: nccl when the
-    trainer has CUDA, else gloo (our embedded server); servers on other hosts reach the head rank at the
-    address of its interface that routes to them (resolved on that rank)."""
-    from areal_cli.rollout.weight_sync import WeightSyncSpec
-
-    from urllib.parse import urlsplit
-
-    local = all(urlsplit(u).hostname in ("127.0.0.1", "localhost") for u in client.urls)
-    return WeightSyncSpec(urls=tuple(client.urls), backend="nccl" if torch.cuda.is_available() else "gloo",
-                          master_address="127.0.0.1" if local else "auto", chunk_mb=cfg.weight_update_chunk_mb, server_tp=cfg.sglang_tp_size if
-                          cfg.rollout_engine == "sglang" else 1, abort_all_requests=client.interruptible)
-
-
-async def start_trainer(cfg: TrainConfig, engine_kwargs: dict, out: Path, cpus: frozenset[int],
-                        log=None) -> TrainerGroup:
-    """The run's trainer: :class:`LocalTrainer` (world 1, today's trainer thread pinned to ``cpus``), else
-    ``world = trainer_data_parallel x trainer_tensor_parallel x trainer_pipeline_parallel`` torchrun ranks on
-    this machine, or -- with ``$AREAL_CONTROLLER_LISTEN=host:port`` (and ``$AREAL_CONTROLLER_AUTHKEY_FILE``)
-    -- ranks launched elsewhere that connect there (multi-node).
-
-    Raises:
-        UserError / TrainerError: the group did not start (log tails of the ranks in the message).
-    """
-    tp, pp = cfg.trainer_tensor_parallel, cfg.trainer_pipeline_parallel
-    world = cfg.trainer_world_size
-    listen = os.environ.get(ENV_LISTEN)
-    if listen:
-        if log is not None:
-            log(f"waiting for {world} trainer rank(s) to connect on {listen}")
-        return await TorchrunTrainer.attach(listen, engine_kwargs, authkey_file=os.environ.get(ENV_AUTHKEY_FILE),
-                                            tp=tp, pp=pp, log_dir=out / "logs")
-    if world == 1:
-        return await LocalTrainer.launch(engine_kwargs, cpus=cpus or None)
-    if log is not None:
-        log(f"starting {world} trainer ranks with torchrun (data {cfg.trainer_data_parallel} x tensor {tp} x "
-            f"pipeline {pp}); logs in {out / 'logs'}/trainer-rank*.log")
-    return await TorchrunTrainer.launch(engine_kwargs, world=world, tp=tp, pp=pp, run_dir=out, cpus=cpus or None,
-                                        torch_threads=cfg.torch_threads)
-
-
 def _restore_weights_dir(out: Path, ckpt: Checkpoint) -> Path:
     """Put the checkpoint's weights at ``out/weights/v<version>`` (what the loop expects) and drop weight
     directories of later versions (those steps are redone). Returns the directory."""
@@ -443,35 +312,40 @@ def _restore_weights_dir(out: Path, ckpt: Checkpoint) -> Path:
     return dst
 
 
-def _prompt_item(tokenizer, problem) -> PromptItem:
-    from areal_cli.models.tiny import chat_prompt_ids
-
-    return PromptItem(problem.id, chat_prompt_ids(tokenizer, problem.prompt), problem.answer)
-
-
 # --------------------------------------------------------------------------------------------------
 # Held-out accuracy
 # --------------------------------------------------------------------------------------------------
 async def evaluate(ctx: RunContext) -> float:
-    """Greedy held-out accuracy in [0, 1] through the rollout servers (rewards scored in the pool).
+    """Held-out accuracy in [0, 1]: the task's workflow on the fixed held-out items with the evaluation's
+    sampling (``eval_temperature``, default greedy; ``eval_n_samples`` per prompt), the fraction of samples
+    whose reward is > 0 (an episode the workflow rejects counts as wrong). Every token must come from one
+    policy version (the servers' current one): nothing may update the weights during an evaluation.
 
     Raises:
-        RuntimeError: a held-out reward call failed (error or timeout).
+        RuntimeError: a held-out reward failed (error or timeout), or the samples mix policy versions.
     """
-    params = SamplingParams(max_new_tokens=ctx.cfg.max_new_tokens, temperature=0.0)
-    comps = await asyncio.gather(*(ctx.client.generate(it.prompt_ids, params, rid=f"eval-{it.prompt_id}-{time.monotonic_ns()}")
-                                   for it in ctx.eval_items))
-    texts = [ctx.tokenizer.decode(c.output_ids, skip_special_tokens=True) for c in comps]
-    results = await asyncio.gather(*(ctx.reward_pool.score(t, it.answer) for t, it in zip(texts, ctx.eval_items)))
-    failed = [r for r in results if r.status != "ok"]
+    async def one(i: int, item: Item) -> Group | None:
+        return await ctx.task.workflow.arun_episode(ctx.eval_episodes.for_episode(i), item)
+
+    results = await asyncio.gather(*(one(i, it) for i, it in enumerate(ctx.eval_items)), return_exceptions=True)
+    failed = [r for r in results if isinstance(r, BaseException)]
     if failed:
-        raise RuntimeError(f"{len(failed)} held-out rewards failed, e.g. {failed[0].status}: {failed[0].message}")
-    return sum(r.reward > 0 for r in results) / len(results)
+        if isinstance(failed[0], RewardFailed):
+            raise RuntimeError(f"{len(failed)} held-out rewards failed, e.g. {failed[0]}")
+        raise failed[0]
+    n = ctx.cfg.eval_n_samples
+    correct = sum(sum(s.reward > 0 for s in g.samples) for g in results if g is not None)
+    total = sum(max(len(g.samples), n) if g is not None else n for g in results)
+    versions = {v for g in results if g is not None for s in g.samples for v in s.versions}
+    if versions - {ctx.version}:
+        raise RuntimeError(f"held-out evaluation mixed policy versions {sorted(versions)} (expected {ctx.version})")
+    return correct / max(total, 1)
 
 
 async def _load_version(ctx: RunContext, controller: RolloutController, path: Path, version: int) -> None:
     """Load published weights on every server, then let the controller admit rollouts of ``version``."""
     await ctx.client.update_weights_from_disk(str(path.resolve()), version)
+    ctx.version = version
     controller.notify_version(version)
 
 
@@ -491,6 +365,7 @@ async def publish(ctx: RunContext, version: int, tag: str) -> Path:
     """Write the trainer's weights in HF format and load them on every server as ``version``."""
     path = await ctx.train("engine.save_hf", ctx.out / "weights" / tag)
     await ctx.client.update_weights_from_disk(str(path.resolve()), version)
+    ctx.version = version
     return path
 
 
@@ -519,27 +394,27 @@ async def warm_start(ctx: RunContext) -> dict:
     step, kept_state, kept_step = 0, None, 0
     if cfg.sft_max_steps > 0 and acc < cfg.sft_stop_accuracy:
         examples = ctx.task.sft_examples(cfg.sft_n_examples)
-        eos = ctx.tokenizer.convert_tokens_to_ids("<|im_end|>")
-        encoded = [(_prompt_item(ctx.tokenizer, p).prompt_ids,
-                    ctx.tokenizer.encode(target, add_special_tokens=False) + [eos]) for p, target in examples]
+        eos = ctx.tokenizer.eos_token_id
+        encoded = [(item.prompt_ids, ctx.tokenizer.encode(target, add_special_tokens=False) + [eos])
+                   for item, target in examples]
         sft_cfg = SftConfig.from_train_config(cfg)
         try:  # checked here (the stage itself lives in the trainer)
             SftStage(None, encoded, sft_cfg, pad_id=ctx.tokenizer.pad_token_id)
         except ValueError as e:
             raise UserError(f"config: fields 'sft_*': {e}") from None
-        await ctx.train("areal_cli.train_loop:sft_begin", encoded, sft_cfg, ctx.tokenizer.pad_token_id)
+        await ctx.train(f"{STEPS}:sft_begin", encoded, sft_cfg, ctx.tokenizer.pad_token_id)
     while step < cfg.sft_max_steps and acc < cfg.sft_stop_accuracy:
         # weights evaluated below the stop accuracy: where to roll back to if the next eval overshoots 0.5
-        await ctx.train("areal_cli.train_loop:keep_weights")
+        await ctx.train(f"{STEPS}:keep_weights")
         kept_state, kept_step = True, step
         for _ in range(min(cfg.sft_eval_every, cfg.sft_max_steps - step)):
-            stats = await ctx.train("areal_cli.train_loop:sft_step")
+            stats = await ctx.train(f"{STEPS}:sft_step")
             step += 1
         await publish(ctx, 0, f"sft-step{step}")
         acc = await evaluate(ctx)
         ctx.status.phase("warm start", step=step, acc=acc, loss=stats["loss"])
     if cfg.sft_max_steps > 0 and kept_state is not None:
-        await ctx.train("areal_cli.train_loop:sft_end", rollback=acc > 0.5)
+        await ctx.train(f"{STEPS}:sft_end", rollback=acc > 0.5)
     if acc > 0.5 and kept_state is not None:
         ctx.status.log(f"warm start overshot ({acc:.3f} > 0.5): rolling back to step {kept_step}")
         step = kept_step
@@ -551,160 +426,14 @@ async def warm_start(ctx: RunContext) -> dict:
     return {"steps": step, "accuracy": acc, "seconds": time.monotonic() - t_start}
 
 
-# Trainer-side functions of the warm start (run on every trainer rank, see areal_cli.trainer.group): the SFT
-# stage and the rollback copy of the weights live in the trainer, keyed by its engine.
-_TRAINER_STATE: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
-
-
-def sft_begin(engine, examples: list, sft_cfg, pad_id: int) -> None:
-    """Create the warm start's :class:`~areal_cli.sft.SftStage` on ``engine`` (trainer side)."""
-    from areal_cli.sft import SftStage
-
-    _TRAINER_STATE.setdefault(engine, {})["sft"] = SftStage(engine, examples, sft_cfg, pad_id=pad_id)
-
-
-def sft_step(engine) -> dict[str, float]:
-    """One SFT optimiser step of the stage made by :func:`sft_begin` (trainer side)."""
-    return _TRAINER_STATE[engine]["sft"].step()
-
-
-def keep_weights(engine) -> None:
-    """Keep a copy of this rank's weights (the warm start's rollback point; trainer side)."""
-    _TRAINER_STATE.setdefault(engine, {})["kept"] = {
-        k: v.clone() for k, v in engine.model.state_dict().items() if "_extra_state" not in k}
-
-
-def sft_end(engine, rollback: bool) -> None:
-    """End the warm start: with ``rollback``, load the weights kept by :func:`keep_weights`; drop the stage."""
-    st = _TRAINER_STATE.pop(engine, {})
-    if rollback:
-        engine.model.load_state_dict(st["kept"], strict=False)
-
-
 # --------------------------------------------------------------------------------------------------
 # Phase 2: asynchronous RL
 # --------------------------------------------------------------------------------------------------
 def _cpu_snapshot(ctx: RunContext) -> dict:
-    """{"t": monotonic s, "trainer_process": CPU s of this process, "server<i>": CPU s of server i,
-    "trainer_rank<r>": CPU s of torchrun trainer rank r (when the trainer is a group on this machine)}."""
-    snap = {"t": time.monotonic(), "trainer_process": process_cpu_seconds(os.getpid())}
-    if isinstance(ctx.trainer, TorchrunTrainer):  # its ranks on this machine
-        for r, pid in enumerate(ctx.trainer.pids):
-            snap[f"trainer_rank{r}"] = process_cpu_seconds(pid)
-    if ctx.rollout_process is not None:
-        snap["rollout_process"] = process_cpu_seconds(ctx.rollout_process.pid)
-    for i, p in enumerate(ctx.fleet.procs):
-        snap[f"server{i}"] = process_cpu_seconds(p.pid)
-    return snap
-
-
-def make_controller(cfg: TrainConfig, client: RolloutClient, reward_pool, tokenizer, task,
-                    prompts=None) -> RolloutController:
-    """The rollout controller of a run: the task's training prompts (or ``prompts``, e.g. a
-    :class:`~areal_cli.checkpoint.PromptStream`), the staleness rule of ``cfg``."""
-    staleness = StalenessManager(cfg.batch_size, cfg.max_head_offpolicyness, cfg.effective_max_concurrent)
-    train_items = prompts if prompts is not None else (_prompt_item(tokenizer, p) for p in task.train_stream())
-    return RolloutController(
-        client, staleness, train_items, reward_pool,
-        lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
-        group_size=cfg.group_size,
-        sampling=SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p),
-        success_rate_lb=cfg.success_rate_lb, success_rate_ub=cfg.success_rate_ub,
-    )
-
-
-def make_train_batch(groups: list[Group], cfg: TrainConfig, pad_id: int) -> TrainBatch:
-    """Pack groups into a right-padded TrainBatch with per-token advantages.
-
-    Advantages: group normalisation (GRPO) of the 0/1 rewards, or rewards broadcast to tokens and
-    normalised over all valid tokens of the batch (``adv_norm = global``).
-    """
-    samples = [s for g in groups for s in g.samples]
-    batch = build_train_batch(
-        [(s.prompt_ids, s.output_ids, s.behaviour_logprobs, s.versions) for s in samples], pad_id=pad_id
-    )
-    rewards = torch.tensor([[s.reward for s in g.samples] for g in groups], dtype=torch.float32)
-    if cfg.adv_norm == "group":
-        adv = broadcast_to_tokens(group_normalized_advantages(rewards).flatten(), batch.loss_mask)
-    else:
-        adv = global_normalized_token_advantages(broadcast_to_tokens(rewards.flatten(), batch.loss_mask), batch.loss_mask)
-    batch.advantages = adv
-    return batch
-
-
-def train_on_groups(engine, groups: list[Group], cfg: TrainConfig, pad_id: int) -> dict[str, float]:
-    """One RL training step in the trainer: :func:`make_train_batch` then :func:`ppo_update` (run on every rank
-    with the same groups). Returns ppo_update's stats plus ``tokens`` (prompt + response tokens of the batch),
-    ``response_tokens`` and ``batch_s`` (seconds building the batch)."""
-    t0 = time.monotonic()
-    batch = make_train_batch(groups, cfg, pad_id)
-    batch_s = time.monotonic() - t0
-    stats = ppo_update(engine, batch, cfg)
-    return {**stats, "tokens": float(batch.attention_mask.sum()), "response_tokens": float(batch.loss_mask.sum()),
-            "batch_s": batch_s}
-
-
-def save_trainer_checkpoint(engine, run_dir: Path, step: int, *, hf_dir: Path, rng: dict, state: dict,
-                            keep: int) -> Path | None:
-    """:func:`~areal_cli.checkpoint.save_checkpoint` with the engine's optimizer state, written by global rank 0
-    only (data-parallel replicas hold the same state; config refuses checkpoints with model parallelism)."""
-    import torch.distributed as dist
-
-    if dist.is_initialized() and dist.get_rank() != 0:
-        return None
-    return save_checkpoint(run_dir, step, hf_dir=hf_dir, optimizer_state=engine.optimizer.state_dict(), rng=rng,
-                           state=state, keep=keep)
-
-
-def ppo_update(engine, batch: TrainBatch, cfg: TrainConfig) -> dict[str, float]:
-    """Recompute proximal logprobs, then one decoupled-PPO optimiser step per minibatch (runs in a thread).
-
-    Returns loss, grad_norm, clip_frac, iw_capped_frac and ``cpu_s``: CPU seconds of the calling thread
-    (compared with wall time it shows whether the trainer had its core to itself).
-    """
-    cpu0 = time.thread_time()
-    if cfg.recompute_proximal:
-        batch.proximal_logprobs = engine.logprobs(batch, temperature=cfg.temperature) * batch.loss_mask
-    else:
-        batch.proximal_logprobs = batch.behaviour_logprobs.clone()
-    loss_cfg = DecoupledPPOConfig(cfg.eps_clip, cfg.behav_imp_weight_cap)
-    totals: dict[str, float] = {"n_tokens": 0.0, "n_clipped": 0.0, "n_iw_capped": 0.0}
-    out: dict[str, float] = {}
-    for mb in batch.split(cfg.ppo_n_minibatches):
-        n_valid = max(mb.n_loss_tokens, 1)
-
-        def loss_fn(lp: torch.Tensor, m: TrainBatch) -> torch.Tensor:
-            loss, st = decoupled_ppo_loss(lp, m.proximal_logprobs, m.behaviour_logprobs, m.advantages,
-                                          m.loss_mask, n_valid, loss_cfg)
-            for k in totals:
-                totals[k] += st[k]
-            return loss
-
-        out = engine.train_step([mb], loss_fn, temperature=cfg.temperature)
-    _sum_over_data_parallel(totals)
-    n = max(totals["n_tokens"], 1.0)
-    return {"loss": out["loss"], "grad_norm": out["grad_norm"], "clip_frac": totals["n_clipped"] / n,
-            "iw_capped_frac": totals["n_iw_capped"] / n, "cpu_s": time.thread_time() - cpu0}
-
-
-def _sum_over_data_parallel(totals: dict[str, float]) -> None:
-    """Sum the loss-function counters over data-parallel ranks, in place (no-op in one process).
-
-    Each rank counts the rows its ``loss_fn`` saw: its share when the engine splits the batch, all of it when
-    it does not; fractions ``n_x / n_tokens`` are the global ones either way."""
-    import torch.distributed as dist
-
-    if not dist.is_initialized() or dist.get_world_size() == 1:
-        return
-    from megatron.core import parallel_state as ps
-
-    if ps.get_data_parallel_world_size() == 1:
-        return
-    keys = sorted(totals)
-    t = torch.tensor([totals[k] for k in keys], dtype=torch.float64)
-    dist.all_reduce(t, group=ps.get_data_parallel_group())
-    for k, v in zip(keys, t.tolist()):
-        totals[k] = v
+    """CPU seconds of this process, the trainer ranks, the rollout process and the servers (timeline)."""
+    return cpu_snapshot(trainer_pids=list(ctx.trainer.pids) if isinstance(ctx.trainer, TorchrunTrainer) else [],
+                        rollout_pid=ctx.rollout_process.pid if ctx.rollout_process is not None else None,
+                        server_pids=[p.pid for p in ctx.fleet.procs])
 
 
 async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None) -> dict:
@@ -727,13 +456,12 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
     cfg = ctx.cfg
     tl = ctx.timeline
     rs = resume.state if resume is not None else None
-    stream = PromptStream(ctx.task.train_stream(), lambda p: _prompt_item(ctx.tokenizer, p),
-                          **(rs["data"] if rs else {}))
+    stream = PromptStream(ctx.task.train_stream(), lambda item: item, **(rs["data"] if rs else {}))
     if ctx.rollout_process is not None:
         controller = ctx.rollout_process
         await controller.wait_ready()
     else:
-        controller = make_controller(cfg, ctx.client, ctx.reward_pool, ctx.tokenizer, ctx.task, prompts=stream)
+        controller = make_controller(cfg, ctx.episodes, ctx.task, stream)
     metrics_path = ctx.out / "metrics.jsonl"
     resumes: list[dict] = list(rs.get("resumes", [])) if rs else []
     if rs is None:
@@ -754,12 +482,16 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
     if tl is not None:
         tl.marks["rl_start"] = t_rl
         tl.cpu["rl_start"] = _cpu_snapshot(ctx)
+    last_bench = None  # the latest in-loop benchmark results
     with metrics_path.open("a" if rs else "w") as mf:
         if rs is None:
             first = {"step": 0, "version": 0, "phase": "warm_start_end", "reward_mean": None, "accuracy": acc,
                      "staleness_max": 0, "staleness_mean": 0.0, "elapsed_s": round(ctx.elapsed(), 3),
                      "rl_elapsed_s": 0.0, "warm_start_steps": warm["steps"],
-                     "warm_start_s": round(warm["seconds"], 3)}
+                     "warm_start_s": round(warm["seconds"], 3), "evaluated": True}
+            if ctx.bench is not None:
+                first["eval_benchmarks"] = last_bench = await ctx.bench.run(ctx.client, ctx.tokenizer, ctx.version)
+                first.update({f"{b}/pass@1": round(r["pass@1"], 6) for b, r in first["eval_benchmarks"].items()})
             mf.write(json.dumps(first) + "\n")
             mf.flush()
             ctx.status.step(first, controller.stats.as_dict())
@@ -772,7 +504,7 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                 groups = await controller.get_batch(cfg.batch_size)
                 t_batch = time.monotonic()
                 wait_s = t_batch - t_wait
-                train_stats = await ctx.train("areal_cli.train_loop:train_on_groups", groups, cfg,
+                train_stats = await ctx.train(f"{STEPS}:train_on_groups", groups, cfg,
                                               ctx.tokenizer.pad_token_id)
                 train_cpu_s = train_stats.pop("cpu_s")
                 n_tokens, n_response = int(train_stats.pop("tokens")), int(train_stats.pop("response_tokens"))
@@ -789,6 +521,7 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                 keep_copy = step == cfg.max_steps or bool(cfg.checkpoint_every and step % cfg.checkpoint_every == 0)
                 if cfg.weight_update_mode == "xccl":  # broadcast from the trainer; servers paused meanwhile
                     await _sync_distributed(ctx, version)
+                    ctx.version = version
                     controller.notify_version(version)
                     if keep_copy:  # the final weights and checkpoints still go to disk
                         await ctx.train("engine.save_hf", path)
@@ -798,7 +531,10 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                     # under the staleness bound); rollouts of the new version are admitted once it is loaded.
                     loading = asyncio.create_task(_load_version(ctx, controller, path, version))
                 eval_due = bool(cfg.eval_every) and (step % cfg.eval_every == 0 or step == cfg.max_steps)
-                if (eval_due or step == cfg.max_steps) and loading is not None:
+                bench_every = cfg.eval_benchmark_every or cfg.eval_every
+                bench_due = ctx.bench is not None and bool(bench_every) and (step % bench_every == 0
+                                                                             or step == cfg.max_steps)
+                if (eval_due or bench_due or step == cfg.max_steps) and loading is not None:
                     await loading
                     loading = None
                 old = ctx.out / "weights" / f"v{version - 2}"
@@ -810,11 +546,13 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                 generated_now = controller.stats.tokens_generated
                 if eval_due:
                     acc = await evaluate(ctx)
+                bench = await ctx.bench.run(ctx.client, ctx.tokenizer, ctx.version) if bench_due else None
+                last_bench = bench or last_bench
                 now = time.monotonic()
                 if tl is not None:
                     for kind, a, b in (("wait", t_wait, t_batch), ("train", t_batch, t_sync),
                                        ("publish", t_sync, t_published), ("eval", t_published, now)):
-                        if b > a and (kind != "eval" or eval_due):
+                        if b > a and (kind != "eval" or eval_due or bench_due):
                             tl.add("trainer", kind, a, b)
                     tl.steps.append({
                         "step": step, "start": round(t_wait, 6), "end": round(t_published, 6),
@@ -829,16 +567,23 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                 line = {
                     "step": step, "version": version, "phase": "rl",
                     "reward_mean": sum(s.reward for s in samples) / len(samples),
+                    "reward_positive_frac": sum(s.reward > 0 for s in samples) / len(samples),
                     "accuracy": acc,
                     "staleness_max": max(stale, default=0), "staleness_mean": sum(stale) / max(len(stale), 1),
                     "elapsed_s": round(ctx.elapsed(), 3), "rl_elapsed_s": round(now - t_rl, 3),
                     "gen_tokens_per_s": (cs["tokens_generated"] - last_tokens) / max(now - last_t, 1e-9),
                     "train_tokens_per_s": trained_tokens / max(now - t_rl, 1e-9),
                     "wait_s": round(wait_s, 4), "train_s": round(train_s, 4), "sync_s": round(sync_s, 4),
-                    "groups_dropped": cs["groups_dropped_filter"] + cs["groups_dropped_reward_failure"],
+                    "groups_dropped": cs["groups_dropped_filter"] + cs["groups_dropped_reward_failure"]
+                    + cs["groups_rejected"],
+                    "prompts_dropped_too_long": cs["prompts_dropped_too_long"],
                     "truncated_frac": sum(s.finish_reason == "length" for s in samples) / len(samples),
                     **{k: round(v, 6) for k, v in train_stats.items()}, **cs,
                 }
+                line["evaluated"] = eval_due
+                if bench is not None:
+                    line["eval_benchmarks"] = bench
+                    line.update({f"{b}/pass@1": round(r["pass@1"], 6) for b, r in bench.items()})
                 if rs is not None and step == first_step:
                     line["resumed_from"] = str(resume.path.relative_to(ctx.out))
                 last_tokens, last_t = cs["tokens_generated"], now
@@ -859,7 +604,7 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                     }
                     rng = capture_rng()
                     t_ck = time.monotonic()
-                    ck = await ctx.train("areal_cli.train_loop:save_trainer_checkpoint", ctx.out, step, hf_dir=path,
+                    ck = await ctx.train(f"{STEPS}:save_trainer_checkpoint", ctx.out, step, hf_dir=path,
                                          rng=rng, state=state, keep=cfg.keep_checkpoints)
                     ctx.status.log(f"checkpoint {ck.relative_to(ctx.out)} ({time.monotonic() - t_ck:.2f} s)")
                 if time_to_target is None and cfg.target_accuracy and acc >= cfg.target_accuracy:
@@ -890,8 +635,11 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
         "target_accuracy": cfg.target_accuracy, "target_reached": time_to_target is not None,
         "warm_start": warm, "time_to_target": time_to_target, "elapsed_s": round(ctx.elapsed(), 3),
         "final_weights": str(final), "controller": controller.stats.as_dict(),
-        "reward_failures": controller.stats.reward_failure_examples,
+        "reward_failures": controller.stats.reward_failure_examples, "task": ctx.task.name,
     }
+    if ctx.bench is not None:
+        summary["eval_benchmarks"] = ctx.bench.record()
+        summary["last_eval_benchmarks"] = last_bench
     if resumes:
         summary["resumes"] = resumes
     return summary

@@ -192,20 +192,20 @@ ASYNC = ["-o", "max_head_offpolicyness=2", "-o", "group_size=2"]
 def warm_model(tmp_path_factory) -> Path:
     """The tiny recipe's model after 30 warm-start (SFT stage) steps: rewards are neither all 0 nor all 1."""
     from areal_cli.config import load_recipe
-    from areal_cli.models.tiny import build_tiny_model, chat_prompt_ids, load_tokenizer
+    from areal_cli.models.tiny import build_tiny_model, load_tokenizer
     from areal_cli.sft import SftConfig, SftStage
-    from areal_cli.tasks import registry
+    from areal_cli.tasks.task import Task
     from areal_cli.trainer.megatron_engine import MegatronEngine
 
     cfg, _ = load_recipe("tiny-arith")
-    task = registry.get_task(cfg.task, seed=cfg.seed)
+    task = Task(cfg)
     d = tmp_path_factory.mktemp("warm")
     base = build_tiny_model(d / "base", seed=cfg.seed, corpus=task.tokenizer_corpus())
     tok = load_tokenizer(base)
+    task.bind(tok)
     eng = MegatronEngine(base, lr=cfg.sft_lr, seed=cfg.seed)
-    eos = tok.convert_tokens_to_ids("<|im_end|>")
-    exs = [(chat_prompt_ids(tok, p.prompt), tok.encode(t, add_special_tokens=False) + [eos])
-           for p, t in task.sft_examples(cfg.sft_n_examples)]
+    exs = [(item.prompt_ids, tok.encode(t, add_special_tokens=False) + [tok.eos_token_id])
+           for item, t in task.sft_examples(cfg.sft_n_examples)]
     stage = SftStage(eng, exs, SftConfig.from_train_config(cfg), pad_id=tok.pad_token_id)
     for _ in range(30):
         stage.step()

@@ -1,14 +1,18 @@
-"""Rollout controller: staleness-bounded admission, streaming reward failures, group filtering."""
+"""Rollout controller: staleness-bounded admission, streaming reward failures, group filtering, and the
+workflow contract (None = rejected and counted; a broken result ends the run in one line)."""
 
 import asyncio
 
 import pytest
 
+from areal_cli.api.types import Item, WorkflowError
 from areal_cli.reward.pool import RewardPool, RewardResult
 from areal_cli.rollout.client import Completion
-from areal_cli.rollout.controller import PromptItem, RolloutController
-from areal_cli.rollout.protocol import SamplingParams
+from areal_cli.rollout.controller import RolloutController
+from areal_cli.rollout.episode import EpisodeClient
+from areal_cli.rollout.protocol import SamplingParams, ServerError
 from areal_cli.rollout.staleness import StalenessManager
+from areal_cli.workflows.rlvr import RLVRWorkflow
 
 
 class FakeClient:
@@ -29,26 +33,34 @@ class FakeClient:
 
 
 class FakePool:
-    def __init__(self, verdicts):
-        self.verdicts = verdicts  # text -> RewardResult
+    """The reward pool's ``call`` interface; ``verdicts(completion, fields)`` gives the RewardResult."""
 
-    async def score(self, text, answer):
-        return self.verdicts(text, answer)
+    def __init__(self, verdicts):
+        self.verdicts = verdicts
+
+    async def call(self, fn, spec, code_dir, prompt, completion, prompt_ids, completion_ids, fields):
+        return self.verdicts(completion, fields)
+
+
+class FakeTokenizer:
+    def decode(self, ids, skip_special_tokens=True):
+        return " ".join(map(str, ids))
 
 
 def prompts(rewarding=lambda i: True):
     i = 0
     while True:
-        yield PromptItem(str(i), [10, 11, 100 + i], "ok" if rewarding(i) else "no")
+        yield Item(str(i), [10, 11, 100 + i], f"prompt {i}", {"answer": "ok" if rewarding(i) else "no"})
         i += 1
 
 
-def make(eta, batch, group=4, verdict=None, lb=0.0, ub=1.0):
+def make(eta, batch, group=4, verdict=None, lb=0.0, ub=1.0, workflow=None):
     client = FakeClient()
-    verdict = verdict or (lambda text, ans: RewardResult(1.0 if ans == "ok" else 0.0, "ok"))
-    ctl = RolloutController(client, StalenessManager(batch, eta, 1000), prompts(), FakePool(verdict),
-                            decode=lambda ids: " ".join(map(str, ids)), group_size=group,
-                            sampling=SamplingParams(max_new_tokens=4), success_rate_lb=lb, success_rate_ub=ub)
+    verdict = verdict or (lambda text, f: RewardResult(1.0 if f["answer"] == "ok" else 0.0, "ok"))
+    template = EpisodeClient(client, FakePool(verdict), "tests.fake:reward", FakeTokenizer(),
+                             SamplingParams(max_new_tokens=4), group)
+    ctl = RolloutController(template, StalenessManager(batch, eta, 1000), prompts(), workflow or RLVRWorkflow(),
+                            workflow_name="tests:wf", success_rate_lb=lb, success_rate_ub=ub)
     return client, ctl
 
 
@@ -109,8 +121,8 @@ def test_filtered_groups_are_counted_and_replaced():
 
 
 def test_reward_failures_drop_the_group_and_are_counted_never_zero():
-    def verdict(text, ans):
-        return RewardResult(None, "timeout", "reward call exceeded 5s") if ans == "no" else RewardResult(1.0, "ok")
+    def verdict(text, f):
+        return RewardResult(None, "timeout", "reward call exceeded 5s") if f["answer"] == "no" else RewardResult(1.0, "ok")
 
     async def go():
         client, ctl = make(eta=0, batch=2, verdict=verdict)
@@ -143,17 +155,74 @@ def test_crashing_reward_in_a_real_pool_is_reported():
     asyncio.run(go())
 
 
-def test_a_failed_group_task_surfaces_in_get_batch():
+def test_a_dead_server_surfaces_in_get_batch_as_itself():
     class Broken(FakeClient):
         async def generate_group(self, *a, **k):
-            raise RuntimeError("server died")
+            raise ServerError(None, "server died", "http://x")
 
     async def go():
         _, ctl = make(eta=0, batch=1)
-        ctl.client = Broken()
+        ctl.client.client = Broken()
         ctl.start()
-        with pytest.raises(RuntimeError, match="server died"):
+        with pytest.raises(ServerError, match="server died"):
             await asyncio.wait_for(ctl.get_batch(1), 5)
         await ctl.stop()
 
     asyncio.run(go())
+
+
+class Picky:
+    """Rejects odd items, returns groups of a size that depends on the item (a workflow decides)."""
+
+    async def arun_episode(self, client, item):
+        i = int(item.id)
+        if i % 2:
+            return None
+        comps = await client.generate(item.prompt_ids, n=1 + i % 4)
+        return client.group(item, comps, await client.score(item, comps))
+
+
+def test_rejected_episodes_are_counted_and_groups_may_differ_in_size():
+    async def go():
+        _, ctl = make(eta=0, batch=3, workflow=Picky())
+        ctl.start()
+        groups = await asyncio.wait_for(ctl.get_batch(3), 5)
+        assert ctl.stats.groups_rejected >= 2 and ctl.stats.groups_accepted == 3
+        assert sorted(len(g.samples) for g in groups) == [1, 1, 3]  # items 0, 2, 4 -> 1, 3, 1 samples
+        assert all(s.group_id == g.group_id for g in groups for s in g.samples)
+        await ctl.stop()
+
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("result, message", [
+    ("a string", "returned str, expected a Group or None"),
+    ("empty", "returned a Group without samples"),
+    ("short logprobs", "sample 0 has 2 output_ids but 1 behaviour_logprobs"),
+    ("raise", "arun_episode raised KeyError: 'solutions'"),
+])
+def test_a_workflow_that_breaks_the_contract_ends_the_run_in_one_line(result, message):
+    class Broken:
+        async def arun_episode(self, client, item):
+            if result == "raise":
+                return {}["solutions"]
+            if result == "a string":
+                return "oops"
+            comps = await client.generate(item.prompt_ids)
+            group = client.group(item, comps, [1.0])
+            if result == "empty":
+                group.samples = []
+            else:
+                group.samples[0].behaviour_logprobs = [0.0]
+            return group
+
+    async def go():
+        _, ctl = make(eta=0, batch=1, workflow=Broken())
+        ctl.start()
+        with pytest.raises(WorkflowError) as e:
+            await asyncio.wait_for(ctl.get_batch(1), 5)
+        await ctl.stop()
+        return str(e.value)
+
+    text = asyncio.run(go())
+    assert text.startswith("workflow tests:wf: ") and message in text and "\n" not in text

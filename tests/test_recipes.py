@@ -40,11 +40,14 @@ def values(name: str) -> dict[str, float]:
 # --- the shipped files ---------------------------------------------------------------------------------
 
 
-def test_the_catalogue_holds_the_eight_published_recipes_and_tiny_arith():
-    assert set(recipe_names()) == set(PUBLISHED) | {"tiny-arith"}
+CPU = ["tiny-arith", "mini-math", "mini-code"]
 
 
-@pytest.mark.parametrize("name", PUBLISHED + ["tiny-arith"])
+def test_the_catalogue_holds_the_eight_published_recipes_and_the_cpu_ones():
+    assert set(recipe_names()) == set(PUBLISHED) | set(CPU)
+
+
+@pytest.mark.parametrize("name", PUBLISHED + CPU)
 def test_every_shipped_recipe_and_its_expected_file_validate(name):
     r = load_recipe(name)
     exp = load_expected(r)

@@ -83,8 +83,9 @@ def test_sample_problems_are_distinct_and_validate_arguments():
     ],
 )
 def test_reward_is_exact_match_of_text_before_eos(completion, expected):
-    assert ta.reward(completion, "0335") == expected
-    assert ta.reward(completion, ta.make_problem("5330").answer) == expected
+    assert ta.reward("reverse 5330", completion, [1], [2], answer="0335") == expected
+    assert ta.reward("reverse 5330", completion, [1], [2], answer=ta.make_problem("5330").answer, id="x") == expected
+    assert ta.is_correct(completion, "0335") == bool(expected)
 
 
 def test_sft_target_is_answer_digits_then_eos_token(tmp_path):
@@ -104,13 +105,13 @@ def test_sft_target_is_answer_digits_then_eos_token(tmp_path):
 def test_chance_and_echo_levels_match_monte_carlo():
     stream = ta.iter_problems("train", seed=11)
     probs = [next(stream) for _ in range(40000)]
-    echo = sum(ta.reward(p.prompt.removeprefix(ta.PROMPT_PREFIX), p.answer) for p in probs) / len(probs)
+    echo = sum(ta.is_correct(p.prompt.removeprefix(ta.PROMPT_PREFIX), p.answer) for p in probs) / len(probs)
     assert abs(echo - ta.echo_accuracy()) < 0.004
     assert ta.echo_accuracy() == pytest.approx((0.1 + 0.01) / 2)  # palindromes of length 3, 4
     assert ta.chance_accuracy() == pytest.approx((1e-3 + 1e-4) / 2)
     rng = random.Random(0)
     guess = sum(
-        ta.reward("".join(rng.choice("0123456789") for _ in p.answer), p.answer) for p in probs
+        ta.is_correct("".join(rng.choice("0123456789") for _ in p.answer), p.answer) for p in probs
     ) / len(probs)
     assert guess <= 0.002  # expected 5.5e-4
 
@@ -134,7 +135,7 @@ def test_untrained_tiny_model_scores_at_chance(tmp_path):
             out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False,
                                  eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
             for p, row in zip(probs, out[:, ids.shape[1]:]):
-                correct += ta.reward(tok.decode(row), p.answer)
+                correct += ta.is_correct(tok.decode(row), p.answer)
     # chance is 5.5e-4: on 128 prompts the expected number of hits is 0.07
     assert correct / 128 <= 1 / 128
 

@@ -76,7 +76,7 @@ def test_sglang_engine_without_the_sglang_package_is_one_line_before_any_launch(
 
     from areal_cli.config import TrainConfig, apply_overrides
     from areal_cli.errors import UserError
-    from areal_cli.train_loop import launch_servers
+    from areal_cli.processes import launch_servers
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "sglang" else real(name, *a))

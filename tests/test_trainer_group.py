@@ -75,7 +75,7 @@ def _alive(pid: int) -> bool:
 
 def test_call_names_are_engine_attributes_or_module_functions():
     eng = FakeEngine(scale=3.0)
-    for good in ("engine.double", "engine.kw.get", "areal_cli.train_loop:ppo_update", "os.path:join"):
+    for good in ("engine.double", "engine.kw.get", "areal_cli.trainer.steps:ppo_update", "os.path:join"):
         check_name(good)
     for bad in ("double", "engine.", "engine", "os.path.join", "a:b:c", "engine.x y", 3):
         with pytest.raises(ValueError, match="trainer call name"):
@@ -230,20 +230,20 @@ def warm_model(tmp_path_factory) -> Path:
     """The tiny recipe's model after 30 warm-start steps (rewards neither all 0 nor all 1), as in
     test_checkpoint."""
     from areal_cli.config import load_recipe
-    from areal_cli.models.tiny import build_tiny_model, chat_prompt_ids, load_tokenizer
+    from areal_cli.models.tiny import build_tiny_model, load_tokenizer
     from areal_cli.sft import SftConfig, SftStage
-    from areal_cli.tasks import registry
+    from areal_cli.tasks.task import Task
     from areal_cli.trainer.megatron_engine import MegatronEngine
 
     cfg, _ = load_recipe("tiny-arith")
-    task = registry.get_task(cfg.task, seed=cfg.seed)
+    task = Task(cfg)
     d = tmp_path_factory.mktemp("warm")
     base = build_tiny_model(d / "base", seed=cfg.seed, corpus=task.tokenizer_corpus())
     tok = load_tokenizer(base)
+    task.bind(tok)
     eng = MegatronEngine(base, lr=cfg.sft_lr, seed=cfg.seed)
-    eos = tok.convert_tokens_to_ids("<|im_end|>")
-    exs = [(chat_prompt_ids(tok, p.prompt), tok.encode(t, add_special_tokens=False) + [eos])
-           for p, t in task.sft_examples(cfg.sft_n_examples)]
+    exs = [(item.prompt_ids, tok.encode(t, add_special_tokens=False) + [tok.eos_token_id])
+           for item, t in task.sft_examples(cfg.sft_n_examples)]
     stage = SftStage(eng, exs, SftConfig.from_train_config(cfg), pad_id=tok.pad_token_id)
     for _ in range(30):
         stage.step()

@@ -563,7 +563,7 @@ def compare_generation(model_dir: str | Path, *, n_prompts: int = 32, min_new_to
     from areal_cli.rollout.client import RolloutClient
     from areal_cli.rollout.protocol import SamplingParams
     from areal_cli.rollout.server import EmbeddedServer
-    from areal_cli.train_loop import pin_process
+    from areal_cli.processes import pin_process
 
     pin = parse_cpu_list(cpus)
     before = os.sched_getaffinity(0) if pin else None

@@ -27,11 +27,12 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 PAD_TOKEN = "<|endoftext|>"
 IM_START = "<|im_start|>"
@@ -69,19 +70,64 @@ def default_corpus() -> list[str]:
     return list(tiny_arith.tokenizer_corpus()) + list(GENERIC_TEXT)
 
 
-def train_tokenizer(corpus: Iterable[str], vocab_size: int) -> Tokenizer:
+R1_BOS, R1_EOS, R1_USER, R1_ASSISTANT = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>"
+THINK_TOKENS = ("<think>", "</think>")
+
+#: DeepSeek-R1(-Distill)'s chat template, reduced to user/assistant turns (generation prompt opens <think>).
+R1_CHAT_TEMPLATE = (
+    "{{- bos_token }}"
+    "{%- for message in messages %}"
+    "{%- if message['role'] == 'user' %}{{- '<｜User｜>' + message['content'] }}"
+    "{%- elif message['role'] == 'assistant' %}{{- '<｜Assistant｜>' + message['content'] + '<｜end▁of▁sentence｜>' }}"
+    "{%- else %}{{- message['content'] }}{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<｜Assistant｜><think>\\n' }}{%- endif %}"
+)
+
+
+@dataclass(frozen=True)
+class ChatFormat:
+    """Special tokens and chat template of a tiny model's tokenizer (``model_chat_template``).
+
+    ``special``: special tokens in id order (ids 0..); ``added``: non-special added tokens (kept by
+    ``decode(skip_special_tokens=True)``, as Qwen3's and R1's ``<think>``); ``bos``: prepended when a text is
+    tokenised with special tokens (R1 does this; ChatML models add nothing).
+    """
+
+    name: str
+    special: tuple[str, ...]
+    added: tuple[str, ...]
+    pad: str
+    eos: str
+    bos: str | None
+    template: str
+
+
+CHAT_FORMATS = {
+    "chatml": ChatFormat("chatml", SPECIAL_TOKENS, (), PAD_TOKEN, IM_END, None, CHAT_TEMPLATE),
+    "qwen3": ChatFormat("qwen3", SPECIAL_TOKENS, THINK_TOKENS, PAD_TOKEN, IM_END, None, CHAT_TEMPLATE),
+    "r1": ChatFormat("r1", (R1_EOS, R1_BOS, R1_USER, R1_ASSISTANT), THINK_TOKENS, R1_EOS, R1_EOS, R1_BOS,
+                     R1_CHAT_TEMPLATE),
+}
+
+
+def train_tokenizer(corpus: Iterable[str], vocab_size: int, special_tokens: tuple[str, ...] = SPECIAL_TOKENS
+                    ) -> Tokenizer:
     """Train a byte-level BPE tokenizer on ``corpus`` (deterministic for a given corpus and size).
 
     Args:
         corpus: training texts.
-        vocab_size: target vocabulary size including the 3 special tokens and the 256 byte symbols; must be
-            >= 259. The result has at most ``vocab_size`` tokens (fewer when the corpus offers fewer merges).
+        vocab_size: target vocabulary size including the special tokens and the 256 byte symbols; must be
+            >= 256 + len(special_tokens). The result has at most ``vocab_size`` tokens (fewer when the corpus
+            offers fewer merges).
+        special_tokens: ids 0.. in this order.
     Raises:
-        ValueError: ``vocab_size`` < 259.
+        ValueError: ``vocab_size`` too small.
     """
-    n_base = len(SPECIAL_TOKENS) + 256
+    n_base = len(special_tokens) + 256
     if vocab_size < n_base:
-        raise ValueError(f"vocab_size must be >= {n_base} (3 special tokens + 256 bytes), got {vocab_size}")
+        raise ValueError(f"vocab_size must be >= {n_base} ({len(special_tokens)} special tokens + 256 bytes), "
+                         f"got {vocab_size}")
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
@@ -93,14 +139,14 @@ def train_tokenizer(corpus: Iterable[str], vocab_size: int) -> Tokenizer:
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         min_frequency=2,
-        special_tokens=list(SPECIAL_TOKENS),
+        special_tokens=list(special_tokens),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     # Sorted + deduplicated input: the merges then do not depend on the iteration order of the caller.
     texts = sorted(set(corpus))
     tok.train_from_iterator(texts, trainer=trainer)
-    for i, s in enumerate(SPECIAL_TOKENS):
+    for i, s in enumerate(special_tokens):
         assert tok.token_to_id(s) == i, (s, tok.token_to_id(s))
     return tok
 
@@ -119,6 +165,7 @@ def build_tiny_model(
     intermediate_size: int = 384,
     max_position_embeddings: int = 2048,
     rope_theta: float = 10000.0,
+    chat_template: str = "chatml",
 ) -> Path:
     """Write a randomly initialised tiny Qwen3 model directory (weights, config, tokenizer, templates).
 
@@ -135,6 +182,8 @@ def build_tiny_model(
             is <= this).
         hidden_size, num_layers, num_attention_heads, num_key_value_heads, head_dim, intermediate_size,
         max_position_embeddings, rope_theta: ``Qwen3Config`` fields.
+        chat_template: the tokenizer's special tokens and chat template (:data:`CHAT_FORMATS`): ``chatml``
+            (default), ``qwen3`` (ChatML + ``<think>``/``</think>``) or ``r1`` (DeepSeek-R1's markers and BOS).
     Returns:
         ``Path(out_dir)``.
     Raises:
@@ -147,26 +196,36 @@ def build_tiny_model(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
-    tok = train_tokenizer(default_corpus() if corpus is None else corpus, vocab_size)
+    if chat_template not in CHAT_FORMATS:
+        raise ValueError(f"chat_template must be one of {sorted(CHAT_FORMATS)}, got {chat_template!r}")
+    fmt = CHAT_FORMATS[chat_template]
+    tok = train_tokenizer(default_corpus() if corpus is None else corpus, vocab_size, fmt.special)
+    if fmt.added:
+        tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in fmt.added])
+    if fmt.bos is not None:  # R1 tokenizers prepend BOS to any text tokenised with special tokens
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{fmt.bos} $A", pair=f"{fmt.bos} $A {fmt.bos} $B", special_tokens=[(fmt.bos, tok.token_to_id(fmt.bos))])
     tok.save(str(out / "tokenizer.json"))
-    pad_id, bos_id, eos_id = (tok.token_to_id(s) for s in SPECIAL_TOKENS)
+    pad_id, eos_id = tok.token_to_id(fmt.pad), tok.token_to_id(fmt.eos)
+    bos_id = tok.token_to_id(fmt.bos) if fmt.bos is not None else None
+    extra_special = [t for t in fmt.special if t not in (fmt.pad, fmt.eos, fmt.bos)]
     tok_cfg = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "model_max_length": max_position_embeddings,
-        "pad_token": PAD_TOKEN,
-        "eos_token": IM_END,
-        "bos_token": None,
+        "pad_token": fmt.pad,
+        "eos_token": fmt.eos,
+        "bos_token": fmt.bos,
         "unk_token": None,
-        "additional_special_tokens": [IM_START],
-        "add_bos_token": False,
+        "additional_special_tokens": extra_special,
+        "add_bos_token": fmt.bos is not None,
         "add_eos_token": False,
         "clean_up_tokenization_spaces": False,
-        "chat_template": CHAT_TEMPLATE,
+        "chat_template": fmt.template,
     }
     (out / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=2) + "\n")
     (out / "special_tokens_map.json").write_text(
-        json.dumps({"pad_token": PAD_TOKEN, "eos_token": IM_END, "additional_special_tokens": [IM_START]},
-                   indent=2) + "\n"
+        json.dumps({"pad_token": fmt.pad, "eos_token": fmt.eos, **({"bos_token": fmt.bos} if fmt.bos else {}),
+                    "additional_special_tokens": extra_special}, indent=2) + "\n"
     )
 
     config = Qwen3Config(
@@ -181,7 +240,7 @@ def build_tiny_model(
         rope_parameters={"rope_type": "default", "rope_theta": rope_theta},
         tie_word_embeddings=False,
         pad_token_id=pad_id,
-        bos_token_id=None,
+        bos_token_id=bos_id,
         eos_token_id=eos_id,
         use_cache=True,
         dtype="float32",

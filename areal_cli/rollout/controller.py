@@ -1,90 +1,50 @@
-"""Rollout controller: keeps the rollout servers busy with prompt groups, within the staleness bound.
+"""Rollout controller: keeps the rollout servers busy with episodes, within the staleness bound.
 
-One asyncio task admits groups while :class:`~areal_cli.rollout.staleness.StalenessManager` gives
-capacity; each group is ``group_size`` independent interruptible samples of one prompt, sent as one batched
-``/generate`` (aborted samples are resumed one by one). Every sample is
-scored as soon as it finishes (streaming reward, in a worker pool with a timeout). A finished group is
-dropped (and counted) if its success rate is outside ``[success_rate_lb, success_rate_ub]`` or if any of
-its rewards failed (crash or timeout: counted and reported, never turned into a silent 0); otherwise it
-is queued for the trainer, which takes ``batch_size`` groups per step with :meth:`get_batch`.
+The controller only admits, schedules and collects: one asyncio task admits an episode while
+:class:`~areal_cli.rollout.staleness.StalenessManager` gives capacity; each episode runs the task's rollout
+workflow (``await workflow.arun_episode(client, item)``, :mod:`areal_cli.api.workflow`; the built-in
+single-turn one, :class:`~areal_cli.workflows.rlvr.RLVRWorkflow`, samples ``group_size`` answers in one
+batched ``/generate`` and scores each as it finishes, in a worker pool with a timeout). An episode that
+returns ``None`` is rejected (``groups_rejected``); one whose reward failed (crash or timeout: counted and
+reported, never turned into a silent 0) is dropped (``groups_dropped_reward_failure``); a finished group
+is dropped (and counted) if its success rate is outside ``[success_rate_lb, success_rate_ub]``; otherwise it
+is queued for the trainer, which takes ``batch_size`` groups per step with :meth:`get_batch`. A workflow that
+raises anything else, or returns something that is not a well-formed :class:`~areal_cli.api.types.Group`,
+ends the run (:class:`~areal_cli.api.types.WorkflowError`, one line naming the workflow).
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-from collections import Counter
-from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Iterator
 
-from areal_cli.rollout.client import Completion, RolloutClient
-from areal_cli.rollout.protocol import SamplingParams
+from areal_cli.api.types import Group, Item, RewardFailed, Trajectory, WorkflowError  # noqa: F401 (re-exported)
+from areal_cli.rollout.episode import EpisodeClient, EpisodeStats
+from areal_cli.rollout.protocol import ProtocolError, ServerError
 from areal_cli.rollout.staleness import StalenessManager
 
-
-@dataclass(frozen=True)
-class PromptItem:
-    """One prompt of the training set: token ids (chat template applied) and its reference answer."""
-
-    prompt_id: str
-    prompt_ids: list[int]
-    answer: str
+#: The controller's former name for :class:`~areal_cli.api.types.Item`.
+PromptItem = Item
 
 
 @dataclass
-class Trajectory:
-    """One sample: the trainer's data contract (DESIGN §3).
-
-    ``versions[i]`` is the policy version that produced ``output_ids[i]``; behaviour logprobs are the
-    server's, verbatim.
-    """
-
-    prompt_ids: list[int]
-    output_ids: list[int]
-    behaviour_logprobs: list[float]
-    versions: list[int]
-    reward: float
-    group_id: int
-    finish_reason: str
-    n_interruptions: int
-
-    @property
-    def head_version(self) -> int:
-        """Version of the first generated token (-1 when nothing was generated)."""
-        return min(self.versions) if self.versions else -1
-
-
-@dataclass
-class Group:
-    """``group_size`` samples of one prompt."""
-
-    group_id: int
-    prompt: PromptItem
-    samples: list[Trajectory]
-
-    @property
-    def success_rate(self) -> float:
-        return sum(s.reward > 0 for s in self.samples) / len(self.samples)
-
-
-@dataclass
-class ControllerStats:
-    """Counters reported in metrics and on the live status."""
+class ControllerStats(EpisodeStats):
+    """Counters reported in metrics and on the live status (the episode counters plus the groups')."""
 
     groups_submitted: int = 0
     groups_accepted: int = 0
+    groups_rejected: int = 0
     groups_dropped_filter: int = 0
     groups_dropped_reward_failure: int = 0
-    reward_status: Counter = field(default_factory=Counter)  # ok / error / timeout
-    reward_failure_examples: list[str] = field(default_factory=list)
-    samples_generated: int = 0
-    tokens_generated: int = 0
-    interruptions: int = 0
+    prompts_dropped_too_long: int = 0
 
     def as_dict(self) -> dict:
         return {
             "groups_submitted": self.groups_submitted,
             "groups_accepted": self.groups_accepted,
+            "groups_rejected": self.groups_rejected,
             "groups_dropped_filter": self.groups_dropped_filter,
             "groups_dropped_reward_failure": self.groups_dropped_reward_failure,
             "reward_ok": self.reward_status["ok"],
@@ -93,45 +53,35 @@ class ControllerStats:
             "samples_generated": self.samples_generated,
             "tokens_generated": self.tokens_generated,
             "interruptions": self.interruptions,
+            "prompts_dropped_too_long": self.prompts_dropped_too_long,
         }
 
 
 class RolloutController:
-    """Admits prompt groups under the staleness rule and collects scored, filtered groups.
+    """Admits episodes under the staleness rule, runs the workflow, collects scored, filtered groups.
 
     Args:
-        client: the rollout client (embedded servers or SGLang).
+        client: the :class:`~areal_cli.rollout.episode.EpisodeClient` template (rollout client, reward
+            pool and function, tokenizer, sampling, group size); each episode gets ``client.for_episode(id)``,
+            sharing :attr:`stats`.
         staleness: admission control; the controller calls on_submit/on_accept/on_reject.
-        prompts: an endless iterator of :class:`PromptItem` (the data position is its consumption).
-        reward_pool: object with ``async score(completion_text, answer) -> RewardResult``.
-        decode: token ids -> text, for the reward function.
-        group_size: samples per prompt (n).
-        sampling: sampling parameters of every request.
+        items: an endless iterator of :class:`~areal_cli.api.types.Item` (the data position is its consumption).
+        workflow: the rollout workflow (``async arun_episode(client, item) -> Group | None``).
+        workflow_name: how errors name it (its ``module:attr``).
         success_rate_lb, success_rate_ub: keep a group iff lb <= success rate <= ub.
     """
 
-    def __init__(
-        self,
-        client: RolloutClient,
-        staleness: StalenessManager,
-        prompts: Iterator[PromptItem],
-        reward_pool,
-        decode: Callable[[list[int]], str],
-        *,
-        group_size: int,
-        sampling: SamplingParams,
-        success_rate_lb: float = 0.0,
-        success_rate_ub: float = 1.0,
-    ) -> None:
-        self.client = client
-        self.staleness = staleness
-        self.prompts = prompts
-        self.reward_pool = reward_pool
-        self.decode = decode
-        self.group_size = group_size
-        self.sampling = sampling
-        self.lb, self.ub = success_rate_lb, success_rate_ub
+    def __init__(self, client: EpisodeClient, staleness: StalenessManager, items: Iterator[Item], workflow: Any,
+                 *, workflow_name: str = "workflow", success_rate_lb: float = 0.0,
+                 success_rate_ub: float = 1.0) -> None:
         self.stats = ControllerStats()
+        self.client = client.for_episode(0)
+        self.client.stats = self.stats
+        self.staleness = staleness
+        self.prompts = items
+        self.workflow = workflow
+        self.workflow_name = workflow_name
+        self.lb, self.ub = success_rate_lb, success_rate_ub
         self._ready: asyncio.Queue[Group] = asyncio.Queue()
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
@@ -142,11 +92,11 @@ class RolloutController:
 
     # --- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
-        """Start admitting groups (call from inside the running event loop)."""
+        """Start admitting episodes (call from inside the running event loop)."""
         self._loop_task = asyncio.create_task(self._admission_loop(), name="rollout-admission")
 
     async def stop(self) -> None:
-        """Cancel admission and every in-flight group."""
+        """Cancel admission and every in-flight episode."""
         tasks = [t for t in [self._loop_task, *self._tasks] if t is not None]
         for t in tasks:
             t.cancel()
@@ -162,11 +112,14 @@ class RolloutController:
         """Wait for and return ``n_groups`` accepted groups, oldest first.
 
         Raises:
-            RuntimeError: if a group task failed (e.g. a server died); the cause is chained.
+            WorkflowError / ServerError: the workflow broke its contract, a server failed (as raised).
+            RuntimeError: any other failure of an episode task; the cause is chained.
         """
         out: list[Group] = []
         while len(out) < n_groups:
             if self._error is not None:
+                if isinstance(self._error, (WorkflowError, ServerError)):
+                    raise self._error
                 raise RuntimeError(f"rollout failed: {self._error}") from self._error
             try:
                 group = await asyncio.wait_for(self._ready.get(), timeout=0.5)
@@ -177,7 +130,7 @@ class RolloutController:
         return out
 
     def pending_group_ids(self) -> list[int]:
-        """Ids of the groups admitted but neither dropped nor handed to the trainer yet (generating, being
+        """Ids of the episodes admitted but neither dropped nor handed to the trainer yet (generating, being
         scored, or accepted and queued), ascending. A checkpoint re-issues their prompts after a resume."""
         return sorted(self._pending)
 
@@ -190,11 +143,11 @@ class RolloutController:
         while True:
             while self.staleness.capacity() > 0:
                 self.staleness.on_submit()
-                prompt = next(self.prompts)
+                item = next(self.prompts)
                 gid = next(self._group_ids)
                 self._pending.add(gid)
                 self.stats.groups_submitted += 1
-                task = asyncio.create_task(self._run_group(gid, prompt), name=f"group-{gid}")
+                task = asyncio.create_task(self._run_group(gid, item), name=f"group-{gid}")
                 self._tasks.add(task)
                 task.add_done_callback(self._on_group_done)
             self._wake.clear()
@@ -206,46 +159,53 @@ class RolloutController:
             self._error = task.exception()
         self._wake.set()
 
-    async def _score(self, comp: Completion, prompt: PromptItem):
-        self.stats.samples_generated += 1
-        self.stats.tokens_generated += len(comp.output_ids)
-        self.stats.interruptions += comp.n_interruptions
-        result = await self.reward_pool.score(self.decode(comp.output_ids), prompt.answer)
-        self.stats.reward_status[result.status] += 1
-        if result.status != "ok" and len(self.stats.reward_failure_examples) < 5:
-            self.stats.reward_failure_examples.append(f"{result.status}: {result.message}")
-        return comp, result
+    def _drop(self, gid: int, counter: str) -> None:
+        setattr(self.stats, counter, getattr(self.stats, counter) + 1)
+        self._pending.discard(gid)
+        self.staleness.on_reject()
 
-    async def _run_group(self, gid: int, prompt: PromptItem) -> None:
-        comps = await self.client.generate_group(prompt.prompt_ids, self.group_size, self.sampling, rid=f"g{gid}")
-        results = await asyncio.gather(*(self._score(c, prompt) for c in comps))
-        if any(r.status != "ok" for _, r in results):
-            self.stats.groups_dropped_reward_failure += 1
-            self._pending.discard(gid)
-            self.staleness.on_reject()
+    async def _run_group(self, gid: int, item: Item) -> None:
+        try:
+            group = await self.workflow.arun_episode(self.client.for_episode(gid), item)
+        except RewardFailed:
+            self._drop(gid, "groups_dropped_reward_failure")
             return
-        group = Group(
-            gid,
-            prompt,
-            [
-                Trajectory(
-                    prompt_ids=list(prompt.prompt_ids),
-                    output_ids=c.output_ids,
-                    behaviour_logprobs=c.output_logprobs,
-                    versions=c.output_versions,
-                    reward=float(r.reward),
-                    group_id=gid,
-                    finish_reason=c.finish_reason,
-                    n_interruptions=c.n_interruptions,
-                )
-                for c, r in results
-            ],
-        )
+        except (asyncio.CancelledError, ServerError, ProtocolError, WorkflowError):
+            raise
+        except Exception as e:  # noqa: BLE001 - a bug in the workflow: one line naming it
+            raise WorkflowError(f"workflow {self.workflow_name}: arun_episode raised {type(e).__name__}: {e} "
+                                f"(item {item.where or item.id})") from e
+        if group is None:
+            self._drop(gid, "groups_rejected")
+            return
+        check_group(group, self.workflow_name, item)
+        group.group_id = gid
+        for s in group.samples:
+            s.group_id = gid
         if not (self.lb <= group.success_rate <= self.ub):
-            self.stats.groups_dropped_filter += 1
-            self._pending.discard(gid)
-            self.staleness.on_reject()
+            self._drop(gid, "groups_dropped_filter")
             return
         self.stats.groups_accepted += 1
         self.staleness.on_accept()
         self._ready.put_nowait(group)
+
+
+def check_group(group: Any, workflow_name: str, item: Item) -> None:
+    """A workflow's result must be a :class:`Group` of well-formed trajectories.
+
+    Raises:
+        WorkflowError: one line naming the workflow and what is wrong.
+    """
+    bad = None
+    if not isinstance(group, Group):
+        bad = f"returned {type(group).__name__}, expected a Group or None"
+    elif not group.samples:
+        bad = "returned a Group without samples"
+    else:
+        for i, s in enumerate(group.samples):
+            why = s.check() if isinstance(s, Trajectory) else f"is a {type(s).__name__}, not a Trajectory"
+            if why:
+                bad = f"returned a Group whose sample {i} {why if why.startswith('is ') else 'has ' + why}"
+                break
+    if bad:
+        raise WorkflowError(f"workflow {workflow_name}: arun_episode {bad} (item {item.where or item.id})")

@@ -6,7 +6,7 @@ the other): a PPO step that takes 0.25 s alone takes 0.31 s next to a thread bus
 60% and 2.9 s at 100%. In its own process the controller runs beside the trainer instead of between its
 Python calls.
 
-:class:`RolloutProcess` offers what ``areal_cli.train_loop.rl_loop`` uses of
+:class:`RolloutProcess` offers what the training loop (``rl_loop``) uses of
 :class:`~areal_cli.rollout.controller.RolloutController`: ``start()``, ``await get_batch(n)``,
 ``notify_version(v)``, ``await stop()`` and ``stats`` (``as_dict()``, ``tokens_generated``,
 ``reward_failure_examples``). The child builds its own tokenizer, reward pool, client and controller from
@@ -213,11 +213,10 @@ def _child_main(conn, spec: RolloutSpec) -> None:
 
 
 async def _child(conn, spec: RolloutSpec) -> None:
+    from areal_cli.episodes import episode_client, make_controller, open_reward_pool, stop_token_ids
     from areal_cli.models.tiny import load_tokenizer
-    from areal_cli.reward.pool import RewardPool
     from areal_cli.rollout.client import RolloutClient
-    from areal_cli.tasks import registry
-    from areal_cli.train_loop import make_controller
+    from areal_cli.tasks.task import Task
 
     cfg = spec.cfg
     lock = threading.Lock()
@@ -239,13 +238,14 @@ async def _child(conn, spec: RolloutSpec) -> None:
             if msg[0] == "stop":
                 return
 
-    task = registry.get_task(cfg.task, seed=cfg.seed)
     tokenizer = load_tokenizer(spec.model_dir)
-    pool = RewardPool(task.reward_fn, n_workers=cfg.reward_workers, timeout_s=cfg.reward_timeout_s)
+    task = Task(cfg).bind(tokenizer)
+    pool = open_reward_pool(cfg, task)
     on_activity = (lambda url, kind, a, b: send(("activity", url, kind, a, b))) if spec.record_activity else None
     client = RolloutClient(spec.urls, vocab_size=spec.vocab_size, interruptible=cfg.interruptible,
                            on_activity=on_activity)
-    controller = make_controller(cfg, client, pool, tokenizer, task)
+    template = episode_client(cfg, client, pool, tokenizer, task, stop_token_ids(spec.model_dir, tokenizer))
+    controller = make_controller(cfg, template, task, task.train_stream())
     threading.Thread(target=read, name="rollout-commands", daemon=True).start()
     send(("ready",))
     forward: asyncio.Task | None = None

@@ -1,81 +1,85 @@
-"""Built-in verifiable tasks, by name.
+"""Built-in task presets: default dataset, reward, workflow and prompt settings, by ``task`` name.
 
-A task gives the training loop everything it needs, without torch:
+A preset is only defaults: every key can be set in the recipe (or ``-o``) instead, and a ``custom`` task
+sets them all itself. The built-in tasks go through the same API as user code (:mod:`areal_cli.api`).
 
-* ``tokenizer_corpus() -> list[str]``: texts the embedded tokenizer is trained on;
-* ``heldout(n) -> list[Problem]``: held-out problems (never in the training stream);
-* ``train_stream() -> Iterator[Problem]``: an endless, seeded stream of training problems;
-* ``sft_examples(n) -> list[tuple[Problem, str]]``: distinct training problems with target completions;
-* ``reward_fn``: ``"module:function"`` of a pure ``reward(completion_text, answer) -> float`` run in the
-  reward worker pool.
+=============  ===========================================================================================
+``tiny-arith``  reverse a digit string (generated; :mod:`areal_cli.tasks.tiny_arith`), the CPU recipe
+``math-rl``     AReaL-boba-106k math records (``prompt``, ``task``, ``query_id``, ``solutions``), graded by the
+                math grader of ``areal eval`` (:mod:`areal_cli.tasks.math_rl`)
+``code-rl``     AReaL-boba-2-RL-Code records (``prompt``, ``query_id``, ``input_output`` JSON), graded by the
+                sandboxed code grader of ``areal eval`` (:mod:`areal_cli.tasks.code_rl`)
+``custom``      nothing preset: ``dataset`` and ``reward`` are required
+=============  ===========================================================================================
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from areal_cli.api.workflow import DEFAULT_WORKFLOW
 from areal_cli.errors import UserError
 
 
 @dataclass(frozen=True)
-class Problem:
-    """One task instance: a stable id, the user prompt text and the reference answer."""
+class Preset:
+    """Defaults of a built-in task (``""`` / empty = no default).
 
-    id: str
-    prompt: str
-    answer: str
+    Attributes:
+        kind: ``math``, ``code`` or ``any`` (which ``areal eval`` protocols fit its prompts).
+        record_check: ``module:attr`` of ``check(record: dict) -> None`` raising ``ValueError("field 'x': why")``.
+        corpus: ``module:attr`` of ``corpus() -> list[str]`` for the embedded tiny model's tokenizer (default:
+            the text fields of the training records).
+        sft_target_field / sft_target: the warm start's target completion: a record field, or ``module:attr``
+            of ``target(prompt, fields) -> str`` (CPU miniatures: a tiny model needs a warm start where a real
+            run starts from a reasoning model).
+    """
+
+    name: str
+    kind: str = "any"
+    dataset: str = ""
+    reward: str = ""
+    workflow: str = DEFAULT_WORKFLOW
+    prompt_field: str = "prompt"
+    prompt_template: str = "chat"
+    id_field: str = ""
+    required_fields: tuple[str, ...] = ()
+    record_check: str = ""
+    corpus: str = ""
+    sft_target_field: str = ""
+    sft_target: str = ""
+    doc: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+PRESETS: dict[str, Preset] = {p.name: p for p in (
+    Preset("tiny-arith", dataset="areal_cli.tasks.tiny_arith:records", reward="areal_cli.tasks.tiny_arith:reward",
+           id_field="id", corpus="areal_cli.tasks.tiny_arith:tokenizer_corpus", sft_target_field="answer",
+           required_fields=("prompt", "answer"),
+           doc="reverse a 3-4 digit string (generated), the CPU recipe"),
+    Preset("math-rl", kind="math", reward="areal_cli.tasks.math_rl:reward", id_field="query_id",
+           prompt_template="chat-template", required_fields=("prompt", "solutions"),
+           record_check="areal_cli.tasks.math_rl:check_record", sft_target="areal_cli.tasks.math_rl:sft_target",
+           doc="AReaL-boba-106k math records, graded by the areal eval math grader"),
+    Preset("code-rl", kind="code", reward="areal_cli.tasks.code_rl:reward", id_field="query_id",
+           required_fields=("prompt", "input_output"), record_check="areal_cli.tasks.code_rl:check_record",
+           sft_target="areal_cli.tasks.code_rl:sft_target",
+           doc="AReaL-boba-2-RL-Code records (stdin and call-based tests), graded by the sandboxed code grader"),
+    Preset("custom", doc="your own dataset, reward and workflow (module:attr)"),
+)}
 
 
 def known_tasks() -> list[str]:
-    return ["tiny-arith"]
+    return list(PRESETS)
 
 
-def get_task(name: str, *, seed: int):
-    """Return the task object for ``name``.
+def get_preset(name: str) -> Preset:
+    """The preset called ``name``.
 
     Raises:
         UserError: unknown task name (lists the known ones).
     """
-    if name == "tiny-arith":
-        return TinyArithTask(seed=seed)
-    raise UserError(f"unknown task '{name}' (known: {', '.join(known_tasks())})")
-
-
-class TinyArithTask:
-    """``tiny-arith`` (sort the digits of a 3-6 digit string), see :mod:`areal_cli.tasks.tiny_arith`.
-
-    The held-out set does not depend on ``seed`` (runs with different seeds are scored on the same
-    problems); training problems and the warm-start set do.
-    """
-
-    name = "tiny-arith"
-    reward_fn = "areal_cli.tasks.tiny_arith:reward"
-    HELDOUT_SEED = 0
-
-    def __init__(self, seed: int) -> None:
-        self.seed = seed
-
-    @staticmethod
-    def _problem(p) -> Problem:
-        return Problem(id=p.prompt, prompt=p.prompt, answer=p.answer)
-
-    def tokenizer_corpus(self) -> list[str]:
-        from areal_cli.tasks import tiny_arith
-
-        return tiny_arith.tokenizer_corpus()
-
-    def heldout(self, n: int) -> list[Problem]:
-        from areal_cli.tasks import tiny_arith
-
-        return [self._problem(p) for p in tiny_arith.sample_problems("heldout", n, seed=self.HELDOUT_SEED)]
-
-    def sft_examples(self, n: int) -> list[tuple[Problem, str]]:
-        """``n`` distinct training problems with their target completion (the answer; the loop adds eos)."""
-        from areal_cli.tasks import tiny_arith
-
-        return [(self._problem(p), p.answer) for p in tiny_arith.sample_problems("train", n, seed=self.seed)]
-
-    def train_stream(self):
-        from areal_cli.tasks import tiny_arith
-
-        return (self._problem(p) for p in tiny_arith.iter_problems("train", seed=self.seed + 1))
+    if name not in PRESETS:
+        raise UserError(f"field 'task': unknown task '{name}' (known: {', '.join(PRESETS)}; your own data, "
+                        f"reward and workflow go in a 'custom' task)")
+    return PRESETS[name]

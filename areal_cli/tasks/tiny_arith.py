@@ -166,9 +166,49 @@ def extract_answer(completion_text: str) -> str:
     return text.strip()
 
 
-def reward(completion_text: str, answer: str) -> float:
-    """1.0 iff :func:`extract_answer` of ``completion_text`` equals ``answer`` exactly, else 0.0. Pure."""
-    return 1.0 if extract_answer(completion_text) == answer else 0.0
+def is_correct(completion_text: str, answer: str) -> bool:
+    """True iff :func:`extract_answer` of ``completion_text`` equals ``answer`` exactly. Pure."""
+    return extract_answer(completion_text) == answer
+
+
+def reward(prompt: str, completion: str, prompt_ids: list[int], completion_ids: list[int], *, answer: str,
+           **fields: object) -> float:
+    """The task's reward (the contract of :mod:`areal_cli.api.reward`): 1.0 iff :func:`extract_answer` of
+    ``completion`` equals the record's ``answer`` exactly, else 0.0. Pure."""
+    return 1.0 if is_correct(completion, answer) else 0.0
+
+
+def _record(p: Problem) -> dict:
+    return {"id": p.prompt, "prompt": p.prompt, "answer": p.answer}
+
+
+def records(split: str, seed: int) -> Iterator[dict]:
+    """The task as a dataset function (:mod:`areal_cli.api.records`), records ``{id, prompt, answer}``:
+
+    - ``"train"``: the endless i.i.d. training stream (:func:`iter_problems` with seed ``seed + 1``);
+    - ``"sft"``: distinct training problems for the warm start (:func:`sample_problems` order, seed ``seed``);
+    - ``"heldout"``: distinct held-out problems, independent of ``seed`` (seed 0), so runs with different
+      seeds are scored on the same problems.
+
+    Raises:
+        ValueError: unknown split.
+    """
+    if split == "train":
+        return (_record(p) for p in iter_problems("train", seed=seed + 1))
+    if split in ("sft", "heldout"):
+        name, s = ("train", seed) if split == "sft" else ("heldout", 0)
+        size = len(all_problems(name))
+
+        def distinct() -> Iterator[dict]:
+            seen: set[str] = set()
+            for p in iter_problems(name, s):
+                if p.prompt not in seen:
+                    seen.add(p.prompt)
+                    yield _record(p)
+                    if len(seen) == size:
+                        return
+        return distinct()
+    raise ValueError(f"split must be 'train', 'sft' or 'heldout', got {split!r}")
 
 
 def sft_example(problem: Problem) -> tuple[str, str]:

@@ -36,6 +36,10 @@ class TrainBatch:
         versions: LongTensor[B, L-1], policy version that produced token t+1 (-1 for prompt/pad).
         advantages: optional FloatTensor[B, L-1].
         proximal_logprobs: optional FloatTensor[B, L-1] (nats).
+        position_ids, segment_ids: optional LongTensor[B, L], set together for **packed** rows (several
+            sequences end to end, :mod:`areal_cli.trainer.micro_batches`): ``segment_ids`` is k on the k-th
+            sequence of a row and -1 on padding, ``position_ids`` restarts at 0 for each sequence. None: one
+            sequence per row at positions 0..L-1.
     Raises (from ``__post_init__``/:meth:`validate`):
         ValueError: wrong dtype, shape, padding layout, or a loss mask on padding.
     """
@@ -47,6 +51,8 @@ class TrainBatch:
     versions: Tensor
     advantages: Tensor | None = None
     proximal_logprobs: Tensor | None = None
+    position_ids: Tensor | None = None
+    segment_ids: Tensor | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -106,6 +112,41 @@ class TrainBatch:
             raise ValueError(f"attention_mask is on {am.device}, input_ids on {ids.device}")
         if bool(((self.loss_mask != 0) & ~am[:, 1:]).any()):
             raise ValueError("loss_mask is non-zero on a position whose target token is padding")
+        if (self.position_ids is None) != (self.segment_ids is None):
+            raise ValueError("position_ids and segment_ids go together (packed rows)")
+        if self.segment_ids is not None:
+            for name in ("position_ids", "segment_ids"):
+                t = getattr(self, name)
+                if not isinstance(t, Tensor) or t.dtype != torch.long or tuple(t.shape) != (b, length):
+                    raise ValueError(f"{name} must be a LongTensor[{b}, {length}], got {_desc(t)}")
+            if bool(((self.segment_ids >= 0) != am).any()):
+                raise ValueError("segment_ids must be >= 0 exactly on real tokens")
+            same = self.segment_ids[:, 1:] == self.segment_ids[:, :-1]
+            if bool(((self.loss_mask != 0) & ~same).any()):
+                raise ValueError("loss_mask is non-zero on a position that predicts another sequence's token")
+
+    @property
+    def packed(self) -> bool:
+        """True when rows hold several sequences (``segment_ids`` set)."""
+        return self.segment_ids is not None
+
+    def attention_bias_mask(self) -> Tensor:
+        """Megatron's attention mask (True = masked): BoolTensor[B, 1, L, L] for packed rows (query i sees key j
+        iff same sequence and j <= i); for unpacked rows the causal [1, 1, L, L]."""
+        length = self.seq_len
+        causal = torch.ones(length, length, dtype=torch.bool, device=self.input_ids.device).tril()
+        if self.segment_ids is None:
+            return ~causal[None, None]
+        seg = self.segment_ids
+        allowed = (seg[:, :, None] == seg[:, None, :]) & causal
+        return ~allowed[:, None]
+
+    def positions(self) -> Tensor:
+        """LongTensor[B, L]: ``position_ids`` of packed rows, else 0..L-1 in every row."""
+        if self.position_ids is not None:
+            return self.position_ids
+        b, length = self.input_ids.shape
+        return torch.arange(length, device=self.input_ids.device).unsqueeze(0).expand(b, length)
 
     # ------------------------------------------------------------------ transforms
     def split(self, n_micro: int, *, trim: bool = False) -> list[TrainBatch]:

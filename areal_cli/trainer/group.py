@@ -5,7 +5,7 @@ The controller (``areal_cli.train_loop``) drives either through one API, in orde
     group = await LocalTrainer.launch(engine_kwargs)                   # today's trainer thread
     group = await TorchrunTrainer.launch(engine_kwargs, world=4, tp=2, pp=1, run_dir=out)
     out = await group.call("engine.save_hf", path)                     # a method (or attribute) of the engine
-    stats = await group.call("areal_cli.train_loop:ppo_update", batch, cfg)  # function(engine, batch, cfg)
+    stats = await group.call("areal_cli.trainer.steps:ppo_update", batch, cfg)  # function(engine, batch, cfg)
     group.info["vocab_size"]; group.close()
 
 Call names (:func:`resolve`): ``"engine.<attr>[.<attr>...]"`` -- an attribute of the engine, called with the

@@ -325,11 +325,21 @@ class MegatronEngine:
         if self.pp > 1:
             return self._pp_run(batch, temperature, None)
         ids = batch.input_ids.to(self.device)
-        b, length = ids.shape
-        pos = torch.arange(length, device=self.device).unsqueeze(0).expand(b, length)
-        lp = self.token_logprobs(ids, pos, self._causal_mask(length), temperature)
+        pos, mask = self._positions_and_mask(batch)
+        lp = self.token_logprobs(ids, pos, mask, temperature)
         real_target = batch.attention_mask[:, 1:].to(self.device)
         return torch.where(real_target, lp, torch.zeros_like(lp))
+
+    def _positions_and_mask(self, batch: TrainBatch) -> tuple[Tensor, Tensor]:
+        """Position ids [B, L] and megatron attention mask of ``batch`` on the engine's device: 0..L-1 and the
+        cached causal [1, 1, L, L], or for packed rows their per-sequence positions and block-diagonal causal
+        mask [B, 1, L, L] (:meth:`TrainBatch.attention_bias_mask`)."""
+        ids = batch.input_ids
+        b, length = ids.shape
+        if not batch.packed:
+            pos = torch.arange(length, device=self.device).unsqueeze(0).expand(b, length)
+            return pos, self._causal_mask(length)
+        return batch.position_ids.to(self.device), batch.attention_bias_mask().to(self.device)
 
     def _pp_run(self, batch: TrainBatch, temperature: float, loss_fn) -> Tensor:
         """One micro-batch through megatron's pipeline schedule. ``loss_fn is None``: forward only, returns
@@ -341,8 +351,7 @@ class MegatronEngine:
 
         ids = batch.input_ids.to(self.device)
         b, length = ids.shape
-        pos = torch.arange(length, device=self.device).unsqueeze(0).expand(b, length)
-        mask = self._causal_mask(length)
+        pos, mask = self._positions_and_mask(batch)
         real_target = batch.attention_mask[:, 1:].to(self.device)
         dev_batch = batch.to(self.device) if loss_fn is not None else batch
 

@@ -1,0 +1,113 @@
+"""The data contracts of a rollout episode: what a workflow receives (:class:`Item`) and returns
+(:class:`Group` of :class:`Trajectory`), and the two errors it may raise.
+
+Pure dataclasses (no torch, no I/O): the controller, the trainer, checkpoints and user workflows share them.
+Field names follow AReaL's trajectory dict (``areal/workflow/rlvr.py``): prompt/output token ids, behaviour
+logprobs (the inference engine's, verbatim), per-token policy versions (-1 for prompt tokens) and a
+scalar reward per sample.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from areal_cli.errors import UserError
+
+
+@dataclass(frozen=True)
+class Item:
+    """One example of the training (or held-out) data, prompt rendered, as a workflow receives it.
+
+    Attributes:
+        id: stable identifier (the record's id field, else its ``file:line``).
+        prompt_ids: the prompt's token ids (chat template or protocol applied; list[int], length P >= 1).
+        prompt: the prompt as text (what the token ids encode; what a reward function receives).
+        fields: every field of the dataset record, passed to the reward function as keyword arguments.
+        where: where the record came from (``file:line``; ``""`` for generated data), for error messages.
+    """
+
+    id: str
+    prompt_ids: list[int]
+    prompt: str
+    fields: dict = field(default_factory=dict)
+    where: str = ""
+
+
+@dataclass
+class Trajectory:
+    """One sample: the trainer's data contract (DESIGN §3).
+
+    Attributes:
+        prompt_ids: list[int], length P >= 1 (not trained on).
+        output_ids: list[int], length R: the generated tokens, exactly as the engine produced them.
+        behaviour_logprobs: list[float], length R: the engine's logprob (nats) of each output token.
+        versions: list[int], length R: the policy version that produced each output token.
+        reward: the sample's reward as returned by the reward function (shaping is the trainer's:
+            ``reward_bias`` / ``reward_scaling``).
+        group_id: the episode (group) it belongs to.
+        finish_reason: ``"stop"`` (an end token) or ``"length"`` (budget exhausted).
+        n_interruptions: times a weight update interrupted it (each resumed with its prefix).
+    """
+
+    prompt_ids: list[int]
+    output_ids: list[int]
+    behaviour_logprobs: list[float]
+    versions: list[int]
+    reward: float
+    group_id: int
+    finish_reason: str
+    n_interruptions: int = 0
+
+    @property
+    def head_version(self) -> int:
+        """Version of the first generated token (-1 when nothing was generated)."""
+        return min(self.versions) if self.versions else -1
+
+    def check(self) -> str | None:
+        """Why this trajectory cannot be trained on (one phrase), or None when it is well formed."""
+        n = len(self.output_ids)
+        if not self.prompt_ids:
+            return "empty prompt_ids"
+        if len(self.behaviour_logprobs) != n or len(self.versions) != n:
+            return (f"{n} output_ids but {len(self.behaviour_logprobs)} behaviour_logprobs and "
+                    f"{len(self.versions)} versions")
+        if not isinstance(self.reward, (int, float)) or isinstance(self.reward, bool) or self.reward != self.reward \
+                or self.reward in (float("inf"), float("-inf")):
+            return f"reward {self.reward!r} is not a finite number"
+        return None
+
+
+@dataclass
+class Group:
+    """The samples of one episode (``group_size`` answers to one prompt, in the single-turn workflow).
+
+    ``success_rate`` (the fraction of samples with reward > 0) is what ``success_rate_lb/ub`` filter on.
+    """
+
+    group_id: int
+    item: Item
+    samples: list[Trajectory]
+
+    @property
+    def success_rate(self) -> float:
+        return sum(s.reward > 0 for s in self.samples) / len(self.samples)
+
+
+class RewardFailed(Exception):
+    """A reward call ended in ``error`` or ``timeout`` (counted by the client). Raised out of a workflow,
+    it drops the episode as ``groups_dropped_reward_failure``: never a silent reward of 0."""
+
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(f"reward {status}: {message}")
+        self.status, self.message = status, message
+
+
+class WorkflowError(UserError):
+    """A workflow broke its contract (returned something that is not a well-formed :class:`Group`) or raised.
+    Ends the run with one line naming the workflow (exit 2): a bug to fix, not a data problem to count."""
+
+
+def describe(obj: Any) -> str:
+    """Short type description for error messages."""
+    return type(obj).__name__

@@ -1,0 +1,117 @@
+"""Micro-batches by token budget, with packing (AReaL ``MicroBatchSpec.max_tokens_per_mb``,
+``split_padded_tensor_dict_into_mb_list``; realhf ``datapack.ffd_allocate``).
+
+A training batch of real-length reasoning traces does not fit one forward pass. :func:`split_by_tokens`
+assigns whole sequences to micro-batches of at most ``max_tokens`` real tokens with first-fit-decreasing
+(:func:`ffd_allocate`), then **packs** each micro-batch (:func:`pack_rows`): its sequences are laid end to end
+into rows as wide as its longest sequence (again first fit decreasing), so padding exists only at the end
+of a row. A packed row carries ``segment_ids`` (k for its k-th sequence, -1 on padding) and per-sequence
+``position_ids``; the engine attends with a block-diagonal causal mask (no attention across sequences) and
+RoPE positions restart per sequence, so each token's logprob is the one it has alone (up to float rounding of
+the larger rotation angles, ~1e-6; tests/test_micro_batches.py). A single sequence longer than the budget
+is an error (AReaL raises too).
+
+Losses are unchanged by the split: the decoupled PPO loss of a micro-batch is its token sum divided by the
+number of loss tokens of the whole minibatch, and gradients accumulate over micro-batches before one
+optimiser step (:meth:`areal_cli.trainer.megatron_engine.MegatronEngine.train_step`).
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import TYPE_CHECKING, Sequence
+
+from areal_cli.errors import UserError
+
+if TYPE_CHECKING:  # pragma: no cover - torch is imported where tensors are built (ffd_allocate is pure)
+    from areal_cli.trainer.batch import TrainBatch
+
+_PER_TOKEN = ("loss_mask", "behaviour_logprobs", "versions", "advantages", "proximal_logprobs")
+
+
+def ffd_allocate(values: Sequence[int], capacity: int, min_groups: int = 1) -> list[list[int]]:
+    """Partition item indices into groups whose value sums are <= ``capacity`` (AReaL ``datapack.ffd_allocate``).
+
+    Items in decreasing value (ties: lower index first); an item opens a new group while there are fewer
+    than ``min_groups`` groups or when no group has room; otherwise it joins, among the groups with room, the
+    one with the fewest items (ties: the smaller sum). Returns groups of indices in placement order.
+    Raises:
+        ValueError: a value > capacity, or fewer values than ``min_groups``.
+    """
+    if any(v > capacity for v in values):
+        raise ValueError(f"a value exceeds the capacity {capacity}: max {max(values)}")
+    if len(values) < min_groups:
+        raise ValueError(f"{len(values)} values cannot fill min_groups={min_groups} groups")
+    order = sorted(range(len(values)), key=lambda i: (-values[i], i))
+    groups: list[list[int]] = []
+    by_sum: list[tuple[int, int]] = []  # (sum, group index), ascending
+    for i in order:
+        v = values[i]
+        if len(groups) < min_groups or by_sum[0][0] + v > capacity:
+            groups.append([i])
+            bisect.insort(by_sum, (v, len(groups) - 1))
+            continue
+        n_fit = bisect.bisect_right(by_sum, (capacity - v, len(values)))
+        j = min(range(n_fit), key=lambda k: len(groups[by_sum[k][1]]))
+        s, g = by_sum.pop(j)
+        groups[g].append(i)
+        bisect.insort(by_sum, (s + v, g))
+    return groups
+
+
+def pack_rows(batch: "TrainBatch", rows: Sequence[int]) -> "TrainBatch":
+    """The sequences ``rows`` of a right-padded ``batch`` packed end to end into rows of width W = their
+    longest length (first fit decreasing), as a :class:`TrainBatch` with ``segment_ids`` and ``position_ids``.
+
+    Per-token tensors (length W-1; position t is about token t+1) keep each sequence's values at its columns;
+    the position where one sequence's last token would predict the next sequence's first token has loss mask
+    0, logprobs 0 and version -1.
+    """
+    import torch
+
+    from areal_cli.trainer.batch import TrainBatch
+
+    lengths = [int(batch.lengths[r]) for r in rows]
+    width = max(max(lengths), 2)
+    placement = ffd_allocate(lengths, width)
+    n_rows = len(placement)
+    ids = torch.zeros((n_rows, width), dtype=torch.long)  # padding id: never attended to, never a target
+    am = torch.zeros((n_rows, width), dtype=torch.bool)
+    pos = torch.zeros((n_rows, width), dtype=torch.long)
+    seg = torch.full((n_rows, width), -1, dtype=torch.long)
+    per_token = {}
+    for name in _PER_TOKEN:
+        t = getattr(batch, name)
+        if t is not None:
+            per_token[name] = torch.full((n_rows, width - 1), -1 if name == "versions" else 0, dtype=t.dtype)
+    for out_row, members in enumerate(placement):
+        col = 0
+        for k, j in enumerate(members):
+            src, n = rows[j], lengths[j]
+            ids[out_row, col: col + n] = batch.input_ids[src, :n]
+            am[out_row, col: col + n] = True
+            pos[out_row, col: col + n] = torch.arange(n)
+            seg[out_row, col: col + n] = k
+            for name, t in per_token.items():
+                t[out_row, col: col + n - 1] = getattr(batch, name)[src, : n - 1]
+            col += n
+    return TrainBatch(input_ids=ids, attention_mask=am, position_ids=pos, segment_ids=seg, **per_token)
+
+
+def split_by_tokens(batch: "TrainBatch", max_tokens: int, *, pack: bool = True) -> list["TrainBatch"]:
+    """Micro-batches of ``batch`` with at most ``max_tokens`` real tokens each (first fit decreasing over the
+    sequence lengths), packed (:func:`pack_rows`) or right-padded and trimmed (``pack=False``).
+
+    Raises:
+        UserError: a sequence longer than ``max_tokens`` (field ``max_tokens_per_mb``).
+    """
+    lengths = [int(x) for x in batch.lengths]
+    if max(lengths) > max_tokens:
+        raise UserError(f"field 'max_tokens_per_mb': a sequence of {max(lengths)} tokens (prompt + response) does "
+                        f"not fit a micro-batch of {max_tokens} tokens; set max_tokens_per_mb >= max_prompt_len + "
+                        f"max_new_tokens")
+    out = []
+    for group in ffd_allocate(lengths, max_tokens):
+        rows = sorted(group)
+        out.append(pack_rows(batch, rows) if pack else batch.select(rows).trim())
+    return out

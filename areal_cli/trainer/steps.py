@@ -1,0 +1,210 @@
+"""Trainer-side step functions of ``areal train``: what the loop asks the trainer to do, by name, through the
+trainer group (:mod:`areal_cli.trainer.group`: ``await trainer.call("areal_cli.trainer.steps:ppo_update",
+...)``). Each runs on every trainer rank with the same arguments, ``function(engine, *args)``.
+
+- RL: :func:`train_on_groups` = :func:`make_train_batch` (advantages, reward shaping) + :func:`ppo_update`
+  (proximal logprobs, decoupled PPO per minibatch, micro-batches by token budget).
+- Warm start: :func:`sft_begin` / :func:`sft_step` / :func:`keep_weights` / :func:`sft_end`; their state (the
+  SFT stage, the rollback copy of the weights) lives on the engine (``engine.stage_state``), so it is
+  per-engine and goes away with it.
+- Checkpoints: :func:`save_trainer_checkpoint`.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from areal_cli.api.types import Group
+from areal_cli.trainer.advantages import (
+    broadcast_to_tokens,
+    global_normalized_token_advantages,
+    group_normalized_advantages,
+)
+from areal_cli.trainer.batch import TrainBatch, build_train_batch
+from areal_cli.trainer.decoupled_ppo import DecoupledPPOConfig, decoupled_ppo_loss
+
+
+def _state(engine) -> dict:
+    """The engine's dict for multi-call stages (created on first use)."""
+    st = getattr(engine, "stage_state", None)
+    if st is None:
+        st = engine.stage_state = {}
+    return st
+
+
+# --------------------------------------------------------------------------------------------------
+# Warm start (SFT stage)
+# --------------------------------------------------------------------------------------------------
+def sft_begin(engine, examples: list, sft_cfg, pad_id: int) -> None:
+    """Create the warm start's :class:`~areal_cli.sft.SftStage` on ``engine``."""
+    from areal_cli.sft import SftStage
+
+    _state(engine)["sft"] = SftStage(engine, examples, sft_cfg, pad_id=pad_id)
+
+
+def sft_step(engine) -> dict[str, float]:
+    """One SFT optimiser step of the stage made by :func:`sft_begin`."""
+    return _state(engine)["sft"].step()
+
+
+def keep_weights(engine) -> None:
+    """Keep a copy of this rank's weights (the warm start's rollback point)."""
+    _state(engine)["kept"] = {k: v.clone() for k, v in engine.model.state_dict().items() if "_extra_state" not in k}
+
+
+def sft_end(engine, rollback: bool) -> None:
+    """End the warm start: with ``rollback``, load the weights kept by :func:`keep_weights`; drop the stage."""
+    st = _state(engine)
+    kept = st.pop("kept", None)
+    st.pop("sft", None)
+    if rollback and kept is not None:
+        engine.model.load_state_dict(kept, strict=False)
+
+
+# --------------------------------------------------------------------------------------------------
+# RL step
+# --------------------------------------------------------------------------------------------------
+def shaped_rewards(raw: torch.Tensor, cfg) -> torch.Tensor:
+    """``clip((r + reward_bias) * reward_scaling, -max_reward_clip, max_reward_clip)`` (AReaL
+    ``areal/trainer/ppo/actor.py``; realhf's ``((s - 0.5) * 2 - b) * c`` is bias ``-0.5 - b/2``, scaling ``2c``).
+    ``max_reward_clip <= 0`` disables the clip. FloatTensor of ``raw``'s shape."""
+    r = (raw + float(cfg.reward_bias)) * float(cfg.reward_scaling)
+    if cfg.max_reward_clip > 0:
+        r = r.clamp(-float(cfg.max_reward_clip), float(cfg.max_reward_clip))
+    return r
+
+
+def make_train_batch(groups: list[Group], cfg, pad_id: int) -> TrainBatch:
+    """Pack groups into a right-padded TrainBatch with per-token advantages.
+
+    Advantages: group normalisation (GRPO) of the shaped rewards (:func:`shaped_rewards`), or rewards
+    broadcast to tokens and normalised over all valid tokens of the batch (``adv_norm = global``).
+    Groups may differ in size (a workflow decides how many samples an episode has); group normalisation
+    is then per group.
+    """
+    samples = [s for g in groups for s in g.samples]
+    batch = build_train_batch(
+        [(s.prompt_ids, s.output_ids, s.behaviour_logprobs, s.versions) for s in samples], pad_id=pad_id
+    )
+    sizes = {len(g.samples) for g in groups}
+    if cfg.adv_norm == "group":
+        if len(sizes) == 1:
+            raw = torch.tensor([[s.reward for s in g.samples] for g in groups], dtype=torch.float32)
+            adv = group_normalized_advantages(shaped_rewards(raw, cfg)).flatten()
+        else:
+            adv = torch.cat([group_normalized_advantages(shaped_rewards(
+                torch.tensor([[s.reward for s in g.samples]], dtype=torch.float32), cfg)).flatten() for g in groups])
+        batch.advantages = broadcast_to_tokens(adv, batch.loss_mask)
+    else:
+        raw = torch.tensor([s.reward for s in samples], dtype=torch.float32)
+        batch.advantages = global_normalized_token_advantages(
+            broadcast_to_tokens(shaped_rewards(raw, cfg), batch.loss_mask), batch.loss_mask)
+    return batch
+
+
+def train_on_groups(engine, groups: list[Group], cfg, pad_id: int) -> dict[str, float]:
+    """One RL training step in the trainer: :func:`make_train_batch` then :func:`ppo_update`. Returns
+    ppo_update's stats plus ``tokens`` (prompt + response tokens of the batch), ``response_tokens`` and
+    ``batch_s`` (seconds building the batch)."""
+    t0 = time.monotonic()
+    batch = make_train_batch(groups, cfg, pad_id)
+    batch_s = time.monotonic() - t0
+    stats = ppo_update(engine, batch, cfg)
+    return {**stats, "tokens": float(batch.attention_mask.sum()), "response_tokens": float(batch.loss_mask.sum()),
+            "batch_s": batch_s}
+
+
+def ppo_update(engine, batch: TrainBatch, cfg) -> dict[str, float]:
+    """Recompute proximal logprobs, then one decoupled-PPO optimiser step per minibatch (runs in a thread).
+
+    Minibatches: ``ppo_n_minibatches`` contiguous row splits. With ``max_tokens_per_mb > 0`` each minibatch is
+    split into micro-batches of at most that many tokens and packed (:func:`~areal_cli.trainer.micro_batches.
+    split_by_tokens`; right-padded instead under pipeline parallelism); proximal logprobs are recomputed per
+    micro-batch with the weights from before the step, and gradients accumulate over the micro-batches of a
+    minibatch. The loss of each micro-batch is normalised by the minibatch's number of loss tokens, so the
+    step equals the unsplit one up to float summation order (tests/test_micro_batches.py).
+
+    Returns loss, grad_norm, clip_frac, iw_capped_frac, ``n_micro_batches`` and ``cpu_s``: CPU seconds of the
+    calling thread (compared with wall time it shows whether the trainer had its core to itself).
+    Raises:
+        UserError: a sequence longer than ``max_tokens_per_mb``.
+    """
+    from areal_cli.trainer.micro_batches import split_by_tokens
+
+    cpu0 = time.thread_time()
+    budget = int(getattr(cfg, "max_tokens_per_mb", 0) or 0)
+
+    def proximal(b: TrainBatch) -> None:
+        if cfg.recompute_proximal:
+            b.proximal_logprobs = engine.logprobs(b, temperature=cfg.temperature) * b.loss_mask
+        else:
+            b.proximal_logprobs = b.behaviour_logprobs.clone()
+
+    if budget:
+        minibatches = batch.split(cfg.ppo_n_minibatches)
+        plan = [(mb, split_by_tokens(mb, budget, pack=getattr(engine, "pp", 1) == 1)) for mb in minibatches]
+        for _, micro in plan:  # all proximal logprobs before the first update
+            for m in micro:
+                proximal(m)
+    else:
+        proximal(batch)
+        plan = [(mb, [mb]) for mb in batch.split(cfg.ppo_n_minibatches)]
+    loss_cfg = DecoupledPPOConfig(cfg.eps_clip, cfg.behav_imp_weight_cap)
+    totals: dict[str, float] = {"n_tokens": 0.0, "n_clipped": 0.0, "n_iw_capped": 0.0}
+    out: dict[str, float] = {}
+    for mb, micro in plan:
+        n_valid = max(mb.n_loss_tokens, 1)
+
+        def loss_fn(lp: torch.Tensor, m: TrainBatch) -> torch.Tensor:
+            loss, st = decoupled_ppo_loss(lp, m.proximal_logprobs, m.behaviour_logprobs, m.advantages,
+                                          m.loss_mask, n_valid, loss_cfg)
+            for k in totals:
+                totals[k] += st[k]
+            return loss
+
+        out = engine.train_step(micro, loss_fn, temperature=cfg.temperature)
+    _sum_over_data_parallel(totals)
+    n = max(totals["n_tokens"], 1.0)
+    return {"loss": out["loss"], "grad_norm": out["grad_norm"], "clip_frac": totals["n_clipped"] / n,
+            "iw_capped_frac": totals["n_iw_capped"] / n, "n_micro_batches": float(sum(len(m) for _, m in plan)),
+            "cpu_s": time.thread_time() - cpu0}
+
+
+def _sum_over_data_parallel(totals: dict[str, float]) -> None:
+    """Sum the loss-function counters over data-parallel ranks, in place (no-op in one process).
+
+    Each rank counts the rows its ``loss_fn`` saw: its share when the engine splits the batch, all of it when
+    it does not; fractions ``n_x / n_tokens`` are the global ones either way."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return
+    from megatron.core import parallel_state as ps
+
+    if ps.get_data_parallel_world_size() == 1:
+        return
+    keys = sorted(totals)
+    t = torch.tensor([totals[k] for k in keys], dtype=torch.float64)
+    dist.all_reduce(t, group=ps.get_data_parallel_group())
+    for k, v in zip(keys, t.tolist()):
+        totals[k] = v
+
+
+# --------------------------------------------------------------------------------------------------
+# Checkpoints
+# --------------------------------------------------------------------------------------------------
+def save_trainer_checkpoint(engine, run_dir: Path, step: int, *, hf_dir: Path, rng: dict, state: dict,
+                            keep: int) -> Path | None:
+    """:func:`~areal_cli.checkpoint.save_checkpoint` with the engine's optimizer state, written by global rank 0
+    only (data-parallel replicas hold the same state; config refuses checkpoints with model parallelism)."""
+    import torch.distributed as dist
+
+    from areal_cli.checkpoint import save_checkpoint
+
+    if dist.is_initialized() and dist.get_rank() != 0:
+        return None
+    return save_checkpoint(run_dir, step, hf_dir=hf_dir, optimizer_state=engine.optimizer.state_dict(), rng=rng,
+                           state=state, keep=keep)

@@ -1,0 +1,117 @@
+"""Micro-batches by token budget with packing: the RL step's loss, gradient and update equal the unsplit
+batch's; packing keeps every token's logprob; a sequence over the budget is one clear error."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from areal_cli.config import TrainConfig
+from areal_cli.errors import UserError
+from areal_cli.trainer.batch import build_train_batch
+from areal_cli.trainer.megatron_engine import MegatronEngine
+from areal_cli.trainer.micro_batches import ffd_allocate, pack_rows, split_by_tokens
+from areal_cli.trainer.steps import ppo_update
+from tests.test_megatron_engine import make_model_dir
+
+LENGTHS = ((3, 6), (5, 2), (2, 9), (7, 4), (4, 1), (6, 8), (3, 3), (8, 5))  # (prompt, response) tokens
+
+
+def rl_batch(vocab: int, seed: int = 0):
+    """Eight sequences of varied lengths with behaviour logprobs, mixed versions and +-1 advantages."""
+    g = torch.Generator().manual_seed(seed)
+    samples, adv = [], []
+    for i, (p, r) in enumerate(LENGTHS):
+        ids = torch.randint(3, vocab, (p + r,), generator=g).tolist()
+        lps = (-torch.rand(r, generator=g) * 3).tolist()
+        samples.append((ids[:p], ids[p:], lps, [i % 3] * r))
+        adv.append(1.0 if i % 2 else -1.0)
+    return build_train_batch(samples, pad_id=0, advantages=adv)
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    d = make_model_dir(tmp_path_factory.mktemp("mb_model"))
+    return MegatronEngine(d, lr=1e-3, seed=0)
+
+
+def test_ffd_never_exceeds_the_budget_and_keeps_every_sequence():
+    lengths = [9, 7, 11, 11, 5, 14, 6, 13]
+    groups = ffd_allocate(lengths, 20)
+    assert sorted(i for g in groups for i in g) == list(range(8))
+    assert all(sum(lengths[i] for i in g) <= 20 for g in groups)
+    with pytest.raises(ValueError, match="exceeds the capacity"):
+        ffd_allocate([21], 20)
+
+
+def test_packed_rows_give_every_token_its_own_logprob(engine):
+    b = rl_batch(engine.vocab_size)
+    ref = engine.logprobs(b)
+    packed = pack_rows(b, list(range(b.batch_size)))
+    assert packed.packed and packed.batch_size < b.batch_size  # several sequences share a row
+    assert int(packed.attention_mask.sum()) == int(b.attention_mask.sum())
+    lp = engine.logprobs(packed)
+    # every loss position of the packed layout maps back to one of the original batch: same values
+    assert int(packed.loss_mask.sum()) == int(b.loss_mask.sum())
+    got = sorted(lp[packed.loss_mask > 0].tolist())
+    want = sorted(ref[b.loss_mask > 0].tolist())
+    assert max(abs(x - y) for x, y in zip(got, want)) < 2e-6
+    assert sorted(packed.behaviour_logprobs[packed.loss_mask > 0].tolist()) == \
+        sorted(b.behaviour_logprobs[b.loss_mask > 0].tolist())
+    # the position where one sequence would predict the next one's first token is never trained
+    seg = packed.segment_ids
+    boundary = (seg[:, 1:] != seg[:, :-1])
+    assert not bool((packed.loss_mask[boundary] != 0).any()) and bool((packed.versions[boundary] == -1).all())
+
+
+def test_split_respects_the_budget_and_refuses_a_longer_sequence():
+    b = rl_batch(50)
+    mbs = split_by_tokens(b, 20)
+    assert len(mbs) >= 4 and all(int(m.attention_mask.sum()) <= 20 for m in mbs)
+    assert sum(int(m.loss_mask.sum()) for m in mbs) == int(b.loss_mask.sum())
+    with pytest.raises(UserError, match="field 'max_tokens_per_mb': a sequence of 14 tokens"):
+        split_by_tokens(b, 13)
+
+
+@pytest.mark.parametrize("n_minibatches", [1, 2])
+def test_split_and_packed_update_equals_the_unsplit_one(engine, n_minibatches, monkeypatch):
+    """Loss, gradients (before each optimiser step), grad norm, clip fractions and the updated weights:
+    micro-batches of <= 20 tokens (packed) vs one right-padded batch, from the same weights and optimizer state."""
+    base = TrainConfig(ppo_n_minibatches=n_minibatches, batch_size=8, eps_clip=0.2, behav_imp_weight_cap=5.0)
+    start = {k: v.clone() for k, v in engine.model.state_dict().items() if "_extra_state" not in k}
+    real_step = engine.optimizer_step
+    results, weights, grads = {}, {}, {}
+    for budget in (0, 20):
+        engine.model.load_state_dict(start, strict=False)
+        engine.optimizer.state.clear()
+        seen = grads[budget] = []
+
+        def capturing_step():
+            seen.append(torch.cat([p.grad.flatten() for p in engine.model.parameters()]).clone())
+            return real_step()
+
+        monkeypatch.setattr(engine, "optimizer_step", capturing_step)
+        cfg = dataclasses.replace(base, max_tokens_per_mb=budget)
+        results[budget] = ppo_update(engine, rl_batch(engine.vocab_size), cfg)
+        weights[budget] = {k: v.clone() for k, v in engine.model.state_dict().items() if "_extra_state" not in k}
+    monkeypatch.undo()
+    engine.model.load_state_dict(start, strict=False)
+    engine.optimizer.state.clear()
+    one, split = results[0], results[20]
+    assert split["n_micro_batches"] >= 4 and one["n_micro_batches"] == n_minibatches
+    assert split["loss"] == pytest.approx(one["loss"], abs=1e-6)
+    assert split["grad_norm"] == pytest.approx(one["grad_norm"], rel=1e-5)
+    assert (split["clip_frac"], split["iw_capped_frac"]) == pytest.approx((one["clip_frac"], one["iw_capped_frac"]))
+    assert len(grads[0]) == len(grads[20]) == n_minibatches
+    g_diff = max(float((a - b).abs().max() / a.abs().max()) for a, b in zip(grads[0], grads[20]))
+    assert g_diff < 1e-5
+    diff = max(float((weights[0][k] - weights[20][k]).abs().max()) for k in weights[0])
+    moved = max(float((weights[0][k] - start[k]).abs().max()) for k in weights[0])
+    # AdamW moves weights by ~lr = 1e-3 per step whatever the gradient's size, so parameters whose gradient is
+    # ~0 amplify float rounding; the updates still agree to 1 % of a step
+    assert moved > 5e-4 and diff < 0.01 * moved
+    print(f"minibatches {n_minibatches}: loss {one['loss']:.9f} vs {split['loss']:.9f}, grad norm rel diff "
+          f"{abs(split['grad_norm'] / one['grad_norm'] - 1):.2e}, gradient max rel diff {g_diff:.2e}, weights max "
+          f"diff {diff:.2e} (step {moved:.2e})")

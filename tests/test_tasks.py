@@ -1,0 +1,273 @@
+"""Tasks as programs: the public API (dataset, reward, workflow by module:attr), the built-in math and code RL
+tasks on the upstream record formats, prompt rendering, and bad input in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from areal_cli.api.records import heldout_by_hash, iter_records, parse_source, read_records
+from areal_cli.api.reward import reward_kwargs
+from areal_cli.config import TrainConfig
+from areal_cli.errors import UserError
+
+REPO = Path(__file__).resolve().parents[1]
+MINI_MATH = REPO / "recipes" / "data" / "boba-106k-mini.jsonl"
+MINI_CODE = REPO / "recipes" / "data" / "boba2-rl-code-mini.jsonl"
+
+
+def areal(*args: str, cwd: Path, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "areal_cli.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
+
+
+def rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+# ------------------------------------------------------------------------------------ a user's own task
+USER_RECIPE = """\
+# my own task: records, reward and workflow in this folder, nothing in the kit changed
+task: custom
+dataset: data/copy.jsonl
+prompt_field: question
+prompt_template: chat
+required_fields: [question, answer]
+heldout_fraction: 0.25
+reward: rewards.py:exact_match
+workflow: my_workflow:SkipSevens
+workflow_args: {{skip_suffix: "7"}}
+sft_target_field: answer
+sft_n_examples: 64
+sft_batch_size: 16
+sft_max_steps: 6
+sft_eval_every: 3
+sft_stop_accuracy: 0.5
+batch_size: 3
+group_size: 2
+max_new_tokens: 6
+max_steps: 3
+target_accuracy: 0
+eval_every: 1
+eval_n_prompts: 6
+max_tokens_per_mb: 64
+reward_timeout_s: 10
+"""
+
+USER_REWARD = """\
+def exact_match(prompt, completion, prompt_ids, completion_ids, *, answer, **fields):
+    assert isinstance(prompt_ids, list) and isinstance(completion_ids, list) and "question" in fields
+    return 1.0 if completion.strip() == answer else 0.0
+"""
+
+USER_WORKFLOW = """\
+from areal_cli.api import Group, Item
+
+
+class SkipSevens:
+    \"\"\"One sampled answer per prompt and one greedy one; items whose id ends in skip_suffix are rejected.\"\"\"
+
+    def __init__(self, skip_suffix):
+        self.skip_suffix = skip_suffix
+
+    async def arun_episode(self, client, item: Item) -> Group | None:
+        if item.id.endswith(self.skip_suffix):
+            return None
+        sampled = await client.generate(item.prompt_ids, n=client.group_size)
+        greedy = await client.generate(item.prompt_ids, temperature=0.0)
+        comps = sampled + greedy
+        return client.group(item, comps, await client.score(item, comps))
+"""
+
+
+def write_user_task(d: Path) -> Path:
+    (d / "data").mkdir(parents=True)
+    words = ["ab", "cd", "ef", "gh", "ij", "kl", "mn", "op", "qr", "st", "uv", "wx", "yz", "ba", "dc", "fe", "hg",
+             "ji", "lk", "nm"]
+    with (d / "data" / "copy.jsonl").open("w") as f:
+        for i, w in enumerate(words):
+            f.write(json.dumps({"id": f"q{i}", "question": f"copy {w}", "answer": w}) + "\n")
+    (d / "rewards.py").write_text(USER_REWARD)
+    (d / "my_workflow.py").write_text(USER_WORKFLOW)
+    recipe = d / "my-task.yaml"
+    recipe.write_text(USER_RECIPE.format())
+    return recipe
+
+
+@pytest.mark.slow
+def test_a_task_defined_in_a_temporary_directory_trains_for_3_steps(tmp_path):
+    recipe = write_user_task(tmp_path / "mytask")
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    r = areal("train", str(recipe), "--out", str(tmp_path / "run"), "--no-live", cwd=elsewhere)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    lines = rows(tmp_path / "run" / "metrics.jsonl")
+    assert [x["step"] for x in lines] == [0, 1, 2, 3] and lines[-1]["version"] == 3
+    rl = lines[1:]
+    assert all(x["reward_error"] == 0 and x["reward_timeout"] == 0 for x in rl) and rl[-1]["reward_ok"] > 0
+    assert rl[-1]["groups_rejected"] > 0  # q7 and q17 are rejected by the user's workflow, and counted
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["task"] == "custom" and summary["final_version"] == 3
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["reward"] == f"{(tmp_path / 'mytask' / 'rewards.py').resolve()}:exact_match"
+    assert config["code_dir"] == str((tmp_path / "mytask").resolve())
+
+
+def test_user_code_that_cannot_load_is_one_line_and_nothing_is_written(tmp_path):
+    recipe = write_user_task(tmp_path / "t")
+    cases = [
+        (["-o", "reward=no_such_module_x:f"], "field 'reward': no module named 'no_such_module_x'"),
+        (["-o", "reward=rewards.py:nope"], "has no attribute 'nope'"),
+        (["-o", "workflow=my_workflow:Missing"], "field 'workflow': my_workflow has no attribute 'Missing'"),
+        (["-o", "workflow_args={colour: 3}"], "field 'workflow': my_workflow:SkipSevens(**workflow_args) failed"),
+        (["-o", "dataset=hf:someone/data", "-o", f"dataset_revision={'a' * 40}"],
+         "field 'dataset': cannot load hf:someone/data at revision"),
+        (["-o", "dataset=hf:someone/data"], "needs 'dataset_revision'"),
+    ]
+    for extra, message in cases:
+        out = tmp_path / f"run{len(message)}"
+        r = areal("train", str(recipe), "--out", str(out), "--no-live", *extra, cwd=tmp_path / "t",
+                  env={"HF_HUB_OFFLINE": "1"})
+        assert r.returncode == 2, (extra, r.stderr[-1500:])
+        assert message in r.stderr and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, (extra, r.stderr)
+        assert not out.exists()
+    (tmp_path / "t" / "my_workflow.py").write_text("x = 1\ny = 1 / 0\n")
+    r = areal("train", str(recipe), "--out", str(tmp_path / "o"), "--no-live", cwd=tmp_path)
+    assert r.returncode == 2 and "raised ZeroDivisionError: division by zero" in r.stderr
+    assert "my_workflow.py:2)" in r.stderr and not (tmp_path / "o").exists()
+
+
+def test_a_record_without_a_required_field_names_file_line_and_field(tmp_path):
+    recipe = write_user_task(tmp_path / "t")
+    data = tmp_path / "t" / "data" / "copy.jsonl"
+    lines = data.read_text().splitlines()
+    lines[2] = json.dumps({"id": "q2", "question": "copy ef"})
+    data.write_text("\n".join(lines) + "\n")
+    r = areal("train", str(recipe), "--out", str(tmp_path / "o"), "--no-live", cwd=tmp_path)
+    assert r.returncode == 2 and f"{data}:3: field 'answer': missing" in r.stderr, r.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_prompt_template_mismatch_is_one_line_and_leaves_no_run(tmp_path):
+    """R1-template records on a tokenizer without R1's markers (a chatml tiny model)."""
+    r = areal("train", "mini-math", "--out", str(tmp_path / "o"), "--no-live", "-o", "model_chat_template=chatml",
+              "-o", "prompt_template=chat", cwd=tmp_path)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "field 'prompt': prompt template mismatch: the record carries the r1 chat template" in r.stderr
+    assert "boba-106k-mini.jsonl:" in r.stderr and not (tmp_path / "o").exists()
+
+
+# ------------------------------------------------------------------------------------------ records
+def test_jsonl_and_parquet_records_with_locations_and_a_stable_heldout_split(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    recs = [{"query_id": i, "prompt": f"p{i}", "solutions": ["1"]} for i in range(40)]
+    pq.write_table(pa.Table.from_pylist(recs), tmp_path / "d.parquet")
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    for name in ("d.parquet", "d.jsonl"):
+        got = read_records(parse_source(name, what="dataset", base_dir=tmp_path), what="dataset", id_field="query_id")
+        assert [r.id for r in got] == [str(i) for i in range(40)]
+        assert got[3].where.endswith(("d.jsonl:4", "d.parquet: row 4"))
+        train, held = heldout_by_hash(got, 0.25)
+        assert 4 <= len(held) <= 18 and len(train) + len(held) == 40
+        # the split depends on the ids only: reversed order, same held-out ids
+        assert {r.id for r in heldout_by_hash(got[::-1], 0.25)[1]} == {r.id for r in held}
+    (tmp_path / "bad.jsonl").write_text('{"prompt": "a"}\n{"prompt": \n')
+    with pytest.raises(UserError, match=r"bad.jsonl:2: malformed JSON"):
+        read_records(parse_source(str(tmp_path / "bad.jsonl"), what="dataset"), what="dataset")
+    with pytest.raises(UserError, match="field 'dataset': .*nothing.jsonl not found"):
+        parse_source("nothing.jsonl", what="field 'dataset'", base_dir=tmp_path)
+
+
+def test_function_datasets_stream_records_lazily():
+    src = parse_source("areal_cli.tasks.tiny_arith:records", what="dataset")
+    it = iter_records(src, what="dataset", split="train", seed=1, required=("prompt", "answer"), id_field="id")
+    first = [next(it) for _ in range(3)]
+    assert all(r.fields["prompt"].startswith("reverse ") for r in first)
+    assert first[0].where == "areal_cli.tasks.tiny_arith:records(train) item 1"
+
+
+# ---------------------------------------------------------------------------------------- math-rl
+def test_math_rl_reward_is_the_eval_grader_over_every_solution():
+    from areal_cli.tasks import math_rl
+
+    r1 = "<｜User｜>What is 1+1?<｜Assistant｜><think>\n"
+    assert math_rl.reward(r1, "so 2</think>\n\\boxed{2}", [1], [2], solutions=["\\boxed{2}"]) == 1.0
+    assert math_rl.reward(r1, "so 2</think>\nThe answer is \\boxed{\\frac{4}{2}}", [1], [2], solutions=["2"]) == 1.0
+    # an answer boxed only inside the unfinished thinking is not the final answer (areal eval's rule)
+    assert math_rl.reward(r1, "maybe \\boxed{2} hmm", [1], [2], solutions=["\\boxed{2}"]) == 0.0
+    assert math_rl.reward(r1, "</think>\\boxed{-3, 3}", [1], [2], solutions=["\\boxed{3, -3}", "\\boxed{0}"]) == 1.0
+    assert math_rl.reward(r1, "</think>\\boxed{5}", [1], [2], solutions=["\\boxed{3}", "\\boxed{4}"]) == 0.0
+    assert math_rl.reward("plain prompt", "\\boxed{7}", [1], [2], solutions=["\\boxed{7}"], task="math") == 1.0
+
+
+def test_math_rl_records_are_checked_as_upstream():
+    from areal_cli.tasks.math_rl import check_record
+
+    check_record({"prompt": "x", "task": "math", "query_id": "a", "solutions": ["\\boxed{1}"]})
+    check_record({"prompt": "x", "query_id": 3, "solutions": ["1"]})  # a missing task means math
+    for bad, msg in (({"prompt": "x", "task": "code", "solutions": ["1"]}, "field 'task'"),
+                     ({"prompt": "x", "solutions": []}, "field 'solutions'"),
+                     ({"prompt": "x", "solutions": "\\boxed{1}"}, "field 'solutions'"),
+                     ({"prompt": 3, "solutions": ["1"]}, "field 'prompt'")):
+        with pytest.raises(ValueError, match=msg):
+            check_record(bad)
+
+
+def test_mini_math_prompts_are_used_verbatim_with_r1_bos(tmp_path):
+    from areal_cli.models.tiny import build_tiny_model, load_tokenizer
+    from areal_cli.tasks.task import Task
+
+    cfg = TrainConfig(task="math-rl", dataset=str(MINI_MATH), prompt_template="r1-distill", heldout_fraction=0.2)
+    task = Task(cfg)
+    tok = load_tokenizer(build_tiny_model(tmp_path / "m", corpus=task.tokenizer_corpus(), chat_template="r1"))
+    task.bind(tok)
+    raw = [json.loads(line) for line in MINI_MATH.read_text().splitlines()]
+    items = task.heldout(50) + [next(task.train_stream()) for _ in range(3)]
+    for item in items:
+        rec = next(r for r in raw if r["query_id"] == item.id)
+        assert item.prompt == rec["prompt"]  # detected as templated: not wrapped a second time
+        assert item.prompt_ids[0] == tok.bos_token_id and item.prompt_ids.count(tok.bos_token_id) == 1
+        assert tok.decode(item.prompt_ids[1:]) == rec["prompt"]
+    # a plain record is wrapped by the protocol (R1's template with the boxed instruction)
+    text, ids = task._renderer.render({"prompt": "What is 2+2?"}, "x:1")
+    assert text.startswith("<｜User｜>What is 2+2?\nPlease reason step by step") and text.endswith("<think>\n")
+
+
+# ---------------------------------------------------------------------------------------- code-rl
+def test_every_mini_code_reference_solution_passes_and_a_wrong_one_fails():
+    from areal_cli.tasks import code_rl
+
+    recs = [json.loads(line) for line in MINI_CODE.read_text().splitlines()]
+    assert {bool(json.loads(r["input_output"])["fn_name"]) for r in recs} == {True, False}
+    prompt = "<|im_start|>user\nq\n/think<|im_end|>\n<|im_start|>assistant\n<think>"
+    for r in recs:
+        code_rl.check_record(r)
+        done = f"ok</think>\n```python\n{r['solutions'][0]}\n```"
+        assert code_rl.reward(prompt, done, [1], [2], **reward_kwargs(r)) == 1.0, r["query_id"]
+    wrong = "</think>\n```python\nprint('definitely not the answer')\n```"
+    assert code_rl.reward(prompt, wrong, [1], [2], **reward_kwargs(recs[0])) == 0.0
+
+
+def test_code_records_are_checked_as_upstream():
+    from areal_cli.tasks.code_rl import check_record
+
+    ok = {"prompt": "p", "input_output": json.dumps({"inputs": ["1\n"], "outputs": ["2\n"], "fn_name": ""})}
+    check_record(ok)
+    for io, msg in ((json.dumps({"inputs": ["1"], "outputs": []}), "1 inputs but 0 outputs"),
+                    ("{not json", "not JSON"),
+                    (json.dumps({"inputs": ["1"], "outputs": ["1"], "remote": True}), "remote test files"),
+                    (json.dumps({"inputs": ["[1, 2"], "outputs": ["3"], "fn_name": "f"}), "not one JSON value per line"),
+                    (json.dumps({"inputs": [], "outputs": []}), "no test cases"),
+                    ({"inputs": ["1"]}, "expected a JSON-encoded string")):
+        with pytest.raises(ValueError, match=msg):
+            check_record({**ok, "input_output": io})
+    with pytest.raises(ValueError, match="field 'language'"):
+        check_record({**ok, "language": "CPP"})
