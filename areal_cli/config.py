@@ -86,8 +86,8 @@ class TrainConfig:
     success_rate_ub: float = 1.0  # groups with success rate > ub are dropped (counted)
     reward_timeout_s: float = 5.0
     reward_workers: int = 1
-    server_max_running_requests: int = 256
-    server_max_total_tokens: int = 65536  # KV-cache cap per server, tokens
+    server_max_running_requests: int = 256  # 0: SGLang decides (rollout_engine sglang only)
+    server_max_total_tokens: int = 65536  # KV-cache cap per server, tokens; 0: SGLang decides (sglang only)
     interruptible: bool = True  # weight updates abort in-flight samples (resumed); False: wait for them
     rollout_process: bool = False  # run the rollout controller in its own process (no GIL shared with the trainer)
     # rollout engine: "embedded" (our CPU server, n_servers of them), "sglang" (n_servers real SGLang servers
@@ -98,6 +98,7 @@ class TrainConfig:
     sglang_mem_fraction_static: float = 0.8  # share of GPU memory SGLang reserves (weights + KV cache)
     sglang_dtype: str = "bfloat16"
     sglang_extra_args: str = ""  # appended verbatim (shell-split) to python -m sglang.launch_server
+    sglang_context_length: int = 0  # 0: max_prompt_len (or 1024) + max_new_tokens
     # weight sync after each step: "disk" (save HF weights, /update_weights_from_disk) or "xccl"
     # (AReaL's name: /update_weights_from_distributed: bucketed broadcast from the trainer's head rank; nccl on GPUs, gloo on CPU)
     weight_update_mode: str = "disk"
@@ -105,9 +106,12 @@ class TrainConfig:
 
     # --- trainer ------------------------------------------------------------------------------
     lr: float = 3e-4
+    lr_scheduler: str = "constant"  # RL learning rate: constant | linear | cosine (areal_cli.sft.lr_at), over max_steps
+    warmup_proportion: float = 0.0  # linear warmup over this fraction of max_steps
     weight_decay: float = 0.0
     adam_beta1: float = 0.9
     adam_beta2: float = 0.999
+    adam_eps: float = 1e-8
     grad_clip: float = 1.0
     eps_clip: float = 0.2
     behav_imp_weight_cap: float = 5.0
@@ -129,9 +133,10 @@ class TrainConfig:
 
     # --- loop / evaluation --------------------------------------------------------------------
     max_steps: int = 200
+    epochs: int = 0  # > 0: max_steps = epochs * (training records // batch_size), as AReaL counts (file datasets)
     target_accuracy: float = 0.9  # stop early once held-out accuracy reaches it (0 disables)
     eval_every: int = 1
-    eval_n_prompts: int = 128  # held-out prompts of the task evaluated every eval_every steps
+    eval_n_prompts: int = 128  # held-out prompts of the task evaluated every eval_every steps (0: none)
     eval_n_samples: int = 1  # samples per held-out prompt
     eval_temperature: float = 0.0  # 0: greedy
     # `areal eval` benchmarks evaluated in the loop (areal_cli.eval.in_loop), every eval_benchmark_every steps
@@ -172,14 +177,14 @@ class TrainConfig:
             return UserError(f"{loc}: field '{name}': {why} (got {getattr(self, name)!r})")
 
         for name in ("batch_size", "group_size", "max_new_tokens", "n_servers", "sft_batch_size", "eval_n_samples",
-                     "ppo_n_minibatches", "eval_n_prompts", "torch_threads", "reward_workers",
+                     "ppo_n_minibatches", "torch_threads", "reward_workers",
                      "sft_max_tokens_per_mb", "keep_checkpoints", "trainer_data_parallel",
                      "trainer_tensor_parallel", "trainer_pipeline_parallel"):
             if getattr(self, name) <= 0:
                 raise bad(name, "must be > 0")
         for name in ("max_head_offpolicyness", "max_steps", "sft_max_steps", "max_concurrent_rollouts",
                      "eval_every", "time_limit_s", "sft_pack_row_tokens", "checkpoint_every", "max_reward_clip",
-                     "eval_benchmark_every", "eval_max_problems"):
+                     "eval_benchmark_every", "eval_max_problems", "eval_n_prompts"):
             if getattr(self, name) < 0:
                 raise bad(name, "must be >= 0")
         for name in ("lr", "sft_lr", "grad_clip", "eps_clip", "behav_imp_weight_cap", "reward_timeout_s",
@@ -227,7 +232,18 @@ class TrainConfig:
             raise bad("model_chat_template", "must be 'chatml', 'qwen3' or 'r1'")
         if not 0.0 <= self.heldout_fraction < 1.0:
             raise bad("heldout_fraction", "must be in [0, 1)")
-        for name in ("max_prompt_len", "max_tokens_per_mb"):
+        for name in ("server_max_running_requests", "server_max_total_tokens"):
+            if getattr(self, name) < 0 or (getattr(self, name) == 0 and self.rollout_engine == "embedded"):
+                raise bad(name, "must be > 0 (0, SGLang's default, only with rollout_engine sglang)")
+        if self.sglang_context_length and self.sglang_context_length <= self.max_new_tokens:
+            raise bad("sglang_context_length", f"must exceed max_new_tokens={self.max_new_tokens} (0: derived)")
+        if self.lr_scheduler not in ("constant", "linear", "cosine"):
+            raise bad("lr_scheduler", "must be constant, linear or cosine")
+        if not 0.0 <= self.warmup_proportion <= 1.0:
+            raise bad("warmup_proportion", "must be in [0, 1]")
+        if not self.adam_eps > 0:
+            raise bad("adam_eps", "must be > 0")
+        for name in ("max_prompt_len", "max_tokens_per_mb", "epochs", "sglang_context_length"):
             if getattr(self, name) < 0:
                 raise bad(name, "must be >= 0 (0: no limit)")
         if not all(isinstance(x, str) and x for x in self.required_fields):
@@ -383,7 +399,7 @@ def load_recipe(name_or_path: str) -> tuple[TrainConfig, Path]:
             raise UserError(f"{p}:{k.start_mark.line + 1}: field '{k.value}': duplicate key "
                             f"(first at line {lines[k.value]})")
         lines[k.value] = k.start_mark.line + 1
-    cfg = TrainConfig()
+    cfg = TrainConfig(recipe=p.stem)  # a flat recipe is named by its file unless it says otherwise
     for key, value in data.items():
         where = f"{p}:{lines.get(key, 1)}"
         if key not in _FIELDS:

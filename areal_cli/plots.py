@@ -44,9 +44,10 @@ def plot_learning_curve(metrics_jsonl: Path, out_png: Path, *, target: float | N
     for i, (label, path) in enumerate(runs.items()):
         color = f"C{i}"
         rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-        steps = [r["step"] for r in rows]
-        secs = [r["elapsed_s"] for r in rows]
-        acc = [r["accuracy"] for r in rows]
+        measured = [r for r in rows if r.get("accuracy") is not None]  # runs without a held-out set have none
+        steps = [r["step"] for r in measured]
+        secs = [r["elapsed_s"] for r in measured]
+        acc = [r["accuracy"] for r in measured]
         ax_step.plot(steps, acc, marker=".", color=color, label=f"{label}: held-out accuracy")
         ax_time.plot(secs, acc, marker=".", color=color, label=f"{label}: held-out accuracy")
         for j, bench in enumerate(sorted({b for r in rows for b in (r.get("eval_benchmarks") or {})})):

@@ -94,8 +94,9 @@ def launch_servers(cfg: TrainConfig, model_dir: Path, version: int, out: Path, l
     gpu_ids = [[(first + i * tp + j) % n_gpus for j in range(tp)] for i in range(cfg.n_servers)] if n_gpus else None
     template = sglang_args_from_config(
         str(model_dir), tp_size=tp, mem_fraction_static=cfg.sglang_mem_fraction_static,
-        max_total_tokens=cfg.server_max_total_tokens, max_running_requests=cfg.server_max_running_requests,
-        max_prompt_tokens=cfg.max_prompt_len or 1024, max_new_tokens=cfg.max_new_tokens,
+        max_total_tokens=cfg.server_max_total_tokens or None, max_running_requests=cfg.server_max_running_requests or None,
+        max_prompt_tokens=(cfg.sglang_context_length - cfg.max_new_tokens) if cfg.sglang_context_length
+        else (cfg.max_prompt_len or 1024), max_new_tokens=cfg.max_new_tokens,
         dtype=cfg.sglang_dtype, seed=cfg.seed, weight_version=str(version),
         extra_args=shlex.split(cfg.sglang_extra_args))
     log(f"starting {cfg.n_servers} SGLang rollout server(s) (tp {tp}, GPUs {gpu_ids})")

@@ -339,6 +339,8 @@ class PublishedTrainSpec:
     in the comment (never "unknown").
     """
 
+    task: str  # the areal task that reads the recipe's data and rewards it (areal_cli/tasks: math-rl, code-rl)
+    prompt_template: str  # how prompts are rendered (an `areal eval` protocol; a template in a record is used as is)
     seed: int
     max_steps: int | None  # PPO steps; null: run `epochs`
     epochs: int | None  # exp_ctrl.total_train_epochs
@@ -439,6 +441,13 @@ class PublishedTrainSpec:
         if self.max_prompt_len + self.max_new_tokens > self.sglang_context_length:
             raise bad("max_new_tokens", f"max_prompt_len + max_new_tokens exceeds "
                                         f"sglang_context_length={self.sglang_context_length}")
+        from areal_cli.eval.protocols import PROTOCOLS
+        from areal_cli.tasks.registry import PRESETS
+
+        if self.task not in PRESETS or self.task in ("custom", "tiny-arith"):
+            raise bad("task", f"must be a built-in data task ({', '.join(t for t in PRESETS if t not in ('custom', 'tiny-arith'))})")
+        if self.prompt_template not in PROTOCOLS and self.prompt_template not in ("chat", "none"):
+            raise bad("prompt_template", f"must be chat, none or an areal eval protocol ({', '.join(PROTOCOLS)})")
         if kind == "async-ppo" and self.max_head_offpolicyness == 0:
             raise bad("max_head_offpolicyness", "kind async-ppo needs eta > 0 (eta = 0 is sync-ppo)")
         if kind == "sync-ppo" and self.max_head_offpolicyness != 0:
@@ -447,6 +456,8 @@ class PublishedTrainSpec:
 
 #: PublishedTrainSpec field -> AReaL v0.3 (realhf) config key, for fields whose names differ.
 AREAL_KEYS = {
+    "task": "(dataset.type math_code_prompt + the math/code reward of the agent)",
+    "prompt_template": "(AReaL v0.3 tokenises the record's prompt as is)",
     "max_steps": "(PPO steps; exp_ctrl has epochs only)", "epochs": "exp_ctrl.total_train_epochs",
     "batch_size": "dataset.train_bs_n_seqs", "max_prompt_len": "dataset.max_prompt_len",
     "max_new_tokens": "ppo.gen.max_new_tokens", "min_new_tokens": "ppo.gen.min_new_tokens",
@@ -827,17 +838,23 @@ def _apply_variant(recipe: Recipe, name: str) -> TrainConfig | PublishedTrainSpe
 
 
 def train_config_from_recipe(recipe: Recipe | str | Path, variant: str | None = None) -> TrainConfig:
-    """The :class:`TrainConfig` of a ``trainer: cpu`` recipe (what ``areal train`` runs).
+    """The :class:`TrainConfig` of a recipe (what ``areal train`` runs): a ``trainer: cpu`` recipe's ``train``
+    section, or a published RL recipe mapped by :func:`areal_cli.gpu_recipe.gpu_train_config` (SGLang servers
+    and trainer degrees of its allocation; ``model_path`` and ``dataset`` left for the caller: the downloaded
+    base model and data file).
 
     Raises:
-        UserError: the recipe needs GPUs (trainer gpu) or is an SFT recipe; unknown variant.
+        UserError: an SFT recipe (``areal reproduce`` runs it); a setting areal cannot run; unknown variant.
     """
     if not isinstance(recipe, Recipe):
         recipe = load_recipe(recipe)
     if recipe.trainer != "cpu":
-        r = recipe.file.resources
-        raise UserError(f"{recipe.path}: recipe '{recipe.name}' needs a GPU cluster ({r.gpus} GPUs, trainer gpu); "
-                        f"`areal train` runs trainer-cpu recipes only")
+        if recipe.kind == "sft":
+            raise UserError(f"{recipe.path}: recipe '{recipe.name}' is supervised fine-tuning; `areal reproduce "
+                            f"{recipe.name}` runs it (`areal train` runs RL)")
+        from areal_cli.gpu_recipe import gpu_train_config
+
+        return gpu_train_config(recipe, variant)[0]
     cfg = recipe.variant(variant)
     assert isinstance(cfg, TrainConfig)
     return dataclasses.replace(cfg)

@@ -301,9 +301,9 @@ def make_plan(recipe: Recipe, *, eval_only: bool = False, subject: str | None = 
             raise UserError("--model applies to --eval-only (the checkpoint to evaluate)")
         subject = "trained"
         if overrides:
-            if recipe.trainer != "cpu":
-                raise UserError(f"-o {overrides[0]}: recipe '{recipe.name}' is trained by AReaL on a GPU cluster; "
-                                f"-o overrides a CPU recipe's TrainConfig or, with --eval-only, the eval settings")
+            if recipe.kind == "sft":
+                raise UserError(f"-o {overrides[0]}: recipe '{recipe.name}' is supervised fine-tuning; -o overrides "
+                                f"an RL run's TrainConfig or, with --eval-only, the eval settings")
             from areal_cli.config import apply_overrides
             from areal_cli.recipe import train_config_from_recipe
 
@@ -338,11 +338,12 @@ def make_plan(recipe: Recipe, *, eval_only: bool = False, subject: str | None = 
     if not eval_only and recipe.trainer == "gpu":
         alloc = f"allocation {r.allocation}" if r.allocation else "allocation not published"
         if here < r.gpus:
-            blocker = (f"recipe {recipe.name} needs {r.gpus} GPUs ({alloc}); this machine has {here}; "
-                       f"use --dry-run or --eval-only")
-        else:
-            blocker = (f"recipe {recipe.name}: training a trainer-gpu recipe ({r.gpus} GPUs, {alloc}) runs AReaL's "
-                       f"Megatron + SGLang system, which areal does not launch; use --dry-run or --eval-only")
+            blocker = (f"recipe {recipe.name} needs {r.gpus} GPUs ({alloc}); this machine has {here}; use --dry-run, "
+                       f"--eval-only, or `areal launch slurm {recipe.name} --nodes {r.nodes} --gpus-per-node "
+                       f"{r.gpus_per_node} ...` on a cluster")
+        elif r.allocation is None:
+            blocker = (f"recipe {recipe.name}: its allocation is not published ({' '.join((r.note or '').split())}); "
+                       f"train it with `areal launch slurm {recipe.name} --allocation ...`")
     notes = []
     if not f.data.complete and not eval_only:
         notes.append("part of the published training data was never released (data.complete: false): a retrain "
@@ -754,7 +755,7 @@ def reproduce(name: str, *, out_dir: Path | None = None, dry_run: bool = False, 
     ctx = _RunRecord(plan, out, started, t0, list(command if command is not None else sys.argv), console,
                      live=live)
     if plan.mode == "retrain":
-        return ctx.guard(lambda: _retrain(ctx))
+        return ctx.guard(lambda: _retrain(ctx, allow_unpinned=allow_unpinned, data_dir=data_dir, cf_data=cf_data))
     return ctx.guard(lambda: _eval_only(ctx, allow_unpinned=allow_unpinned, data_dir=data_dir, cf_data=cf_data,
                                         model_dir=model_dir))
 
@@ -836,12 +837,16 @@ class _RunRecord:
             raise
 
 
-def _retrain(ctx: _RunRecord) -> Outcome:
-    """Train a CPU recipe into ``OUT/train`` and compare (mode retrain)."""
+def _retrain(ctx: _RunRecord, *, allow_unpinned: bool = False, data_dir: Path | None = None,
+             cf_data: Path | None = None) -> Outcome:
+    """Train the recipe into ``OUT/train`` and compare (mode retrain): a CPU recipe's run and its training
+    figures; a GPU recipe (:func:`_retrain_gpu`) trained on this machine, then evaluated."""
     from areal_cli.config import apply_overrides
     from areal_cli.recipe import train_config_from_recipe
 
     p = ctx.plan
+    if p.recipe.trainer == "gpu":
+        return _retrain_gpu(ctx, allow_unpinned=allow_unpinned, data_dir=data_dir, cf_data=cf_data)
     cfg = apply_overrides(train_config_from_recipe(p.recipe, p.variant), p.overrides)
     render_plan(p, ctx.console)
     ctx.make_dir()
@@ -860,7 +865,6 @@ def _eval_only(ctx: _RunRecord, *, allow_unpinned: bool, data_dir: Path | None, 
                model_dir: Path | None) -> Outcome:
     """Download (or take ``model_dir``), check the checkpoint and the data, evaluate each group, compare."""
     from areal_cli import download as dl
-    from areal_cli.eval import runner
 
     p = ctx.plan
     if model_dir is None:
@@ -871,11 +875,29 @@ def _eval_only(ctx: _RunRecord, *, allow_unpinned: bool, data_dir: Path | None, 
         model_dir = got[role]
         ctx.downloads[role] = Path(model_dir)
     check_checkpoint(Path(model_dir))
-    for g in p.eval_groups:  # every benchmark's data is checked before the first evaluation starts
-        runner.load_selected([g.benchmark], data_dir, date_from=g.date_window[0] if g.date_window else None,
-                             date_to=g.date_window[1] if g.date_window else None)
+    _check_eval_data(p, data_dir)
     render_plan(p, ctx.console)  # bad input and failed downloads above end in one line, without the plan
     ctx.make_dir()
+    measured, why = _evaluate_groups(ctx, Path(model_dir), data_dir, cf_data)
+    checks = _explain(compare(p.recipe.expected, measured, mode="eval_only", subject=p.subject), why)
+    return ctx.finish(checks, measured)
+
+
+def _check_eval_data(p: Plan, data_dir: Path | None) -> None:
+    """Every benchmark's data is checked before the first evaluation (or training) starts."""
+    from areal_cli.eval import runner
+
+    for g in p.eval_groups:
+        runner.load_selected([g.benchmark], data_dir, date_from=g.date_window[0] if g.date_window else None,
+                             date_to=g.date_window[1] if g.date_window else None)
+
+
+def _evaluate_groups(ctx: _RunRecord, model_dir: Path, data_dir: Path | None, cf_data: Path | None
+                     ) -> tuple[dict[str, Measured], dict[str, str]]:
+    """Evaluate ``model_dir`` on every eval group of the plan into ``OUT/eval/<group>``."""
+    from areal_cli.eval import runner
+
+    p = ctx.plan
     measured: dict[str, Measured] = {}
     why: dict[str, str] = {}
     ctx.runs["eval"] = {}
@@ -892,5 +914,60 @@ def _eval_only(ctx: _RunRecord, *, allow_unpinned: bool, data_dir: Path | None, 
         got, reasons = measured_from_eval(entries, g.benchmark, results.get(g.benchmark) or {})
         measured.update(got)
         why.update(reasons)
-    checks = _explain(compare(p.recipe.expected, measured, mode="eval_only", subject=p.subject), why)
+    return measured, why
+
+
+def _download_inputs(ctx: _RunRecord, allow_unpinned: bool) -> tuple[Path, Path]:
+    """The recipe's base model and training data file, downloaded at their pinned revisions (recorded).
+
+    Raises:
+        UserError: unpinned without ``allow_unpinned``, offline, not found, checksum mismatch; a data
+            snapshot without the recipe's file.
+    """
+    from areal_cli import download as dl
+
+    r = ctx.plan.recipe
+    got = dl.download(str(r.path), roles=("model", "data"), allow_unpinned=allow_unpinned)
+    ctx.downloads.update({k: Path(v) for k, v in got.items()})
+    data = Path(got["data"]) / r.file.data.files[0].path
+    if not data.is_file():
+        raise UserError(f"{r.path}: field 'data.files[0].path': {r.file.data.files[0].path} is not in the "
+                        f"downloaded snapshot {got['data']}")
+    return Path(got["model"]), data
+
+
+def _retrain_gpu(ctx: _RunRecord, *, allow_unpinned: bool, data_dir: Path | None, cf_data: Path | None) -> Outcome:
+    """Train a published recipe on this machine (SGLang servers + torchrun trainer on its GPUs, as its
+    allocation places them; :mod:`areal_cli.gpu_recipe`), evaluate the trained weights with the recipe's
+    protocol, compare with the published numbers (mode retrain). SFT recipes: :mod:`areal_cli.sft_job`."""
+    from areal_cli.config import apply_overrides
+    from areal_cli.placement import parse_allocation, place
+
+    p = ctx.plan
+    r = p.recipe
+    _check_eval_data(p, data_dir)
+    placement = place(parse_allocation(r.file.resources.allocation), nodes=1, gpus_per_node=p.gpus_here)
+    model_dir, data_file = _download_inputs(ctx, allow_unpinned)
+    render_plan(p, ctx.console)
+    ctx.make_dir()
+    if r.kind == "sft":
+        from areal_cli.sft_job import run_sft_job
+
+        ctx.runs["train"] = "train"
+        summary = run_sft_job(r.file.sft, model_dir, data_file, ctx.out / "train", placement=placement,
+                              log=lambda m: ctx.console.print(m, markup=False, highlight=False))
+        trained = Path(summary["weights"])
+    else:
+        from areal_cli.gpu_recipe import gpu_train_config
+        from areal_cli.train_loop import run_training
+
+        cfg, notes = gpu_train_config(r, p.variant, placement=placement)
+        cfg.model_path, cfg.dataset, cfg.code_dir = str(model_dir), str(data_file), str(r.path.parent)
+        cfg = apply_overrides(cfg, p.overrides)
+        ctx.runs["train"] = "train"
+        ctx.runs["deviations"] = notes
+        summary = run_training(cfg, ctx.out / "train", live=ctx.live)
+        trained = Path(summary["final_weights"])
+    measured, why = _evaluate_groups(ctx, trained, data_dir, cf_data)
+    checks = _explain(compare(r.expected, measured, mode="retrain", variant=p.variant), why)
     return ctx.finish(checks, measured)

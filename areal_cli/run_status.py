@@ -77,9 +77,9 @@ class RunStatus:
         t.add_column("what", style="cyan")
         t.add_column("value", justify="right")
         warm, ttt, ctl = summary["warm_start"], summary["time_to_target"], summary["controller"]
-        t.add_row("warm start", f"{warm['steps']} steps, {warm['seconds']:.1f} s, accuracy {warm['accuracy']:.3f}")
+        t.add_row("warm start", f"{warm['steps']} steps, {warm['seconds']:.1f} s, accuracy {_fmt(warm['accuracy'])}")
         how = "greedy" if self.cfg.eval_temperature == 0 else f"T {self.cfg.eval_temperature:g}"
-        t.add_row(f"final accuracy (held-out, {how})", f"{summary['final_accuracy']:.3f}")
+        t.add_row(f"final accuracy (held-out, {how})", _fmt(summary["final_accuracy"]))
         t.add_row("policy versions (RL steps)", str(summary["final_version"]))
         if self.cfg.target_accuracy:
             t.add_row(f"time to accuracy {self.cfg.target_accuracy}",

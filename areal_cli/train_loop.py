@@ -135,10 +135,16 @@ def run_training(cfg: TrainConfig, out: Path, *, live: bool = True, record_timel
     """
     if cfg.model_path is not None and not (Path(cfg.model_path) / "config.json").is_file():
         raise UserError(f"model_path '{cfg.model_path}': not a model directory (no config.json)")
+    if cfg.model_path is None and cfg.rollout_engine != "embedded" and resume is None:
+        raise UserError(f"field 'model_path': rollout_engine {cfg.rollout_engine} serves a model directory; set "
+                        f"model_path (a published recipe: `areal download {cfg.recipe}`, then -o model_path=DIR "
+                        f"-o dataset=FILE, or `areal reproduce {cfg.recipe}`)")
     check_cpus(cfg)
     if resume is not None and record_timeline:
         raise UserError("a resumed run cannot record a timeline (areal bench runs are not resumed)")
     task = Task(cfg)
+    if cfg.epochs and resume is None:
+        cfg = dataclasses.replace(cfg, max_steps=steps_for_epochs(cfg, task))
     created = not out.exists()
     if resume is None:
         prepare_out_dir(out)
@@ -160,6 +166,22 @@ def run_training(cfg: TrainConfig, out: Path, *, live: bool = True, record_timel
         raise
     status.summary(summary)
     return summary
+
+
+def steps_for_epochs(cfg: TrainConfig, task: Task) -> int:
+    """RL steps of ``cfg.epochs`` passes over the training records: ``epochs * (records // batch_size)``
+    (AReaL counts steps per epoch the same way, before any filtering).
+
+    Raises:
+        UserError: a generated (endless) dataset, or fewer records than one batch.
+    """
+    if task.train_records is None:
+        raise UserError(f"field 'epochs': task '{task.name}' streams generated records; set max_steps instead")
+    per_epoch = len(task.train_records) // cfg.batch_size
+    if per_epoch == 0:
+        raise UserError(f"field 'epochs': {len(task.train_records)} training records do not fill one batch of "
+                        f"{cfg.batch_size} prompts")
+    return cfg.epochs * per_epoch
 
 
 def resume_training(path: Path, *, live: bool = True) -> dict:
@@ -213,8 +235,8 @@ async def _run(cfg: TrainConfig, out: Path, task: Task, status: RunStatus, timel
                                 num_layers=cfg.model_num_layers, chat_template=cfg.model_chat_template)
     tokenizer = load_tokenizer(base)
     task.bind(tokenizer)
-    eval_items = task.heldout(cfg.eval_n_prompts)
-    if not eval_items:
+    eval_items = task.heldout(cfg.eval_n_prompts) if cfg.eval_n_prompts else []
+    if cfg.eval_n_prompts and not eval_items:
         raise UserError(f"field 'eval_n_prompts': task '{task.name}' has no held-out prompt to evaluate "
                         f"(set eval_dataset or heldout_fraction)")
     stop_ids = stop_token_ids(base, tokenizer)
@@ -244,7 +266,8 @@ async def _run(cfg: TrainConfig, out: Path, task: Task, status: RunStatus, timel
     try:
         pool = open_reward_pool(cfg, task)
         engine_kwargs = dict(hf_model_dir=base, lr=cfg.sft_lr, weight_decay=cfg.weight_decay,
-                             betas=(cfg.adam_beta1, cfg.adam_beta2), grad_clip=cfg.grad_clip, seed=cfg.seed)
+                             betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps, grad_clip=cfg.grad_clip,
+                             seed=cfg.seed)
         trainer = await start_trainer(cfg, engine_kwargs, out, trainer_cpus, status.log)
         if resume is not None:
             await trainer.call("areal_cli.checkpoint:restore_trainer", resume)
@@ -315,15 +338,20 @@ def _restore_weights_dir(out: Path, ckpt: Checkpoint) -> Path:
 # --------------------------------------------------------------------------------------------------
 # Held-out accuracy
 # --------------------------------------------------------------------------------------------------
-async def evaluate(ctx: RunContext) -> float:
+async def evaluate(ctx: RunContext) -> float | None:
     """Held-out accuracy in [0, 1]: the task's workflow on the fixed held-out items with the evaluation's
     sampling (``eval_temperature``, default greedy; ``eval_n_samples`` per prompt), the fraction of samples
     whose reward is > 0 (an episode the workflow rejects counts as wrong). Every token must come from one
     policy version (the servers' current one): nothing may update the weights during an evaluation.
 
+    Returns None when the run has no held-out items (``eval_n_prompts: 0``).
+
     Raises:
         RuntimeError: a held-out reward failed (error or timeout), or the samples mix policy versions.
     """
+    if not ctx.eval_items:
+        return None
+
     async def one(i: int, item: Item) -> Group | None:
         return await ctx.task.workflow.arun_episode(ctx.eval_episodes.for_episode(i), item)
 
@@ -392,7 +420,10 @@ async def warm_start(ctx: RunContext) -> dict:
     acc = await evaluate(ctx)
     ctx.status.phase("warm start", step=0, acc=acc)
     step, kept_state, kept_step = 0, None, 0
-    if cfg.sft_max_steps > 0 and acc < cfg.sft_stop_accuracy:
+    def below(a: float | None) -> bool:  # no held-out set: the warm start runs all sft_max_steps
+        return a is None or a < cfg.sft_stop_accuracy
+
+    if cfg.sft_max_steps > 0 and below(acc):
         examples = ctx.task.sft_examples(cfg.sft_n_examples)
         eos = ctx.tokenizer.eos_token_id
         encoded = [(item.prompt_ids, ctx.tokenizer.encode(target, add_special_tokens=False) + [eos])
@@ -403,7 +434,7 @@ async def warm_start(ctx: RunContext) -> dict:
         except ValueError as e:
             raise UserError(f"config: fields 'sft_*': {e}") from None
         await ctx.train(f"{STEPS}:sft_begin", encoded, sft_cfg, ctx.tokenizer.pad_token_id)
-    while step < cfg.sft_max_steps and acc < cfg.sft_stop_accuracy:
+    while step < cfg.sft_max_steps and below(acc):
         # weights evaluated below the stop accuracy: where to roll back to if the next eval overshoots 0.5
         await ctx.train(f"{STEPS}:keep_weights")
         kept_state, kept_step = True, step
@@ -414,8 +445,8 @@ async def warm_start(ctx: RunContext) -> dict:
         acc = await evaluate(ctx)
         ctx.status.phase("warm start", step=step, acc=acc, loss=stats["loss"])
     if cfg.sft_max_steps > 0 and kept_state is not None:
-        await ctx.train(f"{STEPS}:sft_end", rollback=acc > 0.5)
-    if acc > 0.5 and kept_state is not None:
+        await ctx.train(f"{STEPS}:sft_end", rollback=acc is not None and acc > 0.5)
+    if acc is not None and acc > 0.5 and kept_state is not None:
         ctx.status.log(f"warm start overshot ({acc:.3f} > 0.5): rolling back to step {kept_step}")
         step = kept_step
         await publish(ctx, 0, f"sft-step{step}")
@@ -500,8 +531,12 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
         try:
             last_t = time.monotonic()
             for step in range(first_step, cfg.max_steps + 1):
+                if cfg.lr_scheduler != "constant" or cfg.warmup_proportion:
+                    from areal_cli.sft import lr_at
+
+                    await ctx.train("engine.set_lr", lr_at(step - 1, cfg.max_steps, cfg))
                 t_wait = time.monotonic()
-                groups = await controller.get_batch(cfg.batch_size)
+                groups = await _get_batch_watched(ctx, controller, step)
                 t_batch = time.monotonic()
                 wait_s = t_batch - t_wait
                 train_stats = await ctx.train(f"{STEPS}:train_on_groups", groups, cfg,
@@ -607,7 +642,7 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                     ck = await ctx.train(f"{STEPS}:save_trainer_checkpoint", ctx.out, step, hf_dir=path,
                                          rng=rng, state=state, keep=cfg.keep_checkpoints)
                     ctx.status.log(f"checkpoint {ck.relative_to(ctx.out)} ({time.monotonic() - t_ck:.2f} s)")
-                if time_to_target is None and cfg.target_accuracy and acc >= cfg.target_accuracy:
+                if time_to_target is None and cfg.target_accuracy and acc is not None and acc >= cfg.target_accuracy:
                     time_to_target = {"step": step, "elapsed_s": line["elapsed_s"], "rl_elapsed_s": line["rl_elapsed_s"]}
                     break
                 if cfg.time_limit_s and ctx.elapsed() > cfg.time_limit_s:
@@ -643,6 +678,32 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
     if resumes:
         summary["resumes"] = resumes
     return summary
+
+
+async def _get_batch_watched(ctx: RunContext, controller: Any, step: int, every_s: float = 60.0) -> list[Group]:
+    """``controller.get_batch(batch_size)``, saying once a minute why the wait is long when episodes are being
+    dropped or rejected instead of accepted (a success-rate filter that drops every group of a model that
+    always or never succeeds starves the trainer, as in AReaL; the counters say so)."""
+    task = asyncio.ensure_future(controller.get_batch(ctx.cfg.batch_size))
+    start = dict(controller.stats.as_dict())
+    t0 = time.monotonic()
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=every_s)
+            if done:
+                return task.result()
+            now = controller.stats.as_dict()
+            delta = {k: now.get(k, 0) - start.get(k, 0) for k in ("groups_accepted", "groups_dropped_filter",
+                                                                   "groups_rejected", "groups_dropped_reward_failure")}
+            ctx.status.log(f"step {step}: waiting {time.monotonic() - t0:.0f} s for a batch of {ctx.cfg.batch_size} "
+                           f"groups: {delta['groups_accepted']} accepted, {delta['groups_dropped_filter']} dropped by "
+                           f"the success-rate filter [{ctx.cfg.success_rate_lb}, {ctx.cfg.success_rate_ub}], "
+                           f"{delta['groups_rejected']} rejected by the workflow, "
+                           f"{delta['groups_dropped_reward_failure']} dropped by reward failures")
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
 
 def _controller_state(controller: RolloutController, stream: PromptStream, cfg: TrainConfig, step: int) -> dict:

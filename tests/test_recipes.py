@@ -106,9 +106,11 @@ def test_tiny_arith_locked_recipe_trains_with_what_areal_train_uses():
     assert locked.to_dict() == flat.to_dict()
 
 
-def test_a_gpu_recipe_is_refused_by_the_cpu_trainer():
-    with pytest.raises(UserError, match="needs a GPU cluster \\(192 GPUs"):
-        train_config_from_recipe("boba2-8b-code")
+def test_a_gpu_recipe_is_an_sglang_run_and_the_sft_recipe_is_not_an_rl_run():
+    cfg = train_config_from_recipe("boba2-8b-code")
+    assert (cfg.rollout_engine, cfg.n_servers, cfg.task) == ("sglang", 80, "code-rl")
+    with pytest.raises(UserError, match="supervised fine-tuning"):
+        train_config_from_recipe("boba-sft-32b")
 
 
 # --- every published number of section (a) ---------------------------------------------------------------

@@ -241,7 +241,8 @@ def test_unknown_recipe_is_one_line_and_exit_2(tmp_path):
     (["boba2-8b-code", "--eval-only", "-o", "lr=1e-5"], "unknown eval setting"),
     (["boba2-8b-code", "--eval-only", "-o", "protocol=chatty"], "unknown protocol"),
     (["boba2-8b-code", "--eval-only", "-o", "temperature=-1"], "temperature"),
-    (["boba2-8b-code", "-o", "lr=1e-5"], "GPU cluster"),
+    (["boba2-8b-code", "-o", "nope=1e-5"], "field 'nope': unknown key"),
+    (["boba-sft-32b", "-o", "lr=1e-5"], "supervised fine-tuning"),
     (["tiny-arith", "--variant", "sync"], "no variant 'sync'"),
 ])
 def test_invalid_overrides_are_one_line_and_write_nothing(tmp_path, args, needle):
@@ -263,7 +264,7 @@ def test_an_out_dir_holding_a_reproduction_is_refused_and_left_untouched(tmp_pat
 def test_a_gpu_recipe_without_its_gpus_is_refused_in_one_line(tmp_path):
     res = CliRunner().invoke(reproduce_cmd, ["boba2-14b-code", "--out", str(tmp_path / "o")])
     line = one_line_error(res, "recipe boba2-14b-code needs 384 GPUs (allocation sglang.d80m4p1+d4p8m2); "
-                               "this machine has ", "use --dry-run or --eval-only")
+                               "this machine has ", "use --dry-run, --eval-only, or `areal launch slurm")
     assert not (tmp_path / "o").exists(), line
 
 

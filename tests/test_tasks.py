@@ -271,3 +271,22 @@ def test_code_records_are_checked_as_upstream():
             check_record({**ok, "input_output": io})
     with pytest.raises(ValueError, match="field 'language'"):
         check_record({**ok, "language": "CPP"})
+
+
+def test_prompts_over_max_prompt_len_are_dropped_and_counted(tmp_path):
+    from itertools import islice
+
+    from areal_cli.models.tiny import build_tiny_model, load_tokenizer
+    from areal_cli.tasks.task import Task
+
+    cfg = TrainConfig(task="math-rl", dataset=str(MINI_MATH), prompt_template="r1-distill", heldout_fraction=0.0)
+    task = Task(cfg)
+    tok = load_tokenizer(build_tiny_model(tmp_path / "m", corpus=task.tokenizer_corpus(), chat_template="r1"))
+    lengths = sorted(len(task.bind(tok).item(r).prompt_ids) for r in task.train_records)
+    limit = lengths[len(lengths) // 2]
+    task = Task(TrainConfig(**{**cfg.to_dict(), "max_prompt_len": limit})).bind(tok)
+    items = list(islice(task.train_stream(), 60))
+    assert all(len(i.prompt_ids) <= limit for i in items) and task.dropped_too_long > 0
+    task = Task(TrainConfig(**{**cfg.to_dict(), "max_prompt_len": 3})).bind(tok)
+    with pytest.raises(UserError, match="field 'max_prompt_len': every prompt of .* is longer than 3 tokens"):
+        next(task.train_stream())

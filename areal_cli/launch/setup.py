@@ -20,10 +20,28 @@ def plan_for_config(config: str, *, nodes: int, gpus_per_node: int, run_dir: str
         UserError: unknown / invalid config or override, an allocation impossible on the nodes, servers
             without a model directory, a run directory that already holds a launch plan.
     """
+    import shlex
+
     from areal_cli.config import apply_overrides, load_recipe
 
     cfg, path = load_recipe(config)
-    cfg = apply_overrides(cfg, list(overrides))
+    published = _published_recipe(config)
+    overrides = list(overrides)
+    if published is not None:  # a trainer-gpu RL recipe: its base model and data must be on the shared filesystem
+        if model_path is None:
+            raise UserError(f"recipe '{published.name}': --model is required: its base model "
+                            f"({published.file.model.repo}) on the shared filesystem (`areal download {published.name} "
+                            f"--local-dir DIR`, then --model DIR/model)")
+        if not any(o.split("=", 1)[0].strip() == "dataset" for o in overrides):
+            data_path = published.file.data.files[0].path if published.file.data.files else "FILE"
+            raise UserError(f"recipe '{published.name}': -o dataset=... is required: its training data on the shared "
+                            f"filesystem (`areal download {published.name} --local-dir DIR`, then -o "
+                            f"dataset=DIR/data/{data_path})")
+        overrides = [f"model_path={Path(model_path).resolve()}", *overrides]
+        allocation = allocation or published.file.resources.allocation
+        if allocation is None:
+            raise UserError(f"recipe '{published.name}': its allocation is not published; pass --allocation")
+    cfg = apply_overrides(cfg, overrides)
     alloc = parse_allocation(allocation or config_allocation(cfg))
     placement = place(alloc, nodes=nodes, gpus_per_node=gpus_per_node)
     cmd = controller_command(str(path.resolve()) if Path(config).suffix in (".yaml", ".yml") else config,
@@ -33,5 +51,31 @@ def plan_for_config(config: str, *, nodes: int, gpus_per_node: int, run_dir: str
     existing = Path(run_dir) / "launch" / "plan.json"
     if existing.exists():
         raise UserError(f"{existing}: already holds a launch plan; choose another --out")
+    if cfg.rollout_engine == "sglang" and "sglang" not in plan_kwargs:  # the servers each node starts
+        context = cfg.sglang_context_length or (cfg.max_prompt_len or 1024) + cfg.max_new_tokens
+        plan_kwargs["sglang"] = {"mem_fraction_static": cfg.sglang_mem_fraction_static, "dtype": cfg.sglang_dtype,
+                                 "context_length": context, "skip_tokenizer_init": True,
+                                 "max_running_requests": cfg.server_max_running_requests or None,
+                                 "max_total_tokens": cfg.server_max_total_tokens or None,
+                                 "extra_args": shlex.split(cfg.sglang_extra_args)}
     return build_plan(placement, run_dir, controller_cmd=cmd, model_path=model_path or cfg.model_path,
                       master_port=master_port, controller_port=controller_port, hosts=hosts, **plan_kwargs)
+
+
+def _published_recipe(config: str):
+    """The locked ``trainer: gpu`` recipe named by ``config`` (a name or a recipe file), else None."""
+    from areal_cli.recipe import load_recipe, recipe_path
+
+    try:
+        path = recipe_path(config)
+    except UserError:
+        return None
+    import yaml
+
+    try:
+        head = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return None
+    if not isinstance(head, dict) or "kind" not in head or head.get("trainer") != "gpu":
+        return None
+    return load_recipe(path)

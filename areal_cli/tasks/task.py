@@ -45,6 +45,9 @@ class Task:
 
     def __init__(self, cfg: Any, *, load_workflow: bool = True) -> None:
         preset = get_preset(cfg.task)
+        if cfg.task == "tiny-arith" and cfg.dataset:
+            raise UserError("field 'task': tiny-arith generates its own problems; a recipe with a dataset names its "
+                            "task: custom (or math-rl / code-rl for those record formats)")
         self.cfg = cfg
         self.name = cfg.task
         self.kind = preset.kind

@@ -32,6 +32,7 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--random-seed", type=int, default=None)
     p.add_argument("--skip-tokenizer-init", action="store_true")
     p.add_argument("--attention-backend", default=None)
+    p.add_argument("--schedule-policy", default="fcfs")
     p.add_argument("--device", default=None)
     p.add_argument("--weight-version", default="default")
     p.add_argument("--log-level", default="info")
@@ -44,6 +45,7 @@ def main(argv=None) -> None:
     a = parse(argv)
     print(f"fake sglang: tp={a.tp_size} dp={a.dp_size} pp={a.pp_size} mem_fraction_static="
           f"{a.mem_fraction_static} dtype={a.dtype} attention_backend={a.attention_backend} device={a.device} "
+          f"schedule_policy={a.schedule_policy} context_length={a.context_length} "
           f"skip_tokenizer_init={a.skip_tokenizer_init}: not used by the embedded server", flush=True)
     cmd = [sys.executable, "-m", "areal_cli.rollout.server", "--model-path", a.model_path, "--host", a.host,
            "--port", str(a.port), "--weight-version", a.weight_version, "--log-level", a.log_level,
