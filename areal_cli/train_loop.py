@@ -45,7 +45,7 @@ from typing import Any
 
 import torch
 
-from areal_cli.api.types import Group, Item, RewardFailed
+from areal_cli.api.types import Group, Item, RewardFailed, WorkflowError
 from areal_cli.atomic import write_json_atomic
 from areal_cli.checkpoint import (
     Checkpoint,
@@ -65,6 +65,7 @@ from areal_cli.rollout.client import RolloutClient
 from areal_cli.rollout.controller import RolloutController
 from areal_cli.rollout.episode import EpisodeClient
 from areal_cli.rollout.fleet import Fleet
+from areal_cli.rollout.protocol import ServerError
 from areal_cli.rollout.remote_controller import RolloutProcess, RolloutSpec
 from areal_cli.run_status import RunStatus
 from areal_cli.tasks.task import Task
@@ -95,6 +96,7 @@ class RunContext:
     rollout_process: RolloutProcess | None = None  # the controller in its own process (rollout_process: true)
     version: int = 0  # the policy version the servers hold
     bench: Any = None  # in-loop benchmark evaluation (areal_cli.eval.in_loop.BenchmarkEval) or None
+    eval_failures: int = 0  # reward failures of the latest held-out evaluation (counted as wrong)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
@@ -135,10 +137,17 @@ def run_training(cfg: TrainConfig, out: Path, *, live: bool = True, record_timel
     """
     if cfg.model_path is not None and not (Path(cfg.model_path) / "config.json").is_file():
         raise UserError(f"model_path '{cfg.model_path}': not a model directory (no config.json)")
+    if cfg.rollout_engine == "sglang":
+        import importlib.util
+
+        if importlib.util.find_spec("sglang") is None:
+            raise UserError(f"rollout_engine: sglang: the 'sglang' package is not installed here (a GPU run: "
+                            f"`areal reproduce {cfg.recipe}` on a machine with its GPUs, or `areal launch slurm "
+                            f"{cfg.recipe} ...` on a cluster; -o rollout_engine=embedded runs the CPU server)")
     if cfg.model_path is None and cfg.rollout_engine != "embedded" and resume is None:
         raise UserError(f"field 'model_path': rollout_engine {cfg.rollout_engine} serves a model directory; set "
-                        f"model_path (a published recipe: `areal download {cfg.recipe}`, then -o model_path=DIR "
-                        f"-o dataset=FILE, or `areal reproduce {cfg.recipe}`)")
+                        f"-o model_path=DIR (a published recipe's base model: `areal download {cfg.recipe} "
+                        f"--local-dir DIR`, then -o model_path=DIR/model -o dataset=DIR/data/FILE)")
     check_cpus(cfg)
     if resume is not None and record_timeline:
         raise UserError("a resumed run cannot record a timeline (areal bench runs are not resumed)")
@@ -159,13 +168,22 @@ def run_training(cfg: TrainConfig, out: Path, *, live: bool = True, record_timel
         with status:
             summary = asyncio.run(_run(cfg, out, task, status, timeline, resume))
     except UserError:
-        # bad input found while starting (a prompt the tokenizer cannot take, benchmark data, ...): the run never
-        # began, so leave nothing behind -- a half-made run directory would block the same --out next time
-        if resume is None and created and not (out / "metrics.jsonl").exists():
+        # bad input found before the first RL step ended (a prompt the tokenizer cannot take, a workflow or reward
+        # that breaks at once, a micro-batch budget too small, ...): nothing worth keeping was made, so leave
+        # nothing behind -- a half-made run directory would block the same --out next time
+        if resume is None and created and not _has_rl_steps(out / "metrics.jsonl"):
             shutil.rmtree(out, ignore_errors=True)
         raise
     status.summary(summary)
     return summary
+
+
+def _has_rl_steps(metrics: Path) -> bool:
+    """Whether ``metrics.jsonl`` holds at least one finished RL step."""
+    try:
+        return any('"phase": "rl"' in line for line in metrics.read_text().splitlines())
+    except OSError:
+        return False
 
 
 def steps_for_epochs(cfg: TrainConfig, task: Task) -> int:
@@ -237,8 +255,11 @@ async def _run(cfg: TrainConfig, out: Path, task: Task, status: RunStatus, timel
     task.bind(tokenizer)
     eval_items = task.heldout(cfg.eval_n_prompts) if cfg.eval_n_prompts else []
     if cfg.eval_n_prompts and not eval_items:
+        if task.dropped_too_long:
+            raise UserError(f"field 'max_prompt_len': every held-out prompt is longer than {cfg.max_prompt_len} tokens "
+                            f"(raise it, or eval_n_prompts: 0 for no held-out evaluation)")
         raise UserError(f"field 'eval_n_prompts': task '{task.name}' has no held-out prompt to evaluate "
-                        f"(set eval_dataset or heldout_fraction)")
+                        f"(set eval_dataset or heldout_fraction, or eval_n_prompts: 0)")
     stop_ids = stop_token_ids(base, tokenizer)
     from areal_cli.eval.in_loop import BenchmarkEval
 
@@ -341,30 +362,44 @@ def _restore_weights_dir(out: Path, ckpt: Checkpoint) -> Path:
 async def evaluate(ctx: RunContext) -> float | None:
     """Held-out accuracy in [0, 1]: the task's workflow on the fixed held-out items with the evaluation's
     sampling (``eval_temperature``, default greedy; ``eval_n_samples`` per prompt), the fraction of samples
-    whose reward is > 0 (an episode the workflow rejects counts as wrong). Every token must come from one
-    policy version (the servers' current one): nothing may update the weights during an evaluation.
+    whose reward is > 0. An episode the workflow rejects, or whose reward failed (error / timeout), counts as
+    wrong and is counted (``ctx.eval_failures``), as ``areal eval`` counts grader failures. Every token must come
+    from one policy version (the servers' current one): nothing may update the weights during an evaluation.
 
     Returns None when the run has no held-out items (``eval_n_prompts: 0``).
-
     Raises:
-        RuntimeError: a held-out reward failed (error or timeout), or the samples mix policy versions.
+        WorkflowError: the workflow raised or returned something that is not a Group (one line).
+        RuntimeError: the samples mix policy versions.
     """
+    from areal_cli.rollout.controller import check_group, check_reward_health
+
     if not ctx.eval_items:
         return None
+    spec = ctx.task.workflow_spec
 
     async def one(i: int, item: Item) -> Group | None:
-        return await ctx.task.workflow.arun_episode(ctx.eval_episodes.for_episode(i), item)
+        try:
+            group = await ctx.task.workflow.arun_episode(ctx.eval_episodes.for_episode(i), item)
+        except RewardFailed:
+            return None
+        except (asyncio.CancelledError, UserError, ServerError):
+            raise
+        except Exception as e:  # noqa: BLE001 - a bug in the workflow: one line naming it
+            raise WorkflowError(f"workflow {spec}: arun_episode raised {type(e).__name__}: {e} "
+                                f"(held-out item {item.where or item.id})") from e
+        if group is not None:
+            check_group(group, spec, item)
+        return group
 
-    results = await asyncio.gather(*(one(i, it) for i, it in enumerate(ctx.eval_items)), return_exceptions=True)
-    failed = [r for r in results if isinstance(r, BaseException)]
-    if failed:
-        if isinstance(failed[0], RewardFailed):
-            raise RuntimeError(f"{len(failed)} held-out rewards failed, e.g. {failed[0]}")
-        raise failed[0]
+    failed_before = ctx.eval_episodes.stats.reward_status["error"] + ctx.eval_episodes.stats.reward_status["timeout"]
+    groups = await asyncio.gather(*(one(i, it) for i, it in enumerate(ctx.eval_items)))
+    stats = ctx.eval_episodes.stats
+    ctx.eval_failures = stats.reward_status["error"] + stats.reward_status["timeout"] - failed_before
+    check_reward_health(stats, ctx.task.reward_spec)
     n = ctx.cfg.eval_n_samples
-    correct = sum(sum(s.reward > 0 for s in g.samples) for g in results if g is not None)
-    total = sum(max(len(g.samples), n) if g is not None else n for g in results)
-    versions = {v for g in results if g is not None for s in g.samples for v in s.versions}
+    correct = sum(sum(s.reward > 0 for s in g.samples) for g in groups if g is not None)
+    total = sum(max(len(g.samples), n) if g is not None else n for g in groups)
+    versions = {v for g in groups if g is not None for s in g.samples for v in s.versions}
     if versions - {ctx.version}:
         raise RuntimeError(f"held-out evaluation mixed policy versions {sorted(versions)} (expected {ctx.version})")
     return correct / max(total, 1)
@@ -432,7 +467,9 @@ async def warm_start(ctx: RunContext) -> dict:
         try:  # checked here (the stage itself lives in the trainer)
             SftStage(None, encoded, sft_cfg, pad_id=ctx.tokenizer.pad_token_id)
         except ValueError as e:
-            raise UserError(f"config: fields 'sft_*': {e}") from None
+            field = "sft_batch_size" if "batch" in str(e) else "sft_max_tokens_per_mb"
+            raise UserError(f"{cfg.recipe}: field '{field}': the warm start has {len(encoded)} example(s) "
+                            f"(sft_n_examples={cfg.sft_n_examples}): {e}") from None
         await ctx.train(f"{STEPS}:sft_begin", encoded, sft_cfg, ctx.tokenizer.pad_token_id)
     while step < cfg.sft_max_steps and below(acc):
         # weights evaluated below the stop accuracy: where to roll back to if the next eval overshoots 0.5
@@ -609,13 +646,14 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                     "gen_tokens_per_s": (cs["tokens_generated"] - last_tokens) / max(now - last_t, 1e-9),
                     "train_tokens_per_s": trained_tokens / max(now - t_rl, 1e-9),
                     "wait_s": round(wait_s, 4), "train_s": round(train_s, 4), "sync_s": round(sync_s, 4),
-                    "groups_dropped": cs["groups_dropped_filter"] + cs["groups_dropped_reward_failure"]
-                    + cs["groups_rejected"],
+                    "groups_dropped": cs["groups_dropped_filter"] + cs["groups_dropped_reward_failure"],
                     "prompts_dropped_too_long": cs["prompts_dropped_too_long"],
                     "truncated_frac": sum(s.finish_reason == "length" for s in samples) / len(samples),
                     **{k: round(v, 6) for k, v in train_stats.items()}, **cs,
                 }
                 line["evaluated"] = eval_due
+                if eval_due:
+                    line["eval_reward_failures"] = ctx.eval_failures
                 if bench is not None:
                     line["eval_benchmarks"] = bench
                     line.update({f"{b}/pass@1": round(r["pass@1"], 6) for b, r in bench.items()})

@@ -195,7 +195,9 @@ def test_reproduce_retrain_of_a_gpu_recipe_downloads_trains_evaluates_and_compar
 def test_launch_slurm_writes_the_multi_node_job_of_a_gpu_recipe(tmp_path):
     model = tmp_path / "model"
     model.mkdir()
-    (model / "config.json").write_text("{}")
+    (model / "config.json").write_text('{"model_type": "qwen3"}')
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.jsonl").write_text(DATA["code-rl"].read_text())
 
     def launch(*extra: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "areal_cli.cli", "launch", "slurm", "boba2-14b-code", "--nodes",
@@ -207,11 +209,20 @@ def test_launch_slurm_writes_the_multi_node_job_of_a_gpu_recipe(tmp_path):
     r = launch("--model", str(model))
     assert r.returncode == 2 and "-o dataset=... is required" in r.stderr
     r = launch("--model", str(model), "-o", "dataset=/shared/boba2/data/train/train.jsonl")
+    assert r.returncode == 2 and "train.jsonl not found" in r.stderr and not (tmp_path / "job").exists()
+    r = launch("--model", str(model), "-o", "dataset=data/train.jsonl")  # 20 records: not one batch of 128
+    assert r.returncode == 2 and "do not fill one batch of 128" in r.stderr
+    (tmp_path / "not_a_model").mkdir()
+    (tmp_path / "not_a_model" / "config.json").write_text("{}")
+    r = launch("--model", str(tmp_path / "not_a_model"), "-o", "dataset=data/train.jsonl")
+    assert r.returncode == 2 and "not a Hugging Face model directory" in r.stderr
+    r = launch("--model", str(model), "-o", "dataset=data/train.jsonl", "-o", "batch_size=4")
     assert r.returncode == 0, r.stderr
     plan = json.loads((tmp_path / "job" / "launch" / "plan.json").read_text())
     assert plan["placement"]["nodes"] == 48 and plan["server"]["engine"] == "sglang"
     assert plan["server"]["sglang"]["tp_size"] == 4 and plan["server"]["sglang"]["context_length"] == 30720
     cmd = " ".join(plan["controller"]["command"])
     assert "train boba2-14b-code" in cmd and f"model_path={model.resolve()}" in cmd
+    assert f"dataset={(tmp_path / 'data' / 'train.jsonl').resolve()}" in cmd  # absolute: node 0 runs elsewhere
     assert "trainer_pipeline_parallel=8" in cmd and "rollout_engine=external" in cmd
     assert (tmp_path / "job" / "launch" / "job.sbatch").read_text().count("#SBATCH --nodes=48") == 1

@@ -32,58 +32,11 @@ def rows(path: Path) -> list[dict]:
 
 
 # ------------------------------------------------------------------------------------ a user's own task
-USER_RECIPE = """\
-# my own task: records, reward and workflow in this folder, nothing in the kit changed
-task: custom
-dataset: data/copy.jsonl
-prompt_field: question
-prompt_template: chat
-required_fields: [question, answer]
-heldout_fraction: 0.25
-reward: rewards.py:exact_match
-workflow: my_workflow:SkipSevens
-workflow_args: {{skip_suffix: "7"}}
-sft_target_field: answer
-sft_n_examples: 64
-sft_batch_size: 16
-sft_max_steps: 6
-sft_eval_every: 3
-sft_stop_accuracy: 0.5
-batch_size: 3
-group_size: 2
-max_new_tokens: 6
-max_steps: 3
-target_accuracy: 0
-eval_every: 1
-eval_n_prompts: 6
-max_tokens_per_mb: 64
-reward_timeout_s: 10
-"""
-
-USER_REWARD = """\
-def exact_match(prompt, completion, prompt_ids, completion_ids, *, answer, **fields):
-    assert isinstance(prompt_ids, list) and isinstance(completion_ids, list) and "question" in fields
-    return 1.0 if completion.strip() == answer else 0.0
-"""
-
-USER_WORKFLOW = """\
-from areal_cli.api import Group, Item
-
-
-class SkipSevens:
-    \"\"\"One sampled answer per prompt and one greedy one; items whose id ends in skip_suffix are rejected.\"\"\"
-
-    def __init__(self, skip_suffix):
-        self.skip_suffix = skip_suffix
-
-    async def arun_episode(self, client, item: Item) -> Group | None:
-        if item.id.endswith(self.skip_suffix):
-            return None
-        sampled = await client.generate(item.prompt_ids, n=client.group_size)
-        greedy = await client.generate(item.prompt_ids, temperature=0.0)
-        comps = sampled + greedy
-        return client.group(item, comps, await client.score(item, comps))
-"""
+def readme_block(first_line: str) -> str:
+    """The README code block whose first line is ``first_line`` (the worked example a user copies)."""
+    text = (REPO / "README.md").read_text()
+    start = text.index(first_line)
+    return text[start: text.index("```", start)]
 
 
 def write_user_task(d: Path) -> Path:
@@ -93,15 +46,15 @@ def write_user_task(d: Path) -> Path:
     with (d / "data" / "copy.jsonl").open("w") as f:
         for i, w in enumerate(words):
             f.write(json.dumps({"id": f"q{i}", "question": f"copy {w}", "answer": w}) + "\n")
-    (d / "rewards.py").write_text(USER_REWARD)
-    (d / "my_workflow.py").write_text(USER_WORKFLOW)
+    (d / "rewards.py").write_text(readme_block("# my-task/rewards.py"))
+    (d / "my_workflow.py").write_text(readme_block("# my-task/my_workflow.py"))
     recipe = d / "my-task.yaml"
-    recipe.write_text(USER_RECIPE.format())
+    recipe.write_text(readme_block("# my-task/my-task.yaml"))
     return recipe
 
 
 @pytest.mark.slow
-def test_a_task_defined_in_a_temporary_directory_trains_for_3_steps(tmp_path):
+def test_the_readme_task_defined_in_a_temporary_directory_trains_for_3_steps(tmp_path):
     recipe = write_user_task(tmp_path / "mytask")
     elsewhere = tmp_path / "cwd"
     elsewhere.mkdir()
@@ -141,6 +94,66 @@ def test_user_code_that_cannot_load_is_one_line_and_nothing_is_written(tmp_path)
     r = areal("train", str(recipe), "--out", str(tmp_path / "o"), "--no-live", cwd=tmp_path)
     assert r.returncode == 2 and "raised ZeroDivisionError: division by zero" in r.stderr
     assert "my_workflow.py:2)" in r.stderr and not (tmp_path / "o").exists()
+    (tmp_path / "t" / "rewards.py").write_text("def exact_match(:\n    pass\n")
+    r = areal("train", str(recipe), "--out", str(tmp_path / "o"), "--no-live", "-o", "workflow=", cwd=tmp_path)
+    assert r.returncode == 2 and "raised SyntaxError" in r.stderr and "rewards.py:1)" in r.stderr, r.stderr
+
+
+BROKEN_REWARD = """\
+def always(prompt, completion, prompt_ids, completion_ids, **fields):
+    return fields["no_such_field"]
+
+
+def flaky(prompt, completion, prompt_ids, completion_ids, *, answer, **fields):
+    if answer in {BAD}:
+        raise ValueError("cannot grade " + answer)
+    return float(completion.strip() == answer)
+"""
+
+BAD_DATA = """\
+def records(split, seed):
+    for i in range(10 ** 6):
+        yield {{"id": str(i), "question": "copy ab" if i < {N} else 42, "answer": "ab"}}
+"""
+
+DICT_WORKFLOW = """\
+class Dict:
+    async def arun_episode(self, client, item):
+        return {"samples": []}
+"""
+
+
+@pytest.mark.slow
+def test_failures_after_the_start_end_the_run_in_one_line_or_are_counted(tmp_path):
+    from areal_cli.api.records import Record
+
+    recipe = write_user_task(tmp_path / "t")
+    words = [json.loads(x) for x in (tmp_path / "t" / "data" / "copy.jsonl").read_text().splitlines()]
+    _, held = heldout_by_hash([Record(w, "", w["id"]) for w in words], 0.25)
+    (tmp_path / "t" / "broken.py").write_text(BROKEN_REWARD.replace("{BAD}", repr({r.fields["answer"] for r in held})))
+    (tmp_path / "t" / "bad_data.py").write_text(BAD_DATA.format(N=40))
+    (tmp_path / "t" / "dict_wf.py").write_text(DICT_WORKFLOW)
+    fast = ["-o", "sft_max_steps=0", "-o", "max_steps=6"]
+    cases = [
+        (["-o", "reward=broken.py:always"], "reward ", "calls failed (e.g. error: KeyError: 'no_such_field')"),
+        (["-o", "dataset=bad_data.py:records", "-o", "eval_dataset=data/copy.jsonl", "-o", "max_steps=100"],
+         "bad_data.py:records(train) item 41: field 'question': expected a non-empty string", ""),
+        (["-o", "workflow=dict_wf.py:Dict", "-o", "workflow_args={}"], "workflow ", "returned dict, expected a Group"),
+    ]
+    for extra, a, b in cases:
+        out = tmp_path / f"o{len(a)}"
+        r = areal("train", str(recipe), "--out", str(out), "--no-live", *fast, *extra, cwd=tmp_path / "t")
+        assert r.returncode == 2, (extra, r.stdout[-1500:], r.stderr[-1500:])
+        err = r.stderr.strip().splitlines()
+        assert len(err) == 1 and a in err[0] and b in err[0] and "Traceback" not in r.stderr, (extra, r.stderr)
+        assert not out.exists()  # stopped before an RL step finished: nothing left behind
+    # a reward failing on the held-out records only: each failure is counted as wrong, the run goes on
+    out = tmp_path / "flaky"
+    r = areal("train", str(recipe), "--out", str(out), "--no-live", "-o", "reward=broken.py:flaky",
+              "-o", "max_steps=2", cwd=tmp_path / "t")
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows_ = rows(out / "metrics.jsonl")
+    assert all(x["eval_reward_failures"] == len(held) for x in rows_[1:]) and rows_[-1]["reward_error"] == 0
 
 
 def test_a_record_without_a_required_field_names_file_line_and_field(tmp_path):
@@ -287,6 +300,6 @@ def test_prompts_over_max_prompt_len_are_dropped_and_counted(tmp_path):
     task = Task(TrainConfig(**{**cfg.to_dict(), "max_prompt_len": limit})).bind(tok)
     items = list(islice(task.train_stream(), 60))
     assert all(len(i.prompt_ids) <= limit for i in items) and task.dropped_too_long > 0
-    task = Task(TrainConfig(**{**cfg.to_dict(), "max_prompt_len": 3})).bind(tok)
-    with pytest.raises(UserError, match="field 'max_prompt_len': every prompt of .* is longer than 3 tokens"):
-        next(task.train_stream())
+    # a limit no prompt fits is found when the tokenizer is bound, before the run starts
+    with pytest.raises(UserError, match=r"field 'max_prompt_len': every prompt of .* checked \(41\) is longer than 3"):
+        Task(TrainConfig(**{**cfg.to_dict(), "max_prompt_len": 3})).bind(tok)

@@ -77,8 +77,11 @@ def add_code_dir(code_dir: str | Path | None) -> None:
 
 
 def _origin(exc: BaseException) -> str:
-    """``file:line`` of the innermost frame of ``exc`` (where user code raised), or ``""``."""
-    frames = traceback.extract_tb(exc.__traceback__)
+    """``file:line`` where user code raised: a syntax error's own location, else the innermost frame that is
+    not the import machinery's; ``""`` when unknown."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f" ({exc.filename}:{exc.lineno})"
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<frozen")]
     return f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
 
 

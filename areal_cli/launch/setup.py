@@ -37,11 +37,22 @@ def plan_for_config(config: str, *, nodes: int, gpus_per_node: int, run_dir: str
             raise UserError(f"recipe '{published.name}': -o dataset=... is required: its training data on the shared "
                             f"filesystem (`areal download {published.name} --local-dir DIR`, then -o "
                             f"dataset=DIR/data/{data_path})")
+        _check_model_dir(Path(model_path))
         overrides = [f"model_path={Path(model_path).resolve()}", *overrides]
         allocation = allocation or published.file.resources.allocation
         if allocation is None:
             raise UserError(f"recipe '{published.name}': its allocation is not published; pass --allocation")
     cfg = apply_overrides(cfg, overrides)
+    if published is not None:
+        # the controller runs on node 0, maybe in another directory: absolute paths; and the data is read now,
+        # so that a missing or malformed file fails here rather than after every node has started
+        overrides = [f"dataset={cfg.dataset}" if o.split("=", 1)[0].strip() == "dataset" else o for o in overrides]
+        from areal_cli.tasks.task import Task
+        from areal_cli.train_loop import steps_for_epochs
+
+        task = Task(cfg)
+        if cfg.epochs:
+            steps_for_epochs(cfg, task)
     alloc = parse_allocation(allocation or config_allocation(cfg))
     placement = place(alloc, nodes=nodes, gpus_per_node=gpus_per_node)
     cmd = controller_command(str(path.resolve()) if Path(config).suffix in (".yaml", ".yml") else config,
@@ -60,6 +71,24 @@ def plan_for_config(config: str, *, nodes: int, gpus_per_node: int, run_dir: str
                                  "extra_args": shlex.split(cfg.sglang_extra_args)}
     return build_plan(placement, run_dir, controller_cmd=cmd, model_path=model_path or cfg.model_path,
                       master_port=master_port, controller_port=controller_port, hosts=hosts, **plan_kwargs)
+
+
+def _check_model_dir(path: Path) -> None:
+    """A Hugging Face model directory: ``config.json`` with a ``model_type``.
+
+    Raises:
+        UserError: missing, unreadable or not a model config.
+    """
+    import json
+
+    cfg_file = path / "config.json"
+    try:
+        model_type = json.loads(cfg_file.read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        model_type = None
+    if not model_type:
+        raise UserError(f"--model {path}: not a Hugging Face model directory ({cfg_file} with a model_type); "
+                        f"every node loads the base model from this path on the shared filesystem")
 
 
 def _published_recipe(config: str):

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from areal_cli.api.types import Group, Item, RewardFailed, Trajectory, WorkflowError  # noqa: F401 (re-exported)
+from areal_cli.errors import UserError
 from areal_cli.rollout.episode import EpisodeClient, EpisodeStats
 from areal_cli.rollout.protocol import ProtocolError, ServerError
 from areal_cli.rollout.staleness import StalenessManager
@@ -94,6 +95,13 @@ class RolloutController:
     def start(self) -> None:
         """Start admitting episodes (call from inside the running event loop)."""
         self._loop_task = asyncio.create_task(self._admission_loop(), name="rollout-admission")
+        self._loop_task.add_done_callback(self._on_admission_done)
+
+    def _on_admission_done(self, task: asyncio.Task) -> None:
+        """The admission loop only ends by cancellation; anything else (bad data met mid-run: a record whose
+        prompt cannot be rendered, every prompt too long) is the run's error, raised by :meth:`get_batch`."""
+        if not task.cancelled() and task.exception() is not None and self._error is None:
+            self._error = task.exception()
 
     async def stop(self) -> None:
         """Cancel admission and every in-flight episode."""
@@ -112,13 +120,13 @@ class RolloutController:
         """Wait for and return ``n_groups`` accepted groups, oldest first.
 
         Raises:
-            WorkflowError / ServerError: the workflow broke its contract, a server failed (as raised).
+            UserError (WorkflowError, RewardBroken, bad data met mid-run) / ServerError: as raised.
             RuntimeError: any other failure of an episode task; the cause is chained.
         """
         out: list[Group] = []
         while len(out) < n_groups:
             if self._error is not None:
-                if isinstance(self._error, (WorkflowError, ServerError)):
+                if isinstance(self._error, (UserError, ServerError)):
                     raise self._error
                 raise RuntimeError(f"rollout failed: {self._error}") from self._error
             try:
@@ -169,6 +177,7 @@ class RolloutController:
             group = await self.workflow.arun_episode(self.client.for_episode(gid), item)
         except RewardFailed:
             self._drop(gid, "groups_dropped_reward_failure")
+            check_reward_health(self.stats, self.client.reward_spec)
             return
         except (asyncio.CancelledError, ServerError, ProtocolError, WorkflowError):
             raise
@@ -188,6 +197,31 @@ class RolloutController:
         self.stats.groups_accepted += 1
         self.staleness.on_accept()
         self._ready.put_nowait(group)
+
+
+#: Reward calls seen before the failure fraction is judged, and the fraction that means a broken reward.
+REWARD_HEALTH_MIN_CALLS = 32
+REWARD_HEALTH_MAX_FAILED = 0.5
+
+
+class RewardBroken(UserError):
+    """Most reward calls fail: the reward function (or its data) is broken; the run stops (one line)."""
+
+
+def check_reward_health(stats: Any, reward_spec: str) -> None:
+    """Stop the run when at least :data:`REWARD_HEALTH_MIN_CALLS` reward calls were made and more than
+    :data:`REWARD_HEALTH_MAX_FAILED` of them ended in error or timeout: dropping every group would otherwise
+    starve the trainer forever (each failure stays counted; a few failures only drop their groups).
+
+    Raises:
+        RewardBroken: ``reward <spec>: N of M calls failed, e.g. ...``.
+    """
+    failed = stats.reward_status["error"] + stats.reward_status["timeout"]
+    total = failed + stats.reward_status["ok"]
+    if total >= REWARD_HEALTH_MIN_CALLS and failed > REWARD_HEALTH_MAX_FAILED * total:
+        example = stats.reward_failure_examples[0] if stats.reward_failure_examples else "?"
+        raise RewardBroken(f"reward {reward_spec}: {failed} of {total} calls failed (e.g. {example}); the reward "
+                           f"function or the fields it reads are broken")
 
 
 def check_group(group: Any, workflow_name: str, item: Item) -> None:

@@ -76,7 +76,7 @@ class PromptRenderer:
                 raise UserError(f"field 'prompt_template': chat: {_name(self.tokenizer)} has no chat template "
                                 f"(use 'none' or a protocol)")
             return
-        from areal_cli.eval.protocols import PROTOCOLS, check_kind, check_tokenizer
+        from areal_cli.eval.protocols import PROTOCOLS, TEMPLATE_MARKERS, check_kind
 
         if self.template not in PROTOCOLS:
             raise UserError(f"field 'prompt_template': unknown template {self.template!r} (known: "
@@ -87,7 +87,12 @@ class PromptRenderer:
                 check_kind(proto, self.kind, f"this {self.kind} task")
             except UserError as e:
                 raise UserError(f"field 'prompt_template': {e}") from None
-        check_tokenizer(proto, self.tokenizer)
+        vocab = self.tokenizer.get_vocab()
+        for marker in TEMPLATE_MARKERS:
+            if marker in (proto.template or "") and marker not in vocab:
+                raise UserError(f"field 'prompt_template': protocol '{self.template}' uses {marker}, which is not a "
+                                f"token of the model's tokenizer (model_path / model_chat_template); use 'chat' (the "
+                                f"model's own template) or a protocol of the model's family")
 
     def render(self, fields: dict, where: str) -> tuple[str, list[int]]:
         """``(prompt text, token ids)`` of one record.

@@ -30,6 +30,8 @@ from areal_cli.tasks.registry import get_preset
 
 #: Records read for the embedded tokenizer's corpus (generic tasks).
 CORPUS_RECORDS = 2000
+#: Training records rendered when the tokenizer is bound (template mismatches and limits fail at start).
+BIND_CHECK_RECORDS = 512
 
 
 class Task:
@@ -82,6 +84,12 @@ class Task:
     def _iter(self, src: Source, what: str, split: str = "train") -> Iterator[Record]:
         for r in iter_records(src, what=what, split=split, seed=self.seed, required=self.required,
                               id_field=self.id_field):
+            value = r.fields.get(self.prompt_field)
+            if value is None:
+                raise UserError(f"{r.where}: field '{self.prompt_field}': missing (the prompt field)")
+            if not (isinstance(value, str) and value.strip()) and not isinstance(value, list):
+                raise UserError(f"{r.where}: field '{self.prompt_field}': expected a non-empty string or a messages "
+                                f"list, got {type(value).__name__} {value!r:.40}")
             if self._check is not None:
                 try:
                     self._check(r.fields)
@@ -141,6 +149,13 @@ class Task:
         self.tokenizer = tokenizer
         self._renderer = PromptRenderer(tokenizer, self.prompt_field, self.prompt_template, self.kind)
         self._renderer.check()
+        if self.train_records is not None:  # render a sample now: a bad record or limit fails before the run
+            sample = self.train_records[:BIND_CHECK_RECORDS]
+            lengths = [len(self._renderer.render(r.fields, r.where)[1]) for r in sample]
+            limit = self.cfg.max_prompt_len
+            if limit and min(lengths) > limit:
+                raise UserError(f"field 'max_prompt_len': every prompt of {self.dataset} checked ({len(sample)}) is "
+                                f"longer than {limit} tokens (the shortest has {min(lengths)})")
         return self
 
     def item(self, record: Record) -> Item | None:
