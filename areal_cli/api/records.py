@@ -21,7 +21,6 @@ here so that any file gives an in-loop evaluation).
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -96,29 +95,10 @@ def parse_source(text: str, *, what: str, revision: str = "", split: str = "trai
 
 
 def _json_lines(path: Path) -> Iterator[tuple[str, dict]]:
-    try:
-        f = path.open(encoding="utf-8")
-    except OSError as e:
-        raise UserError(f"{path}: cannot read: {e.strerror}") from None
-    with f:
-        lineno = 0
-        while True:
-            try:
-                line = f.readline()
-            except UnicodeDecodeError as e:
-                raise UserError(f"{path}:{lineno + 1}: not UTF-8 text (byte {e.start})") from None
-            if not line:
-                return
-            lineno += 1
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise UserError(f"{path}:{lineno}: malformed JSON: {e.msg} (column {e.colno})") from None
-            if not isinstance(rec, dict):
-                raise UserError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
-            yield f"{path}:{lineno}", rec
+    from areal_cli.jsonl import iter_json_lines
+
+    for lineno, rec in iter_json_lines(path):
+        yield f"{path}:{lineno}", rec
 
 
 def _parquet_rows(path: Path) -> Iterator[tuple[str, dict]]:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from areal_cli.errors import UserError, where
+from areal_cli.jsonl import iter_json_lines  # noqa: F401 (also imported from here by code_datasets)
 
 #: ``evaluation/benchmarks.json`` at the top level of the repository.
 BENCHMARKS_JSON = Path(__file__).resolve().parents[2] / "evaluation" / "benchmarks.json"
@@ -340,37 +341,6 @@ def id_to_str(value: Any, loc: str, field: str) -> str:
     if not text:
         raise UserError(f"{loc}: field '{field}' is empty")
     return text
-
-
-def iter_json_lines(path: Path) -> Iterable[tuple[int, dict]]:
-    """``(line number, record)`` for each non-blank line of a JSON-lines file, streamed.
-
-    Raises:
-        UserError: missing file, not UTF-8, a malformed line or a line that is not a JSON object.
-    """
-    try:
-        handle = path.open(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"{path}: file not found") from None
-    with handle:
-        lineno = 0
-        while True:
-            lineno += 1
-            try:
-                line = handle.readline()
-            except UnicodeDecodeError as exc:
-                raise UserError(f"{path}:{lineno}: not UTF-8 text: {exc}") from None
-            if not line:
-                return
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UserError(f"{where(path, lineno)}: malformed JSON: {exc.msg} (column {exc.colno})") from None
-            if not isinstance(record, dict):
-                raise UserError(f"{where(path, lineno)}: expected a JSON object, got {type(record).__name__}")
-            yield lineno, record
 
 
 def read_problems(path: str | Path, spec: BenchmarkSpec) -> list[Problem]:
