@@ -33,14 +33,16 @@ def main() -> None:
 @click.option("--resume", "resume_dir", type=click.Path(path_type=Path), default=None, metavar="DIR",
               help="Continue the run in DIR (or from DIR/checkpoints/step-N) from its newest checkpoint, with "
                    "the run's own settings (written with -o checkpoint_every=N).")
+@click.option("--model", "model_path", type=click.Path(path_type=Path), default=None,
+              help="Start from this model: a Hugging Face dir or a .gguf file (same as -o model_path=...).")
 @click.option("--no-live", is_flag=True, help="Plain log lines instead of the live status panel.")
 @one_line_errors
 def train(recipe: str | None, out_dir: Path | None, max_steps: int | None, overrides: tuple[str, ...],
-          resume_dir: Path | None, no_live: bool) -> None:
+          resume_dir: Path | None, model_path: Path | None, no_live: bool) -> None:
     """Train RECIPE (default: tiny-arith, runs on CPU) with asynchronous RL."""
     if resume_dir is not None:
         given = [name for name, v in (("RECIPE", recipe), ("--out", out_dir), ("--max-steps", max_steps),
-                                      ("-o", overrides or None)) if v is not None]
+                                      ("-o", overrides or None), ("--model", model_path)) if v is not None]
         if given:
             raise UserError(f"option '--resume' continues a run with its own settings; it does not take "
                             f"{', '.join(given)}")
@@ -52,7 +54,8 @@ def train(recipe: str | None, out_dir: Path | None, max_steps: int | None, overr
     from areal_cli.config import apply_overrides, load_recipe
 
     cfg, _ = load_recipe(recipe or "tiny-arith")
-    items = list(overrides) + ([f"max_steps={max_steps}"] if max_steps is not None else [])
+    items = list(overrides) + ([f"max_steps={max_steps}"] if max_steps is not None else []) + \
+        ([f"model_path={model_path}"] if model_path is not None else [])
     cfg = apply_overrides(cfg, items)
     if out_dir is None:
         import time
@@ -81,7 +84,8 @@ def train(recipe: str | None, out_dir: Path | None, max_steps: int | None, overr
                    "r1-distill, greedy, chat-template). Explicit sampling options override the preset. "
                    "Default: chat-template for the tiny model, else the benchmarks' declared default.")
 @click.option("--model", "model_dir", type=click.Path(path_type=Path), default=None,
-              help="Hugging Face model dir (default: the embedded tiny model).")
+              help="Hugging Face model dir or a .gguf file (default: the embedded tiny model).")
+@click.option("--limit", type=int, default=None, help="Only the first N problems of each benchmark.")
 @click.option("-n", "--n-samples", "n_samples", type=int, default=None, help="Samples per problem [protocol].")
 @click.option("--temperature", type=float, default=None, help="Sampling temperature, 0 = greedy [protocol].")
 @click.option("--top-p", type=float, default=None, help="Nucleus mass in (0, 1] [protocol].")
@@ -103,7 +107,7 @@ def train(recipe: str | None, out_dir: Path | None, max_steps: int | None, overr
                    "interrupted run.")
 @one_line_errors
 def eval_cmd(datasets: str | None, data_dir: Path | None, revision: str | None, date_from: str | None,
-             date_to: str | None, protocol: str | None, model_dir: Path | None,
+             date_to: str | None, protocol: str | None, model_dir: Path | None, limit: int | None,
              n_samples: int | None, temperature: float | None, top_p: float | None, top_k: int | None,
              max_new_tokens: int | None, greedy_pass: bool | None, seed: int, server_url: str | None, regrade: Path | None,
              cf_data: Path | None, grader_timeout: float, out_dir: Path) -> None:
@@ -114,7 +118,7 @@ def eval_cmd(datasets: str | None, data_dir: Path | None, revision: str | None, 
     if regrade is not None:
         generation_flags = {"--model": model_dir, "-n": n_samples, "--temperature": temperature, "--top-p": top_p,
                             "--top-k": top_k, "--max-new-tokens": max_new_tokens, "--server-url": server_url,
-                            "--greedy-pass": greedy_pass}
+                            "--greedy-pass": greedy_pass, "--limit": limit}
         given = [flag for flag, value in generation_flags.items() if value is not None]
         if given:
             raise UserError(f"option '--regrade' grades saved completions; it does not take {', '.join(given)}")
@@ -128,7 +132,7 @@ def eval_cmd(datasets: str | None, data_dir: Path | None, revision: str | None, 
         run_eval(names, data_dir=data_dir, model_dir=model_dir, n=n_samples, temperature=temperature, top_p=top_p,
                  max_new_tokens=max_new_tokens, out_dir=out_dir, seed=seed, server_url=server_url,
                  protocol=protocol, top_k=top_k, greedy_pass=greedy_pass, grader_timeout_s=grader_timeout, cf_data=cf_data,
-                 revision=revision, date_from=date_from, date_to=date_to)
+                 revision=revision, date_from=date_from, date_to=date_to, limit=limit)
     except KeyboardInterrupt:
         from areal_cli.eval.resume import PARTIAL_NAME
 

@@ -135,8 +135,15 @@ def run_training(cfg: TrainConfig, out: Path, *, live: bool = True, record_timel
         UserError: bad task (unknown preset, unreadable or malformed records, user code that does not load),
             existing run directory, bad model path, or unavailable pinned cpus -- all before anything is written.
     """
-    if cfg.model_path is not None and not (Path(cfg.model_path) / "config.json").is_file():
-        raise UserError(f"model_path '{cfg.model_path}': not a model directory (no config.json)")
+    model_dir = None
+    if cfg.model_path is not None:
+        from areal_cli.models.gguf import resolve_model
+        from areal_cli.rollout.engine import ModelSpec
+
+        model_dir = resolve_model(cfg.model_path, log=print)  # a .gguf file: dequantised once into a cache
+        if not (model_dir / "config.json").is_file():
+            raise UserError(f"model_path '{cfg.model_path}': not a model directory (no config.json) or .gguf file")
+        ModelSpec.from_model_dir(model_dir)  # an unsupported family or feature: one line, before anything
     if cfg.rollout_engine == "sglang":
         import importlib.util
 
@@ -166,7 +173,7 @@ def run_training(cfg: TrainConfig, out: Path, *, live: bool = True, record_timel
     timeline = Timeline() if record_timeline else None
     try:
         with status:
-            summary = asyncio.run(_run(cfg, out, task, status, timeline, resume))
+            summary = asyncio.run(_run(cfg, out, task, status, timeline, resume, model_dir))
     except UserError:
         # bad input found before the first RL step ended (a prompt the tokenizer cannot take, a workflow or reward
         # that breaks at once, a micro-batch budget too small, ...): nothing worth keeping was made, so leave
@@ -238,12 +245,12 @@ def _config_of_checkpoint(ckpt: Checkpoint) -> TrainConfig:
 
 
 async def _run(cfg: TrainConfig, out: Path, task: Task, status: RunStatus, timeline: Timeline | None = None,
-               resume: Checkpoint | None = None) -> dict:
+               resume: Checkpoint | None = None, model_dir: Path | None = None) -> dict:
     from areal_cli.models.tiny import build_tiny_model, load_tokenizer
 
     t0 = status.t0
-    if cfg.model_path is not None:
-        base = Path(cfg.model_path)
+    if model_dir is not None:
+        base = model_dir
     elif resume is not None:
         base = out / "model" / "base"
     else:
@@ -331,6 +338,10 @@ async def _run(cfg: TrainConfig, out: Path, task: Task, status: RunStatus, timel
             trainer.close()
         if original_cpus is not None:
             pin_process(0, frozenset(original_cpus))
+    from areal_cli.models.gguf import provenance_of
+
+    if provenance_of(base) is not None:
+        summary["model_provenance"] = {"gguf": provenance_of(base), "model_dir": str(base)}
     write_json_atomic(out / "summary.json", summary)
     if timeline is not None:
         timeline.marks["t0"] = t0

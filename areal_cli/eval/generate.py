@@ -85,6 +85,21 @@ def read_model_config(model_dir: Path) -> dict[str, Any]:
     return cfg
 
 
+def check_embedded_family(model_dir: Path, cfg: dict[str, Any]) -> None:
+    """The embedded server runs the families of :mod:`areal_cli.models.families` only: an other one is one line
+    here, before the server would refuse it at start-up (an external SGLang server may serve more).
+
+    Raises:
+        UserError: ``config.json: field 'model_type': ... (supported: ...)``.
+    """
+    from areal_cli.models.families import UnsupportedModel, family_of
+
+    try:
+        family_of(cfg, str(model_dir / "config.json"))
+    except UnsupportedModel as e:
+        raise UserError(str(e)) from None
+
+
 def eos_ids(model_dir: Path, cfg: dict[str, Any], tokenizer: Any) -> list[int]:
     """Stop token ids: eos ids of config.json, generation_config.json and the tokenizer (deduplicated)."""
     ids: list[int] = []

@@ -46,6 +46,7 @@ from areal_cli.eval.generate import (
     TINY_MODEL_SEED,
     Generator,
     Job,
+    check_embedded_family,
     default_cache_dir,
     ensure_tiny_model,
     eos_ids,
@@ -305,14 +306,17 @@ def run_eval(
     show_progress: bool = True,
     generator: Generator | None = None,
     graders: Graders | None = None,
+    limit: int | None = None,
 ) -> dict[str, Any]:
     """Evaluate a model on benchmarks; write ``results.json``, ``report.md`` and ``samples.jsonl``.
 
     Args:
         datasets: names (``["aime24", "aime25"]`` or ``"aime24,aime25"``) from evaluation/benchmarks.json.
         data_dir: directory holding the benchmark files.
-        model_dir: Hugging Face model directory; None -> the tiny default model, built once into
-            ``cache_dir`` (default ``$AREAL_CACHE_DIR`` or ``~/.cache/areal``).
+        model_dir: Hugging Face model directory or a ``.gguf`` file (dequantised once into a cache,
+            :mod:`areal_cli.models.gguf`; its sha256 goes into results.json); None -> the tiny default model,
+            built once into ``cache_dir`` (default ``$AREAL_CACHE_DIR`` or ``~/.cache/areal``).
+        limit: evaluate the first ``limit`` problems of each benchmark (lm-evaluation-harness's ``--limit``).
         n, temperature, top_p, top_k, max_new_tokens, greedy_pass: explicit values override the protocol's
             preset (None = the preset's). n = samples per problem; temperature 0 = greedy; top_k -1 = off;
             greedy_pass = also one greedy completion per problem (AReaL ``greedy_acc``).
@@ -356,6 +360,12 @@ def run_eval(
                         "tokenizer and vocabulary)")
     problems_by_ds, reports = load_selected(datasets, data_dir, revision=revision, date_from=date_from,
                                             date_to=date_to)
+    if limit is not None:
+        if limit < 1:
+            raise UserError(f"option 'limit': must be >= 1, got {limit}")
+        problems_by_ds = {k: v[:limit] for k, v in problems_by_ds.items()}
+        for k in reports:
+            reports[k] = {**reports[k], "limit": limit}
     specs = load_benchmark_specs()
     preset, proto = resolve_protocol(choose_protocol(protocol, specs, list(problems_by_ds), model_dir is None),
                                      n_samples=n, temperature=temperature, top_p=top_p, top_k=top_k,
@@ -368,9 +378,16 @@ def run_eval(
         model_path = ensure_tiny_model(Path(cache_dir) if cache_dir is not None else None)
         model_label = f"tiny-default (areal_cli.models.tiny, seed {TINY_MODEL_SEED})"
     else:
-        model_path = Path(model_dir)
-        model_label = str(model_path)
+        from areal_cli.models.gguf import provenance_of, resolve_model
+
+        model_path = resolve_model(model_dir, log=lambda m: print(m, flush=True))  # a .gguf: dequantised once
+        model_label = str(model_dir)
+        gguf = provenance_of(model_path)
+        if gguf is not None:
+            model_label += f" (GGUF sha256 {gguf['sha256']}, dequantised to {model_path})"
     cfg = read_model_config(model_path)
+    if server_url is None and generator is None:
+        check_embedded_family(model_path, cfg)
     tokenizer = load_tokenizer(model_path)
     vocab_size = int(cfg["vocab_size"])
     check_tokenizer(proto, tokenizer)

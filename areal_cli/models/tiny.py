@@ -166,6 +166,9 @@ def build_tiny_model(
     max_position_embeddings: int = 2048,
     rope_theta: float = 10000.0,
     chat_template: str = "chatml",
+    family: str = "qwen3",
+    tie_word_embeddings: bool = False,
+    rope_parameters: dict | None = None,
 ) -> Path:
     """Write a randomly initialised tiny Qwen3 model directory (weights, config, tokenizer, templates).
 
@@ -184,12 +187,21 @@ def build_tiny_model(
         max_position_embeddings, rope_theta: ``Qwen3Config`` fields.
         chat_template: the tokenizer's special tokens and chat template (:data:`CHAT_FORMATS`): ``chatml``
             (default), ``qwen3`` (ChatML + ``<think>``/``</think>``) or ``r1`` (DeepSeek-R1's markers and BOS).
+        family: ``qwen3`` (default), ``qwen2`` or ``llama`` (:mod:`areal_cli.models.families`): the HF config
+            class, hence q/k norms (Qwen3) or q/k/v biases (Qwen2).
+        tie_word_embeddings: share the output layer with the embedding.
+        rope_parameters: the config's rope parameters (default ``{"rope_type": "default", "rope_theta": ...}``;
+            e.g. Llama-3 scaling for ``llama``).
     Returns:
         ``Path(out_dir)``.
     Raises:
         ValueError: invalid sizes (``vocab_size`` < 259, heads not dividing).
     """
-    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+    from transformers import AutoModelForCausalLM, GenerationConfig, LlamaConfig, Qwen2Config, Qwen3Config
+
+    configs = {"qwen3": Qwen3Config, "qwen2": Qwen2Config, "llama": LlamaConfig}
+    if family not in configs:
+        raise ValueError(f"family must be one of {sorted(configs)}, got {family!r}")
 
     if num_attention_heads % num_key_value_heads != 0:
         raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
@@ -228,7 +240,8 @@ def build_tiny_model(
                     "additional_special_tokens": extra_special}, indent=2) + "\n"
     )
 
-    config = Qwen3Config(
+    extra = {"use_sliding_window": False} if family == "qwen2" else {}
+    config = configs[family](
         vocab_size=tok.get_vocab_size(),
         hidden_size=hidden_size,
         intermediate_size=intermediate_size,
@@ -237,24 +250,28 @@ def build_tiny_model(
         num_key_value_heads=num_key_value_heads,
         head_dim=head_dim,
         max_position_embeddings=max_position_embeddings,
-        rope_parameters={"rope_type": "default", "rope_theta": rope_theta},
-        tie_word_embeddings=False,
+        rope_parameters=rope_parameters or {"rope_type": "default", "rope_theta": rope_theta},
+        tie_word_embeddings=tie_word_embeddings,
         pad_token_id=pad_id,
         bos_token_id=bos_id,
         eos_token_id=eos_id,
         use_cache=True,
         dtype="float32",
+        **extra,
     )
-    config.architectures = ["Qwen3ForCausalLM"]
+    from areal_cli.models.families import FAMILIES
+
+    config.architectures = [FAMILIES[family].architecture]
     # Initialisation under a private RNG state so the caller's global RNG is left untouched.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = Qwen3ForCausalLM(config).to(torch.float32)
+        model = AutoModelForCausalLM.from_config(config).to(torch.float32)
     config.save_pretrained(out)
     GenerationConfig(eos_token_id=eos_id, pad_token_id=pad_id, do_sample=True, temperature=1.0,
                      top_p=1.0, top_k=0).save_pretrained(out)
     # Own safetensors writer: sorted names, contiguous float32, fixed metadata -> byte-identical per seed.
-    state = {k: v.detach().contiguous().clone() for k, v in sorted(model.state_dict().items())}
+    state = {k: v.detach().contiguous().clone() for k, v in sorted(model.state_dict().items())
+             if not (tie_word_embeddings and k == "lm_head.weight")}  # a tied output layer is the embedding
     tmp = out / "model.safetensors.tmp"
     save_file(state, str(tmp), metadata={"format": "pt"})
     os.chmod(tmp, 0o644)

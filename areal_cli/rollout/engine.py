@@ -1,16 +1,18 @@
-"""Continuous-batching inference engine for Qwen3 causal LMs (CPU first), with a capped KV cache.
+"""Continuous-batching inference engine for Qwen3 / Qwen2 / Llama causal LMs (CPU first), with a capped KV cache.
 
 This is the engine inside the embedded server (:mod:`areal_cli.rollout.server`): SGLang does not run on
-these CPU machines (DESIGN.md §1), so we run our own small Qwen3 forward, written for inference.
+these CPU machines (DESIGN.md §1), so we run our own small decoder forward, written for inference.
 
-Model (same maths as Hugging Face ``Qwen3ForCausalLM``, ``transformers/models/qwen3/modeling_qwen3.py``):
+Model (same maths as Hugging Face ``Qwen3ForCausalLM`` / ``Qwen2ForCausalLM`` / ``LlamaForCausalLM``,
+``transformers/models/{qwen3,qwen2,llama}/modeling_*.py``; the switches are :mod:`areal_cli.models.families`):
     x = embed[ids]
-    per layer:  h = RMSNorm(x);  q, k, v = h Wq, h Wk, h Wv (per head, head_dim);
-                q = RMSNorm_q(q), k = RMSNorm_k(k) (over head_dim);  q, k = RoPE(q, k, position, rope_theta);
+    per layer:  h = RMSNorm(x);  q, k, v = h Wq (+ bq), h Wk (+ bk), h Wv (+ bv) (per head, head_dim; biases:
+                Qwen2); q = RMSNorm_q(q), k = RMSNorm_k(k) (over head_dim; Qwen3 only);
+                q, k = RoPE(q, k, position) (inv_freq: default or Llama-3 scaling);
                 o = softmax(q k^T / sqrt(head_dim) + causal mask) v   (GQA: kv head = query head // groups);
                 x = x + o Wo;  h = RMSNorm(x);  x = x + W_down(silu(W_gate h) * W_up h)
-    logits = RMSNorm(x) W_lm_head^T
-    RMSNorm(x) = w * x / sqrt(mean(x^2) + eps).  RoPE: inv_freq_i = theta^(-2i/d), rotate-half layout.
+    logits = RMSNorm(x) W_lm_head^T   (W_lm_head = embed with tied embeddings)
+    RMSNorm(x) = w * x / sqrt(mean(x^2) + eps).  RoPE: rotate-half layout.
 
 KV cache: a token-budget pool ``k, v: [layers, max_total_tokens + 1, kv_heads, head_dim]`` (slot 0 is a
 scratch slot that padding writes to). A request is admitted only when ``len(prompt) + max_new_tokens`` free
@@ -60,12 +62,15 @@ class EngineError(ValueError):
 
 
 @dataclass(frozen=True)
-class Qwen3Spec:
-    """Architecture numbers of a Qwen3 model directory (from ``config.json``).
+class ModelSpec:
+    """Architecture numbers of a Qwen3 / Qwen2 / Llama model directory (from ``config.json``;
+    :mod:`areal_cli.models.families`).
 
     ``eos_token_ids`` merges ``config.json`` and ``generation_config.json`` eos ids (as SGLang does).
+    ``rope`` is the rotary configuration (type, theta and scaling keys) as sorted items.
     """
 
+    family: str
     vocab_size: int
     hidden_size: int
     num_layers: int
@@ -78,16 +83,20 @@ class Qwen3Spec:
     max_position_embeddings: int
     eos_token_ids: tuple[int, ...]
     tie_word_embeddings: bool
-    attention_bias: bool
+    qk_norm: bool
+    qkv_bias: bool
+    rope: tuple = ()
 
     @classmethod
-    def from_model_dir(cls, model_dir: str | Path) -> "Qwen3Spec":
-        """Read ``config.json`` (+ ``generation_config.json``) of a Hugging Face Qwen3 model directory.
+    def from_model_dir(cls, model_dir: str | Path) -> "ModelSpec":
+        """Read ``config.json`` (+ ``generation_config.json``) of a Hugging Face model directory.
 
         Raises:
-            UserError: missing/unreadable config, not Qwen3, or an unsupported feature (rope scaling,
-                sliding window, activation other than silu).
+            UserError: missing/unreadable config, or a family or feature the engine does not run (one line
+                naming the field and what is supported).
         """
+        from areal_cli.models.families import UnsupportedModel, family_of, head_dim_of, rope_parameters
+
         d = Path(model_dir)
         cfg_path = d / "config.json"
         if not cfg_path.is_file():
@@ -95,21 +104,13 @@ class Qwen3Spec:
         try:
             cfg = json.loads(cfg_path.read_text())
         except (OSError, json.JSONDecodeError) as e:
-            raise UserError(f"{cfg_path}: cannot read config: {e}") from e
-        archs = cfg.get("architectures") or []
-        if cfg.get("model_type") != "qwen3" and "Qwen3ForCausalLM" not in archs:
-            raise UserError(f"{cfg_path}: field 'model_type': {cfg.get('model_type')!r} is not qwen3 "
-                            f"(the embedded engine runs Qwen3ForCausalLM only)")
-        rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
-        rope_type = rope.get("rope_type", rope.get("type", "default"))
-        if rope_type != "default":
-            raise UserError(f"{cfg_path}: field 'rope_parameters': rope_type {rope_type!r} is not supported "
-                            f"(only 'default')")
-        theta = rope.get("rope_theta", cfg.get("rope_theta", 10000.0))
-        if cfg.get("use_sliding_window"):
-            raise UserError(f"{cfg_path}: field 'use_sliding_window': sliding-window attention is not supported")
-        if cfg.get("hidden_act", "silu") != "silu":
-            raise UserError(f"{cfg_path}: field 'hidden_act': {cfg.get('hidden_act')!r} is not supported")
+            raise UserError(f"{cfg_path}: cannot read config: {e}") from None
+        if not isinstance(cfg, dict):
+            raise UserError(f"{cfg_path}: not a config object")
+        try:
+            fam = family_of(cfg, str(cfg_path))
+        except UnsupportedModel as e:
+            raise UserError(str(e)) from None
         eos: list[int] = []
         for src in (cfg.get("eos_token_id"),):
             eos += [src] if isinstance(src, int) else list(src or [])
@@ -118,24 +119,40 @@ class Qwen3Spec:
             try:
                 g = json.loads(gen_path.read_text()).get("eos_token_id")
                 eos += [g] if isinstance(g, int) else list(g or [])
-            except (OSError, json.JSONDecodeError):
+            except (OSError, json.JSONDecodeError, AttributeError):
                 pass
         heads = int(cfg["num_attention_heads"])
+        rope = rope_parameters(cfg)
         return cls(
+            family=fam.name,
             vocab_size=int(cfg["vocab_size"]),
             hidden_size=int(cfg["hidden_size"]),
             num_layers=int(cfg["num_hidden_layers"]),
             num_heads=heads,
             num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
-            head_dim=int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads),
+            head_dim=head_dim_of(cfg),
             intermediate_size=int(cfg["intermediate_size"]),
             rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-            rope_theta=float(theta),
+            rope_theta=float(rope["rope_theta"]),
             max_position_embeddings=int(cfg.get("max_position_embeddings", 32768)),
             eos_token_ids=tuple(sorted(set(int(e) for e in eos))),
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            attention_bias=bool(cfg.get("attention_bias", False)),
+            qk_norm=fam.qk_norm,
+            qkv_bias=fam.qkv_bias,
+            rope=tuple(sorted((k, v) for k, v in rope.items() if isinstance(v, (int, float, str)))),
         )
+
+    def config(self) -> dict:
+        """A minimal HF-style config dict of this spec (for :mod:`areal_cli.models.families` functions)."""
+        return {"model_type": self.family, "hidden_size": self.hidden_size, "num_hidden_layers": self.num_layers,
+                "num_attention_heads": self.num_heads, "num_key_value_heads": self.num_kv_heads,
+                "head_dim": self.head_dim, "intermediate_size": self.intermediate_size,
+                "vocab_size": self.vocab_size, "tie_word_embeddings": self.tie_word_embeddings,
+                "rope_parameters": dict(self.rope)}
+
+
+#: Former name (the engine ran Qwen3 only).
+Qwen3Spec = ModelSpec
 
 
 def load_safetensors_state(model_dir: str | Path) -> dict[str, torch.Tensor]:
@@ -173,8 +190,8 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
 
 
-class Qwen3Model:
-    """Weights + inference forward of a Qwen3 causal LM (no autograd, float32 by default).
+class CausalLM:
+    """Weights + inference forward of a Qwen3 / Qwen2 / Llama causal LM (no autograd, float32 by default).
 
     Args:
         model_dir: Hugging Face model directory (``config.json`` + safetensors).
@@ -184,13 +201,15 @@ class Qwen3Model:
     """
 
     def __init__(self, model_dir: str | Path, dtype: torch.dtype = torch.float32):
-        self.spec = Qwen3Spec.from_model_dir(model_dir)
+        from areal_cli.models.families import rope_inv_freq
+
+        self.spec = ModelSpec.from_model_dir(model_dir)
         self.dtype = dtype
         self.model_dir = str(model_dir)
         s = self.spec
         self.layers: list[dict[str, torch.Tensor]] = []
         self._load(load_safetensors_state(model_dir), model_dir, init=True)
-        inv_freq = 1.0 / (s.rope_theta ** (torch.arange(0, s.head_dim, 2, dtype=torch.float) / s.head_dim))
+        inv_freq = rope_inv_freq(s.config())
         pos = torch.arange(s.max_position_embeddings, dtype=torch.float)
         freqs = pos[:, None] * inv_freq[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
@@ -200,32 +219,9 @@ class Qwen3Model:
     # -- weights --------------------------------------------------------------------------------------------
 
     def _expected_shapes(self) -> dict[str, tuple[int, ...]]:
-        s = self.spec
-        H, D = s.hidden_size, s.head_dim
-        out = {"model.embed_tokens.weight": (s.vocab_size, H), "model.norm.weight": (H,)}
-        if not s.tie_word_embeddings:
-            out["lm_head.weight"] = (s.vocab_size, H)
-        for i in range(s.num_layers):
-            p = f"model.layers.{i}."
-            out.update({
-                p + "input_layernorm.weight": (H,),
-                p + "post_attention_layernorm.weight": (H,),
-                p + "self_attn.q_proj.weight": (s.num_heads * D, H),
-                p + "self_attn.k_proj.weight": (s.num_kv_heads * D, H),
-                p + "self_attn.v_proj.weight": (s.num_kv_heads * D, H),
-                p + "self_attn.o_proj.weight": (H, s.num_heads * D),
-                p + "self_attn.q_norm.weight": (D,),
-                p + "self_attn.k_norm.weight": (D,),
-                p + "mlp.gate_proj.weight": (s.intermediate_size, H),
-                p + "mlp.up_proj.weight": (s.intermediate_size, H),
-                p + "mlp.down_proj.weight": (H, s.intermediate_size),
-            })
-            if s.attention_bias:
-                out.update({p + "self_attn.q_proj.bias": (s.num_heads * D,),
-                            p + "self_attn.k_proj.bias": (s.num_kv_heads * D,),
-                            p + "self_attn.v_proj.bias": (s.num_kv_heads * D,),
-                            p + "self_attn.o_proj.bias": (H,)})
-        return out
+        from areal_cli.models.families import weight_shapes
+
+        return weight_shapes(self.spec.config())
 
     def _load(self, state: dict[str, torch.Tensor], model_dir: str | Path, init: bool) -> None:
         shapes = self._expected_shapes()
@@ -243,7 +239,7 @@ class Qwen3Model:
                 "ln1": t[p + "input_layernorm.weight"], "ln2": t[p + "post_attention_layernorm.weight"],
                 "q": t[p + "self_attn.q_proj.weight"], "k": t[p + "self_attn.k_proj.weight"],
                 "v": t[p + "self_attn.v_proj.weight"], "o": t[p + "self_attn.o_proj.weight"],
-                "qn": t[p + "self_attn.q_norm.weight"], "kn": t[p + "self_attn.k_norm.weight"],
+                "qn": t.get(p + "self_attn.q_norm.weight"), "kn": t.get(p + "self_attn.k_norm.weight"),
                 "gate": t[p + "mlp.gate_proj.weight"], "up": t[p + "mlp.up_proj.weight"],
                 "down": t[p + "mlp.down_proj.weight"],
             }
@@ -263,7 +259,7 @@ class Qwen3Model:
         Raises:
             UserError: unreadable directory, different architecture (config numbers or weight shapes).
         """
-        spec = Qwen3Spec.from_model_dir(model_dir)
+        spec = ModelSpec.from_model_dir(model_dir)
         mine = {k: v for k, v in self.spec.__dict__.items() if k != "eos_token_ids"}
         theirs = {k: v for k, v in spec.__dict__.items() if k != "eos_token_ids"}
         if mine != theirs:
@@ -297,7 +293,7 @@ class Qwen3Model:
                                     f"expected {shapes['model.embed_tokens.weight']}")
                 continue
             if name not in shapes:
-                raise UserError(f"{source}: weight {name!r} is not a parameter of this Qwen3 model")
+                raise UserError(f"{source}: weight {name!r} is not a parameter of this {self.spec.family} model")
             if tuple(tensor.shape) != shapes[name]:
                 raise UserError(f"{source}: weight {name!r} has shape {tuple(tensor.shape)}, "
                                 f"expected {shapes[name]} (same architecture required)")
@@ -341,8 +337,9 @@ class Qwen3Model:
             q = F.linear(h, w["q"], w["q_b"]).view(B, S, nh, D)
             k = F.linear(h, w["k"], w["k_b"]).view(B, S, nkv, D)
             v = F.linear(h, w["v"], w["v_b"]).view(B, S, nkv, D)
-            q = _rms_norm(q, w["qn"], eps)
-            k = _rms_norm(k, w["kn"], eps)
+            if w["qn"] is not None:  # Qwen3's per-head q/k norms (families.Family.qk_norm)
+                q = _rms_norm(q, w["qn"], eps)
+                k = _rms_norm(k, w["kn"], eps)
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
             kp, vp = k_pool[li], v_pool[li]
@@ -376,6 +373,10 @@ class Qwen3Model:
         idx = torch.arange(1, L + 1)[None, :]
         hid = self.forward(torch.tensor([input_ids]), torch.arange(L)[None, :], kp, vp, idx, idx)
         return self.logits(hid[0])
+
+
+#: Former name (the engine ran Qwen3 only).
+Qwen3Model = CausalLM
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -444,12 +445,12 @@ class _Req:
 
 
 class InferenceEngine:
-    """Continuous-batching Qwen3 engine with a capped, slot-reserving KV cache (see module docstring).
+    """Continuous-batching engine with a capped, slot-reserving KV cache (see module docstring).
 
     Not thread-safe: one thread drives it (the server's engine thread).
 
     Args:
-        model_path: Hugging Face model directory (Qwen3ForCausalLM, safetensors).
+        model_path: Hugging Face model directory (Qwen3 / Qwen2 / Llama, safetensors).
         max_running_requests: most requests in the running batch.
         max_total_tokens: KV-cache capacity in tokens (the memory cap: 2 * layers * kv_heads * head_dim *
             dtype bytes per token); a request reserves ``len(prompt) + max_new_tokens`` tokens.
@@ -468,7 +469,7 @@ class InferenceEngine:
                  dtype: torch.dtype = torch.float32):
         if max_running_requests < 1 or max_total_tokens < 1 or max_prefill_tokens < 1:
             raise ValueError("max_running_requests, max_total_tokens and max_prefill_tokens must be >= 1")
-        self.model = Qwen3Model(model_path, dtype=dtype)
+        self.model = CausalLM(model_path, dtype=dtype)
         s = self.model.spec
         self.context_length = int(context_length or s.max_position_embeddings)
         if self.context_length > s.max_position_embeddings:
@@ -494,7 +495,7 @@ class InferenceEngine:
     # -- properties -----------------------------------------------------------------------------------------
 
     @property
-    def spec(self) -> Qwen3Spec:
+    def spec(self) -> ModelSpec:
         """Architecture of the loaded model."""
         return self.model.spec
 
@@ -626,7 +627,7 @@ class InferenceEngine:
 
     def load_tensors(self, named: dict[str, torch.Tensor], weight_version: str | None = None,
                      source: str = "update") -> list[str]:
-        """Load HF-named tensors in place (all or a subset; see :meth:`Qwen3Model.update_tensors`) and
+        """Load HF-named tensors in place (all or a subset; see :meth:`CausalLM.update_tensors`) and
         optionally set the version label. Same caveat on running requests as :meth:`load_weights`.
 
         Raises:

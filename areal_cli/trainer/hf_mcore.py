@@ -1,7 +1,8 @@
-"""Hugging Face Qwen3 <-> megatron-core GPTModel: config translation and weight conversion.
+"""Hugging Face Qwen3 / Qwen2 / Llama <-> megatron-core GPTModel: config translation and weight conversion.
 
 The name mapping is DATA: :data:`RULES` is a table of :class:`Rule` (HF name patterns -> one mcore name
-pattern + a transform name). ``{i}`` in a pattern stands for the decoder layer index. Transforms
+pattern + a transform name, and the family switch it needs, :mod:`areal_cli.models.families`). ``{i}`` in a
+pattern stands for the decoder layer index. Transforms
 (:data:`TRANSFORMS`) are pairs of pure functions (HF tensors -> mcore tensor, mcore tensor -> HF tensors):
 
 - ``copy``     identity (same layout in both libraries);
@@ -10,14 +11,17 @@ pattern + a transform name). ``{i}`` in a pattern stands for the decoder layer i
                ``g = 0..groups-1`` (megatron/core/transformer/attention.py ``get_query_key_value_tensors``
                views the output as ``[s, b, groups, (heads/groups + 2) * head_dim]`` and splits it as
                ``[q, k, v]``); HF keeps ``q_proj``/``k_proj``/``v_proj`` separate;
+- ``qkv_bias`` the same grouping for the q/k/v biases (Qwen2) into ``linear_qkv.bias``;
 - ``gate_up``  ``linear_fc1 = cat(gate_proj, up_proj)`` on rows (megatron's gated MLP computes
                ``silu(x1) * x2`` with ``x1, x2 = chunk(fc1(x), 2)``; HF: ``silu(gate(x)) * up(x)``).
 
 ``_extra_state`` entries (Transformer Engine FP8 metadata, ``None`` here) are ignored. Conversion is exact
 (pure reshapes/concatenations): HF -> mcore -> HF reproduces every tensor bit for bit.
 
-Supported: ``Qwen3ForCausalLM`` configs (GQA, q/k RMSNorm, SwiGLU, RoPE with the default rope type, no
-attention bias), tied or untied output layer. Tensor parallel: :func:`load_hf_into_model` shards the
+Supported: the families of :mod:`areal_cli.models.families` -- Qwen3 (q/k RMSNorm), Qwen2 (q/k/v biases),
+Llama (RoPE with Llama-3 scaling) -- GQA, SwiGLU, tied or untied output layer. Megatron gets
+``qk_layernorm`` / ``add_qkv_bias`` from the family, and its rotary ``inv_freq`` is set to the HF model's
+(:func:`areal_cli.models.families.rope_inv_freq`, so scaled variants agree exactly). Tensor parallel: :func:`load_hf_into_model` shards the
 converted tensors for the model's TP rank (:mod:`areal_cli.trainer.parallel_shard`); pipeline parallel:
 a stage's parameters are matched by whole-model name (:func:`global_param_names`).
 """
@@ -64,6 +68,8 @@ class Rule:
         per_layer: the patterns contain ``{i}`` and expand over ``range(num_hidden_layers)``.
         tied: ``None`` = always present; ``False`` = only when the output layer is NOT tied to the
             embedding (the ``lm_head`` row).
+        when: ``None`` = every family; else the :class:`~areal_cli.models.families.Family` switch that must be
+            on (``"qk_norm"``: Qwen3's q/k norms; ``"qkv_bias"``: Qwen2's q/k/v biases).
     """
 
     hf: tuple[str, ...]
@@ -71,6 +77,7 @@ class Rule:
     transform: str = "copy"
     per_layer: bool = False
     tied: bool | None = None
+    when: str | None = None
 
 
 _L = "model.layers.{i}."
@@ -85,8 +92,17 @@ RULES: tuple[Rule, ...] = (
         "qkv",
         per_layer=True,
     ),
-    Rule((_L + "self_attn.q_norm.weight",), _D + "self_attention.q_layernorm.weight", per_layer=True),
-    Rule((_L + "self_attn.k_norm.weight",), _D + "self_attention.k_layernorm.weight", per_layer=True),
+    Rule(
+        (_L + "self_attn.q_proj.bias", _L + "self_attn.k_proj.bias", _L + "self_attn.v_proj.bias"),
+        _D + "self_attention.linear_qkv.bias",
+        "qkv_bias",
+        per_layer=True,
+        when="qkv_bias",
+    ),
+    Rule((_L + "self_attn.q_norm.weight",), _D + "self_attention.q_layernorm.weight", per_layer=True,
+         when="qk_norm"),
+    Rule((_L + "self_attn.k_norm.weight",), _D + "self_attention.k_layernorm.weight", per_layer=True,
+         when="qk_norm"),
     Rule((_L + "self_attn.o_proj.weight",), _D + "self_attention.linear_proj.weight", per_layer=True),
     Rule((_L + "post_attention_layernorm.weight",), _D + "pre_mlp_layernorm.weight", per_layer=True),
     Rule(
@@ -130,6 +146,14 @@ def _qkv_to_hf(t: Tensor, d: _Dims) -> list[Tensor]:
     ]
 
 
+def _qkv_bias_to_mcore(ts: list[Tensor], d: _Dims) -> Tensor:
+    return _qkv_to_mcore([t.unsqueeze(-1) for t in ts], d).squeeze(-1)
+
+
+def _qkv_bias_to_hf(t: Tensor, d: _Dims) -> list[Tensor]:
+    return [x.squeeze(-1).contiguous() for x in _qkv_to_hf(t.unsqueeze(-1), d)]
+
+
 def _gate_up_to_mcore(ts: list[Tensor], d: _Dims) -> Tensor:
     return torch.cat(ts, dim=0)
 
@@ -141,6 +165,7 @@ def _gate_up_to_hf(t: Tensor, d: _Dims) -> list[Tensor]:
 TRANSFORMS: dict[str, tuple[Callable[[list[Tensor], _Dims], Tensor], Callable[[Tensor, _Dims], list[Tensor]]]] = {
     "copy": (lambda ts, d: ts[0], lambda t, d: [t]),
     "qkv": (_qkv_to_mcore, _qkv_to_hf),
+    "qkv_bias": (_qkv_bias_to_mcore, _qkv_bias_to_hf),
     "gate_up": (_gate_up_to_mcore, _gate_up_to_hf),
 }
 
@@ -151,40 +176,31 @@ TRANSFORMS: dict[str, tuple[Callable[[list[Tensor], _Dims], Tensor], Callable[[T
 
 
 def rope_theta_of(hf_config) -> float:
-    """RoPE base of an HF config: ``rope_parameters["rope_theta"]`` (transformers 5) or ``rope_theta``.
+    """RoPE base of an HF config: ``rope_parameters["rope_theta"]`` (transformers 5) or ``rope_theta``."""
+    from areal_cli.models.families import rope_parameters
+
+    return float(rope_parameters(hf_config)["rope_theta"])
+
+
+def family_of(hf_config):
+    """The :class:`~areal_cli.models.families.Family` of ``hf_config``.
 
     Raises:
-        ConversionError: neither present, or a rope type other than ``"default"`` (scaling not supported).
+        ConversionError: an unsupported family or feature (one line naming what is supported).
     """
-    rp = getattr(hf_config, "rope_parameters", None) or getattr(hf_config, "rope_scaling", None) or {}
-    rope_type = rp.get("rope_type", rp.get("type", "default")) if isinstance(rp, Mapping) else "default"
-    if rope_type not in ("default", None):
-        raise ConversionError(f"rope type {rope_type!r} is not supported (only 'default')")
-    theta = rp.get("rope_theta") if isinstance(rp, Mapping) else None
-    if theta is None:
-        theta = getattr(hf_config, "rope_theta", None)
-    if theta is None:
-        raise ConversionError("HF config has no rope_theta")
-    return float(theta)
+    from areal_cli.models.families import UnsupportedModel
+    from areal_cli.models.families import family_of as _family_of
+
+    try:
+        return _family_of(hf_config, "HF config")
+    except UnsupportedModel as e:
+        raise ConversionError(str(e)) from None
 
 
 def check_supported(hf_config) -> None:
-    """Raise :class:`ConversionError` unless ``hf_config`` is a Qwen3 dense config this module converts.
-
-    Checks: model_type ``qwen3``, ``hidden_act == "silu"``, no attention bias, no sliding window,
-    heads divisible by KV heads, default RoPE.
-    """
-    if getattr(hf_config, "model_type", None) != "qwen3":
-        raise ConversionError(f"model_type {getattr(hf_config, 'model_type', None)!r} is not supported (qwen3)")
-    if getattr(hf_config, "hidden_act", "silu") != "silu":
-        raise ConversionError(f"hidden_act {hf_config.hidden_act!r} is not supported (silu)")
-    if getattr(hf_config, "attention_bias", False):
-        raise ConversionError("attention_bias=True is not supported")
-    if getattr(hf_config, "use_sliding_window", False):
-        raise ConversionError("use_sliding_window=True is not supported")
-    if hf_config.num_attention_heads % hf_config.num_key_value_heads != 0:
-        raise ConversionError("num_attention_heads must be a multiple of num_key_value_heads")
-    rope_theta_of(hf_config)
+    """Raise :class:`ConversionError` unless ``hf_config`` is a config of a supported family
+    (:func:`areal_cli.models.families.family_of`: model type, silu, no sliding window, biases, rope type)."""
+    family_of(hf_config)
 
 
 def architecture_signature(hf_config) -> dict:
@@ -200,6 +216,7 @@ def architecture_signature(hf_config) -> dict:
         "rms_norm_eps": float(hf_config.rms_norm_eps),
         "rope_theta": rope_theta_of(hf_config),
         "tie_word_embeddings": _tied(hf_config),
+        "family": family_of(hf_config).name,
     }
 
 
@@ -217,11 +234,11 @@ def _tied(hf_config) -> bool:
 
 
 def transformer_config_from_hf(hf_config, *, params_dtype: torch.dtype = torch.float32, **overrides):
-    """megatron ``TransformerConfig`` equivalent to an HF Qwen3 config.
+    """megatron ``TransformerConfig`` equivalent to an HF config of a supported family.
 
     Fixed choices: ``use_cpu_initialization=True``, ``normalization="RMSNorm"`` (eps = ``rms_norm_eps``),
-    ``gated_linear_unit=True`` + ``activation_func=F.silu`` (SwiGLU), ``qk_layernorm=True``,
-    ``add_bias_linear=False``, ``kv_channels=head_dim``, ``num_query_groups=num_key_value_heads``,
+    ``gated_linear_unit=True`` + ``activation_func=F.silu`` (SwiGLU), ``qk_layernorm`` and ``add_qkv_bias``
+    from the family, ``add_bias_linear=False``, ``kv_channels=head_dim``, ``num_query_groups=num_key_value_heads``,
     hidden dropout 0, attention dropout from the config, all fusions off (plain PyTorch kernels).
     ``overrides`` are passed on to ``TransformerConfig`` (e.g. ``recompute_granularity``).
 
@@ -230,7 +247,7 @@ def transformer_config_from_hf(hf_config, *, params_dtype: torch.dtype = torch.f
     """
     from megatron.core.transformer import TransformerConfig
 
-    check_supported(hf_config)
+    fam = family_of(hf_config)
     kw = dict(
         num_layers=hf_config.num_hidden_layers,
         hidden_size=hf_config.hidden_size,
@@ -242,9 +259,9 @@ def transformer_config_from_hf(hf_config, *, params_dtype: torch.dtype = torch.f
         normalization="RMSNorm",
         gated_linear_unit=True,
         activation_func=F.silu,
-        qk_layernorm=True,
+        qk_layernorm=fam.qk_norm,
         add_bias_linear=False,
-        add_qkv_bias=False,
+        add_qkv_bias=fam.qkv_bias,
         hidden_dropout=0.0,
         attention_dropout=float(getattr(hf_config, "attention_dropout", 0.0) or 0.0),
         init_method_std=float(getattr(hf_config, "initializer_range", 0.02)),
@@ -276,17 +293,20 @@ def build_gpt_model(hf_config, *, params_dtype: torch.dtype = torch.float32, voc
     megatron builds only this stage's decoder layers (named ``decoder.layers.<local index>``, see
     :func:`global_param_names`).
 
-    Layer spec: ``get_gpt_layer_local_spec(qk_layernorm=True, normalization="RMSNorm")``; RoPE with the
-    config's theta; output layer shared with the embedding iff ``tie_word_embeddings``. Requires
+    Layer spec: ``get_gpt_layer_local_spec(qk_layernorm=<family>, normalization="RMSNorm")``; RoPE with the
+    HF model's inverse frequencies (default or Llama-3 scaled); output layer shared with the embedding iff
+    ``tie_word_embeddings``. Requires
     megatron ``parallel_state`` to be initialised (see ``cpu_compat.setup_megatron``). Parameter count
     equals the HF model's.
     """
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
+    from areal_cli.models.families import rope_inv_freq
+
     cfg = transformer_config_from_hf(hf_config, params_dtype=params_dtype, **config_overrides)
-    spec = get_gpt_layer_local_spec(qk_layernorm=True, normalization="RMSNorm")
-    return GPTModel(
+    spec = get_gpt_layer_local_spec(qk_layernorm=family_of(hf_config).qk_norm, normalization="RMSNorm")
+    model = GPTModel(
         config=cfg,
         transformer_layer_spec=spec,
         vocab_size=int(vocab_size or hf_config.vocab_size),
@@ -299,6 +319,10 @@ def build_gpt_model(hf_config, *, params_dtype: torch.dtype = torch.float32, voc
         rotary_base=rope_theta_of(hf_config),
         parallel_output=True,
     )
+    rotary = getattr(model, "rotary_pos_emb", None)
+    if rotary is not None:  # the HF model's exact frequencies (Llama-3 scaling is not megatron's fixed variant)
+        rotary.inv_freq = rope_inv_freq(hf_config).to(rotary.inv_freq.device)
+    return model
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -307,10 +331,14 @@ def build_gpt_model(hf_config, *, params_dtype: torch.dtype = torch.float32, voc
 
 
 def _expanded_rules(hf_config):
-    """Yield ``(hf_names, mcore_name, transform)`` for every concrete tensor of the model."""
+    """Yield ``(hf_names, mcore_name, transform)`` for every concrete tensor of the model (the rules whose
+    family switch is on)."""
     tied = _tied(hf_config)
+    fam = family_of(hf_config)
     for r in RULES:
         if r.tied is not None and r.tied != tied:
+            continue
+        if r.when is not None and not getattr(fam, r.when):
             continue
         layers = range(hf_config.num_hidden_layers) if r.per_layer else [None]
         for i in layers:
@@ -329,7 +357,7 @@ _IGNORED_HF = re.compile(r".*rotary_emb\.inv_freq$")
 
 
 def hf_to_mcore(hf_state: Mapping[str, Tensor], hf_config) -> dict[str, Tensor]:
-    """Convert an HF Qwen3 state dict to megatron-core GPTModel parameter names/layouts.
+    """Convert an HF state dict (a supported family) to megatron-core GPTModel parameter names/layouts.
 
     Args:
         hf_state: ``{hf_name: tensor}`` as in ``model.safetensors`` (``lm_head.weight`` may be absent or
@@ -355,7 +383,7 @@ def hf_to_mcore(hf_state: Mapping[str, Tensor], hf_config) -> dict[str, Tensor]:
 
 
 def mcore_to_hf(mcore_state: Mapping[str, Tensor], hf_config) -> dict[str, Tensor]:
-    """Convert megatron-core GPTModel parameters to HF Qwen3 names/layouts (inverse of :func:`hf_to_mcore`).
+    """Convert megatron-core GPTModel parameters to HF names/layouts (inverse of :func:`hf_to_mcore`).
 
     ``_extra_state`` keys are ignored. With tied embeddings no ``lm_head.weight`` is emitted (HF ties it).
     Returns ``{hf_name: tensor}`` (contiguous). Raises :class:`ConversionError` on missing/extra names.

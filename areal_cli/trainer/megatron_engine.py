@@ -1,4 +1,4 @@
-"""MegatronEngine: a megatron-core GPTModel trained from / saved to a Hugging Face Qwen3 directory.
+"""MegatronEngine: a megatron-core GPTModel trained from / saved to a Hugging Face Qwen3 / Qwen2 / Llama directory.
 
 One process (world size 1, gloo) on CPU, the same code on a GPU. The model is megatron-core's GPTModel with
 the "local" layer spec (:mod:`areal_cli.trainer.hf_mcore`); CUDA assumptions of megatron-core are routed to
@@ -143,7 +143,8 @@ def _load_hf_config(model_dir: Path):
 
 
 class MegatronEngine:
-    """Trainer engine over a megatron-core GPTModel built from an HF Qwen3 model directory.
+    """Trainer engine over a megatron-core GPTModel built from an HF model directory of a supported family
+    (:mod:`areal_cli.models.families`).
 
     Args:
         hf_model_dir: HF directory (config.json + safetensors [+ tokenizer files]).
