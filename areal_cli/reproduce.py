@@ -724,7 +724,7 @@ def reproduce(name: str, *, out_dir: Path | None = None, dry_run: bool = False, 
         out_dir: run folder (default ``runs/reproduce-<name>-<timestamp>``); must not hold a reproduction.
         dry_run: print the plan only; nothing is downloaded or written.
         eval_only / subject / model_dir / data_dir / cf_data: evaluate a checkpoint (``published`` or ``base``;
-            ``model_dir``: a local copy instead of the download) on benchmark files in ``data_dir``
+            ``model_dir``: a local copy instead of the download, a HF directory or a ``.gguf`` file) on benchmark files in ``data_dir``
             (``areal eval --data-dir``), Codeforces rating data in ``cf_data``.
         overrides: ``-o KEY=VALUE`` (recorded in the manifest: the run is no longer the locked recipe).
         allow_unpinned: download unpinned checkpoints as they are today.
@@ -874,6 +874,12 @@ def _eval_only(ctx: _RunRecord, *, allow_unpinned: bool, data_dir: Path | None, 
             raise UserError(f"{p.recipe.path}: the download returned no {role} checkpoint")
         model_dir = got[role]
         ctx.downloads[role] = Path(model_dir)
+    else:
+        from areal_cli.models.gguf import provenance_of, resolve_model
+
+        model_dir = resolve_model(model_dir, log=lambda m: ctx.console.print(m, markup=False, highlight=False))
+        if provenance_of(model_dir) is not None:  # a .gguf file, dequantised: record what it was
+            ctx.runs["model_provenance"] = {"gguf": provenance_of(model_dir), "model_dir": str(model_dir)}
     check_checkpoint(Path(model_dir))
     _check_eval_data(p, data_dir)
     render_plan(p, ctx.console)  # bad input and failed downloads above end in one line, without the plan
