@@ -196,15 +196,19 @@ class CausalLM:
     Args:
         model_dir: Hugging Face model directory (``config.json`` + safetensors).
         dtype: parameter/compute dtype (float32 for exact agreement with training logprobs).
+        device: where the weights live and the forward runs (default CPU). Inputs may be CPU tensors; the
+            logits :meth:`logits` returns are float32 on the CPU, where sampling happens.
     Raises:
         UserError: unreadable/unsupported model directory or missing/mis-shaped weights.
     """
 
-    def __init__(self, model_dir: str | Path, dtype: torch.dtype = torch.float32):
+    def __init__(self, model_dir: str | Path, dtype: torch.dtype = torch.float32,
+                 device: str | torch.device = "cpu"):
         from areal_cli.models.families import rope_inv_freq
 
         self.spec = ModelSpec.from_model_dir(model_dir)
         self.dtype = dtype
+        self.device = torch.device(device)
         self.model_dir = str(model_dir)
         s = self.spec
         self.layers: list[dict[str, torch.Tensor]] = []
@@ -213,8 +217,8 @@ class CausalLM:
         pos = torch.arange(s.max_position_embeddings, dtype=torch.float)
         freqs = pos[:, None] * inv_freq[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
-        self.cos = emb.cos().to(dtype)  # [max_pos, head_dim]
-        self.sin = emb.sin().to(dtype)
+        self.cos = emb.cos().to(device=self.device, dtype=dtype)  # [max_pos, head_dim]
+        self.sin = emb.sin().to(device=self.device, dtype=dtype)
 
     # -- weights --------------------------------------------------------------------------------------------
 
@@ -231,7 +235,7 @@ class CausalLM:
             if tuple(state[name].shape) != shape:
                 raise UserError(f"{model_dir}: weight {name!r} has shape {tuple(state[name].shape)}, "
                                 f"expected {shape} (same architecture required)")
-        t = {k: state[k].to(self.dtype).contiguous() for k in shapes}
+        t = {k: state[k].to(device=self.device, dtype=self.dtype).contiguous() for k in shapes}
         layers = []
         for i in range(self.spec.num_layers):
             p = f"model.layers.{i}."
@@ -322,13 +326,15 @@ class CausalLM:
             FloatTensor [B, S, hidden] final-normed hidden states (apply :meth:`logits` to the rows needed).
         """
         s = self.spec
+        dev = self.device
+        ids, pos, write_idx, read_idx = ids.to(dev), pos.to(dev), write_idx.to(dev), read_idx.to(dev)
         B, S = ids.shape
         Lk = read_idx.shape[1]
         nh, nkv, D = s.num_heads, s.num_kv_heads, s.head_dim
         x = self.embed[ids]  # [B, S, H]
         cos = self.cos[pos].unsqueeze(2)  # [B, S, 1, D]
         sin = self.sin[pos].unsqueeze(2)
-        mask = (torch.arange(Lk)[None, None, :] <= pos[:, :, None]).unsqueeze(1)  # [B, 1, S, Lk]
+        mask = (torch.arange(Lk, device=dev)[None, None, :] <= pos[:, :, None]).unsqueeze(1)  # [B, 1, S, Lk]
         w_flat = write_idx.reshape(-1)
         r_flat = read_idx.reshape(-1)
         eps = s.rms_norm_eps
@@ -357,8 +363,8 @@ class CausalLM:
         return _rms_norm(x, self.norm, eps)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """``hidden [..., H]`` -> logits ``[..., vocab]`` (float32)."""
-        return F.linear(hidden, self.lm_head).float()
+        """``hidden [..., H]`` -> logits ``[..., vocab]`` (float32, on the CPU)."""
+        return F.linear(hidden, self.lm_head).float().cpu()
 
     @torch.inference_mode()
     def full_logits(self, input_ids: list[int]) -> torch.Tensor:
@@ -368,7 +374,7 @@ class CausalLM:
         """
         L = len(input_ids)
         s = self.spec
-        kp = torch.zeros(s.num_layers, L + 1, s.num_kv_heads, s.head_dim, dtype=self.dtype)
+        kp = torch.zeros(s.num_layers, L + 1, s.num_kv_heads, s.head_dim, dtype=self.dtype, device=self.device)
         vp = torch.zeros_like(kp)
         idx = torch.arange(1, L + 1)[None, :]
         hid = self.forward(torch.tensor([input_ids]), torch.arange(L)[None, :], kp, vp, idx, idx)
@@ -459,6 +465,7 @@ class InferenceEngine:
         weight_version: initial weight-version label.
         max_prefill_tokens: cap on padded tokens (batch x length) of one prefill forward.
         dtype: compute dtype.
+        device: the weights' and the KV pool's device (default CPU; sampling stays on the CPU).
     Raises:
         UserError: bad model directory. ValueError: non-positive sizes, context beyond the model's positions.
     """
@@ -466,10 +473,10 @@ class InferenceEngine:
     def __init__(self, model_path: str | Path, *, max_running_requests: int = 64,
                  max_total_tokens: int = 65536, context_length: int | None = None, seed: int = 0,
                  weight_version: str = "0", max_prefill_tokens: int = 8192,
-                 dtype: torch.dtype = torch.float32):
+                 dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"):
         if max_running_requests < 1 or max_total_tokens < 1 or max_prefill_tokens < 1:
             raise ValueError("max_running_requests, max_total_tokens and max_prefill_tokens must be >= 1")
-        self.model = CausalLM(model_path, dtype=dtype)
+        self.model = CausalLM(model_path, dtype=dtype, device=device)
         s = self.model.spec
         self.context_length = int(context_length or s.max_position_embeddings)
         if self.context_length > s.max_position_embeddings:
@@ -482,7 +489,7 @@ class InferenceEngine:
         self.model_path = str(model_path)
         # KV pool; slot 0 = scratch for padding writes (zero-initialised so masked reads stay finite).
         self.k_pool = torch.zeros(s.num_layers, self.max_total_tokens + 1, s.num_kv_heads, s.head_dim,
-                                  dtype=dtype)
+                                  dtype=dtype, device=self.model.device)
         self.v_pool = torch.zeros_like(self.k_pool)
         self._free: list[int] = list(range(self.max_total_tokens, 0, -1))
         self._seed_rng = random.Random(seed)
