@@ -18,8 +18,21 @@ from areal_cli.cli_errors import one_line_errors
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="areal")
-def main() -> None:
+@click.option("--recipes-dir", type=click.Path(file_okay=False, path_type=Path), multiple=True, metavar="DIR",
+              help="A folder of your own recipes (NAME.yaml + NAME.expected.yaml), looked up before the shipped "
+                   "ones; repeatable. Same as $AREAL_RECIPES_DIR (os.pathsep-separated).")
+@one_line_errors
+def main(recipes_dir: tuple[Path, ...]) -> None:
     """areal: fully asynchronous RL for reasoning LLMs, reproducible from the command line."""
+    if recipes_dir:
+        import os
+
+        for d in recipes_dir:
+            if not d.is_dir():
+                raise UserError(f"--recipes-dir {d}: not a folder")
+        prev = os.environ.get("AREAL_RECIPES_DIR", "")
+        os.environ["AREAL_RECIPES_DIR"] = os.pathsep.join([*(str(d.resolve()) for d in recipes_dir),
+                                                           *([prev] if prev else [])])
 
 
 @main.command()

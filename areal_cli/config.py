@@ -147,6 +147,9 @@ class TrainConfig:
     eval_benchmark_every: int = 0
     eval_max_problems: int = 0  # the first N problems of each benchmark (0: all)
     time_limit_s: float = 0.0  # 0: no limit
+    # experiment tracking (areal_cli.tracking): "tensorboard", "wandb" or both, comma-separated ("" = none)
+    loggers: str = ""
+    wandb_project: str = "areal"
     # checkpoints (areal_cli.checkpoint): every N RL steps into DIR/checkpoints/step-NNNNNN (0 = off);
     # the newest keep_checkpoints are kept. `areal train --resume DIR` continues from the newest.
     checkpoint_every: int = 0
@@ -237,6 +240,9 @@ class TrainConfig:
                 raise bad(name, "must be > 0 (0, SGLang's default, only with rollout_engine sglang)")
         if self.sglang_context_length and self.sglang_context_length <= self.max_new_tokens:
             raise bad("sglang_context_length", f"must exceed max_new_tokens={self.max_new_tokens} (0: derived)")
+        unknown = [n.strip() for n in self.loggers.split(",") if n.strip() not in ("", "tensorboard", "wandb")]
+        if unknown:
+            raise bad("loggers", f"unknown logger {unknown[0]!r} (known: tensorboard, wandb; comma-separated)")
         if self.lr_scheduler not in ("constant", "linear", "cosine"):
             raise bad("lr_scheduler", "must be constant, linear or cosine")
         if not 0.0 <= self.warmup_proportion <= 1.0:
@@ -296,18 +302,23 @@ _FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig) if f.name != "extr
 _TYPES = typing.get_type_hints(TrainConfig)
 
 
-def recipes_dir() -> Path:
-    """The recipes folder: ``$AREAL_RECIPES_DIR`` or ``recipes/`` at the repository root."""
-    env = os.environ.get("AREAL_RECIPES_DIR")
-    return Path(env) if env else Path(__file__).resolve().parents[1] / "recipes"
+def find_recipe_file(name: str) -> Path | None:
+    """``NAME.yaml`` in the first of :func:`areal_cli.resources.recipe_dirs` holding it (user folders first)."""
+    from areal_cli.resources import recipe_dirs
+
+    for d in recipe_dirs():
+        if (d / f"{name}.yaml").is_file():
+            return d / f"{name}.yaml"
+    return None
 
 
 def known_recipes() -> list[str]:
-    """Recipe names in :func:`recipes_dir` (``NAME.yaml``; expected-metrics files ``*.expected.yaml`` excluded)."""
-    d = recipes_dir()
-    if not d.is_dir():
-        return []
-    return sorted(p.name[: -len(".yaml")] for p in d.glob("*.yaml") if not p.name.endswith(".expected.yaml"))
+    """Recipe names in the user's recipe folders and the shipped ones (``NAME.yaml``; expected-metrics files
+    ``*.expected.yaml`` excluded)."""
+    from areal_cli.resources import recipe_dirs
+
+    return sorted({p.name[: -len(".yaml")] for d in recipe_dirs() if d.is_dir() for p in d.glob("*.yaml")
+                   if not p.name.endswith(".expected.yaml")})
 
 
 def _coerce(name: str, value: object, where: str) -> object:
@@ -363,10 +374,11 @@ def load_recipe(name_or_path: str) -> tuple[TrainConfig, Path]:
     """
     p = Path(name_or_path)
     if p.suffix not in (".yaml", ".yml"):
-        p = recipes_dir() / f"{name_or_path}.yaml"
-        if not p.is_file():
+        found = find_recipe_file(str(name_or_path))
+        if found is None:
             known = ", ".join(known_recipes()) or "none"
             raise UserError(f"unknown recipe '{name_or_path}' (known: {known})")
+        p = found
     if not p.is_file():
         raise UserError(f"{p}: recipe file not found")
     try:

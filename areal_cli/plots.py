@@ -23,7 +23,11 @@ def _atomic_savefig(fig, path: Path) -> None:
 
 def plot_learning_curve(metrics_jsonl: Path, out_png: Path, *, target: float | None = None,
                         others: dict[str, Path] | None = None, label: str = "this run") -> Path:
-    """Held-out accuracy, batch reward and in-loop benchmark pass@1 vs RL step and vs wall-clock seconds.
+    """Held-out accuracy, rewards and in-loop benchmark pass@1 vs RL step and vs wall-clock seconds.
+
+    Two rewards are drawn per step: the batch the trainer took (after the success-rate filter, which keeps only
+    groups with mixed outcomes, so it hovers near the middle whatever the policy does) and every group sampled
+    since the previous step, before the filter (``reward_mean_scored``: what the policy actually earns).
 
     Args:
         metrics_jsonl: a run's metrics.jsonl (first line = state after the warm start).
@@ -59,7 +63,11 @@ def plot_learning_curve(metrics_jsonl: Path, out_png: Path, *, target: float | N
         rew = [(r["step"], r["reward_mean"]) for r in rows if r.get("reward_mean") is not None]
         if rew:
             ax_step.plot([s for s, _ in rew], [v for _, v in rew], alpha=0.4, color=color, ls="--",
-                         label=f"{label}: batch reward")
+                         label=f"{label}: batch reward (after the group filter)")
+        scored = [(r["step"], r["reward_mean_scored"]) for r in rows if r.get("reward_mean_scored") is not None]
+        if scored:
+            ax_step.plot([s for s, _ in scored], [v for _, v in scored], alpha=0.6, color=color, ls="-.",
+                         label=f"{label}: reward of all sampled groups (before the filter)")
         if rows:
             ax_time.axvline(rows[0]["elapsed_s"], color=color, ls=":", lw=1)
     for ax, xlabel in ((ax_step, "RL step (policy version)"), (ax_time, "wall-clock seconds (warm start + RL)")):

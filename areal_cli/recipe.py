@@ -41,8 +41,9 @@ from typing import Any, Literal
 import yaml
 
 from areal_cli.config import _FIELDS as TRAIN_CONFIG_FIELDS
-from areal_cli.config import TrainConfig, _coerce, recipes_dir, resolve_paths
+from areal_cli.config import TrainConfig, _coerce, find_recipe_file, known_recipes, resolve_paths
 from areal_cli.errors import UserError
+from areal_cli.resources import shipped_dir
 
 # --- vocabularies ------------------------------------------------------------------------------------
 # Protocol names come from areal_cli/eval/protocols.py and eval benchmark names from evaluation/benchmarks.json
@@ -621,10 +622,9 @@ class Recipe:
 
 
 def recipe_names() -> list[str]:
-    """Names of the locked recipes in the recipes folder (``<name>.yaml``, not ``*.expected.yaml``)."""
-    d = recipes_dir()
-    names = {p.name[: -len(".yaml")] for p in d.glob("*.yaml") if not p.name.endswith(".expected.yaml")}
-    return sorted(names)
+    """Names of the recipes in the user's recipe folders and the shipped ones (``<name>.yaml``, not
+    ``*.expected.yaml``; :mod:`areal_cli.resources`)."""
+    return known_recipes()
 
 
 def recipe_path(name_or_path: str | Path) -> Path:
@@ -638,9 +638,8 @@ def recipe_path(name_or_path: str | Path) -> Path:
         if not p.is_file():
             raise UserError(f"{p}: recipe file not found")
         return p
-    d = recipes_dir()
-    p = d / f"{name_or_path}.yaml"
-    if p.is_file() and not str(name_or_path).endswith(".expected"):
+    p = find_recipe_file(str(name_or_path))
+    if p is not None and not str(name_or_path).endswith(".expected"):
         return p
     raise UserError(f"unknown recipe '{name_or_path}' (known: {', '.join(recipe_names()) or 'none'})")
 
@@ -691,11 +690,12 @@ def load_recipe(name_or_path: str | Path) -> Recipe:
 
 def _expected_path(rf: RecipeFile, path: Path) -> Path:
     rel = Path(rf.expected)
-    for base in (path.parent, recipes_dir()):
+    shipped = shipped_dir("recipes")
+    for base in (path.parent, shipped):
         if (base / rel).is_file():
             return base / rel
     raise UserError(f"{where(rf, 'expected')}: field 'expected': file '{rf.expected}' not found next to the "
-                    f"recipe or in {recipes_dir()}")
+                    f"recipe or in {shipped}")
 
 
 def _check_hub(ref: HubRef, section: str) -> None:

@@ -7,12 +7,16 @@ from pathlib import Path
 
 from rich.console import Console, Group
 from rich.live import Live
+from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
 
 class RunStatus:
-    """Shows step, version, reward, accuracy, batch staleness, tokens/s and dropped groups.
+    """Shows step, version, reward, accuracy, batch staleness, tokens/s and dropped groups, with a progress bar:
+    warm-start steps toward ``sft_max_steps``, then RL steps toward ``max_steps`` with an ETA (mean seconds per
+    RL step so far times the steps left, capped by ``time_limit_s``) and the accuracy against
+    ``target_accuracy`` (reaching it ends the run early).
 
     Args:
         cfg: the run's TrainConfig (for the header).
@@ -32,6 +36,7 @@ class RunStatus:
         self._last: dict = {}
         self._counters: dict = {}
         self._messages: list[str] = []
+        self._rl_first: tuple[int, float] | None = None  # (step, time) of the first metrics line seen
 
     def __enter__(self) -> "RunStatus":
         if self.use_live:
@@ -61,15 +66,34 @@ class RunStatus:
     def step(self, line: dict, counters: dict) -> None:
         self._phase = "rl" if line.get("phase") == "rl" else "warm start done"
         self._last, self._counters = line, counters
+        if self._rl_first is None:
+            self._rl_first = (int(line.get("step", 0)), time.monotonic())
         if self._live is not None:
             self._live.update(self._render())
         else:
             keys = ("step", "version", "reward_mean", "accuracy", "staleness_max", "gen_tokens_per_s",
                     "groups_dropped", "elapsed_s")
+            eta = self.eta_s()
             self.console.print(
-                f"[{time.monotonic() - self.t0:7.1f}s] " + " ".join(f"{k}={_fmt(line.get(k))}" for k in keys),
+                f"[{time.monotonic() - self.t0:7.1f}s] " + " ".join(f"{k}={_fmt(line.get(k))}" for k in keys)
+                + (f" of={self.cfg.max_steps} eta={_duration(eta)}" if eta is not None else ""),
                 highlight=False, soft_wrap=True,
             )
+
+    def eta_s(self) -> float | None:
+        """Seconds left until ``max_steps`` at the mean pace of the RL steps seen so far (capped by
+        ``time_limit_s``); None before the second metrics line."""
+        if self._rl_first is None or not self._last:
+            return None
+        step0, t_first = self._rl_first
+        done = int(self._last.get("step", 0)) - step0
+        if done <= 0:
+            return None
+        left = (time.monotonic() - t_first) / done * max(self.cfg.max_steps - int(self._last["step"]), 0)
+        limit = getattr(self.cfg, "time_limit_s", 0) or 0
+        if limit:
+            left = min(left, max(limit - (time.monotonic() - self.t0), 0.0))
+        return left
 
     def summary(self, summary: dict) -> None:
         """Print the end-of-run table (the same numbers are in summary.json)."""
@@ -122,7 +146,37 @@ class RunStatus:
                 f"{c.get('reward_error', 0)}/{c.get('reward_timeout', 0)}", _fmt(c.get("interruptions", 0)),
             )
         msgs = Text("\n".join(self._messages), style="dim")
-        return Group(head, t, msgs)
+        return Group(head, self._progress(), t, msgs)
+
+    def _progress(self):
+        """The progress line: warm-start steps, or RL steps with the ETA and the accuracy vs the target."""
+        cfg, info = self.cfg, self._phase_info
+        bar = Table.grid(padding=(0, 1))
+        bar.add_column(width=30)
+        bar.add_column()
+        if self._phase == "warm start" and cfg.sft_max_steps:
+            k = int(info.get("step", 0))
+            bar.add_row(ProgressBar(total=cfg.sft_max_steps, completed=k, width=30),
+                        f"warm start {k}/{cfg.sft_max_steps} steps, accuracy {_fmt(info.get('acc'))} "
+                        f"(stops once it reaches {cfg.sft_stop_accuracy:g})")
+        elif self._last:
+            k = int(self._last.get("step", 0))
+            eta = self.eta_s()
+            target = (f", accuracy {_fmt(self._last.get('accuracy'))} / target {cfg.target_accuracy:g} "
+                      f"(ends the run when reached)" if cfg.target_accuracy else "")
+            bar.add_row(ProgressBar(total=max(cfg.max_steps, 1), completed=k, width=30),
+                        f"RL step {k}/{cfg.max_steps}, ETA {_duration(eta) if eta is not None else '-'}{target}")
+        return bar
+
+
+def _duration(seconds: float) -> str:
+    """``3725`` -> ``"1h02m"``, ``125`` -> ``"2m05s"``, ``7.4`` -> ``"7s"``."""
+    s = int(round(seconds))
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    if s >= 60:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s}s"
 
 
 def _fmt(v) -> str:

@@ -97,6 +97,7 @@ class RunContext:
     version: int = 0  # the policy version the servers hold
     bench: Any = None  # in-loop benchmark evaluation (areal_cli.eval.in_loop.BenchmarkEval) or None
     eval_failures: int = 0  # reward failures of the latest held-out evaluation (counted as wrong)
+    tracker: Any = None  # experiment tracking (areal_cli.tracking.Tracker) or None
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
@@ -156,6 +157,9 @@ def run_training(cfg: TrainConfig, out: Path, *, live: bool = True, record_timel
                         f"-o model_path=DIR (a published recipe's base model: `areal download {cfg.recipe} "
                         f"--local-dir DIR`, then -o model_path=DIR/model -o dataset=DIR/data/FILE)")
     check_cpus(cfg)
+    from areal_cli.tracking import Tracker, parse_loggers
+
+    loggers = parse_loggers(cfg.loggers)  # a missing package: one line, before any work
     if resume is not None and record_timeline:
         raise UserError("a resumed run cannot record a timeline (areal bench runs are not resumed)")
     task = Task(cfg)
@@ -171,9 +175,13 @@ def run_training(cfg: TrainConfig, out: Path, *, live: bool = True, record_timel
         write_json_atomic(out / "config.json", cfg.to_dict())
     status = RunStatus(cfg, out, live=live)
     timeline = Timeline() if record_timeline else None
+    tracker = None
     try:
+        tracker = Tracker(loggers, out, cfg.to_dict(), project=cfg.wandb_project,
+                          resume_step=resume.step if resume is not None else None)
         with status:
-            summary = asyncio.run(_run(cfg, out, task, status, timeline, resume, model_dir))
+            summary = asyncio.run(_run(cfg, out, task, status, timeline, resume, model_dir, tracker))
+        tracker.summary(summary)
     except UserError:
         # bad input found before the first RL step ended (a prompt the tokenizer cannot take, a workflow or reward
         # that breaks at once, a micro-batch budget too small, ...): nothing worth keeping was made, so leave
@@ -181,6 +189,9 @@ def run_training(cfg: TrainConfig, out: Path, *, live: bool = True, record_timel
         if resume is None and created and not _has_rl_steps(out / "metrics.jsonl"):
             shutil.rmtree(out, ignore_errors=True)
         raise
+    finally:
+        if tracker is not None:
+            tracker.close()
     status.summary(summary)
     return summary
 
@@ -245,7 +256,7 @@ def _config_of_checkpoint(ckpt: Checkpoint) -> TrainConfig:
 
 
 async def _run(cfg: TrainConfig, out: Path, task: Task, status: RunStatus, timeline: Timeline | None = None,
-               resume: Checkpoint | None = None, model_dir: Path | None = None) -> dict:
+               resume: Checkpoint | None = None, model_dir: Path | None = None, tracker: Any = None) -> dict:
     from areal_cli.models.tiny import build_tiny_model, load_tokenizer
 
     t0 = status.t0
@@ -318,7 +329,7 @@ async def _run(cfg: TrainConfig, out: Path, task: Task, status: RunStatus, timel
         eval_episodes = episode_client(cfg, client, pool, tokenizer, task, stop_ids, sampling=eval_sampling,
                                        group_size=cfg.eval_n_samples, rid_prefix="eval-")
         ctx = RunContext(cfg, out, task, tokenizer, trainer, client, fleet, pool, episodes, eval_episodes, eval_items,
-                         status, t0, timeline, remote, version=serve_version, bench=bench)
+                         status, t0, timeline, remote, version=serve_version, bench=bench, tracker=tracker)
         warm = await warm_start(ctx) if resume is None else resume.state["warm_start"]
         summary = await rl_loop(ctx, warm, resume)
     finally:
@@ -573,8 +584,11 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                 first.update({f"{b}/pass@1": round(r["pass@1"], 6) for b, r in first["eval_benchmarks"].items()})
             mf.write(json.dumps(first) + "\n")
             mf.flush()
+            if ctx.tracker is not None:
+                ctx.tracker.log(first)
             ctx.status.step(first, controller.stats.as_dict())
         controller.start()
+        scored = (controller.stats.reward_sum_scored, controller.stats.samples_scored)  # before the group filter
         loading: asyncio.Task | None = None  # the servers loading the latest version
         try:
             last_t = time.monotonic()
@@ -647,9 +661,14 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                         "generated_tokens": generated_now,
                     })
                 cs = controller.stats.as_dict()
+                new_scored = cs["samples_scored"] - scored[1]
+                reward_scored = (cs["reward_sum_scored"] - scored[0]) / new_scored if new_scored else None
+                scored = (cs["reward_sum_scored"], cs["samples_scored"])
                 line = {
                     "step": step, "version": version, "phase": "rl",
                     "reward_mean": sum(s.reward for s in samples) / len(samples),
+                    # every group scored since the last step, before the success-rate filter dropped any
+                    "reward_mean_scored": round(reward_scored, 6) if reward_scored is not None else None,
                     "reward_positive_frac": sum(s.reward > 0 for s in samples) / len(samples),
                     "accuracy": acc,
                     "staleness_max": max(stale, default=0), "staleness_mean": sum(stale) / max(len(stale), 1),
@@ -673,6 +692,8 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                 last_tokens, last_t = cs["tokens_generated"], now
                 mf.write(json.dumps(line) + "\n")
                 mf.flush()
+                if ctx.tracker is not None:
+                    ctx.tracker.log(line)
                 ctx.status.step(line, cs)
                 if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
                     if loading is not None:  # the servers must hold this version: the staleness counter is v

@@ -115,6 +115,11 @@ def test_filtered_groups_are_counted_and_replaced():
         assert ctl.n_ready == 0  # all groups dropped
         assert ctl.staleness.accepted == 0 and ctl.staleness.running <= 2  # dropped slots are refilled
         assert ctl.stats.groups_submitted >= ctl.stats.groups_dropped_filter + 1
+        # the reward before the filter counts the dropped groups (all-0 and all-1 alike)
+        dropped = ctl.stats.groups_dropped_filter
+        assert ctl.stats.samples_scored >= dropped * 2 and ctl.stats.samples_scored % 2 == 0
+        assert 0 < ctl.stats.reward_sum_scored < ctl.stats.samples_scored
+        assert ctl.stats.as_dict()["samples_scored"] == ctl.stats.samples_scored
         await ctl.stop()
 
     asyncio.run(go())

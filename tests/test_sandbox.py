@@ -140,10 +140,35 @@ def test_isolation_report_is_consistent_with_what_the_program_sees(isolation_inf
         assert info["network"] == "network namespace"
     else:
         assert info["network"] == "audit hook only"
-    if info["fs_root"]:
-        assert probe["host_paths_visible"][os.path.realpath(os.sys.modules["tempfile"].gettempdir())] is False
     if info["pid_ns"]:
         assert probe["pid"] == 1
+
+
+@pytest.mark.parametrize("audit_hook", [True, False])
+def test_a_file_in_the_host_temp_dir_cannot_be_read_inside(isolation_info, audit_hook):
+    """The exposure, not a path: a marker with random content in the real temp dir must not be readable by the
+    program, wherever the checkout (and its virtualenv, which the sandbox mounts) lives. With the audit hook off
+    only the file-system root stands in the way: without one (no mount namespace here) the report must say so
+    and the file is then readable, which the test checks too, so that the report cannot claim a wall it lacks."""
+    import tempfile
+
+    walled = audit_hook or bool(isolation_info["fs_root"])
+    secret = secrets.token_hex(16)
+    marker = Path(tempfile.gettempdir()) / f"areal-marker-{secrets.token_hex(6)}"
+    marker.write_text(secret)
+    try:
+        os.chmod(marker, 0o644)
+        run = run_tests(f"try:\n    print(open({str(marker)!r}).read())\nexcept BaseException as e:\n"
+                        f"    print('blocked', type(e).__name__)\n", [""], limits=FAST, prelude="",
+                        audit_hook=audit_hook)
+        out = run.results[0].stdout
+        assert bool(run.isolation["fs_root"]) == bool(isolation_info["fs_root"])
+        if walled:
+            assert secret not in out and "blocked" in out, out
+        else:
+            assert secret in out, out
+    finally:
+        marker.unlink()
 
 
 @pytest.mark.parametrize("isolation", ["auto", "none"])

@@ -910,11 +910,13 @@ _TYPES = typing.get_type_hints(Scenario)
 
 
 def scenarios_dir() -> Path:
-    """``$AREAL_SCENARIOS_DIR`` or ``benchmarks/scenarios/`` at the repository root."""
+    """``$AREAL_SCENARIOS_DIR`` or the shipped ``benchmarks/scenarios/`` (:mod:`areal_cli.resources`)."""
     import os
 
+    from areal_cli.resources import shipped_dir
+
     env = os.environ.get("AREAL_SCENARIOS_DIR")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "benchmarks" / "scenarios"
+    return Path(env) if env else shipped_dir("scenarios")
 
 
 def known_scenarios() -> list[str]:

@@ -37,9 +37,10 @@ from typing import Any, Iterable
 
 from areal_cli.errors import UserError, where
 from areal_cli.jsonl import iter_json_lines  # noqa: F401 (also imported from here by code_datasets)
+from areal_cli.resources import shipped_dir
 
 #: ``evaluation/benchmarks.json`` at the top level of the repository.
-BENCHMARKS_JSON = Path(__file__).resolve().parents[2] / "evaluation" / "benchmarks.json"
+BENCHMARKS_JSON = shipped_dir("evaluation") / "benchmarks.json"
 
 KINDS = ("math", "code")
 LOADERS = {"math_jsonl": "math", "lcb": "code", "codecontests": "code", "codeforces": "code"}

@@ -40,9 +40,14 @@ class ControllerStats(EpisodeStats):
     groups_dropped_filter: int = 0
     groups_dropped_reward_failure: int = 0
     prompts_dropped_too_long: int = 0
+    # every scored group, before the success-rate filter: the reward the policy actually gets
+    samples_scored: int = 0
+    reward_sum_scored: float = 0.0
 
     def as_dict(self) -> dict:
         return {
+            "samples_scored": self.samples_scored,
+            "reward_sum_scored": round(self.reward_sum_scored, 6),
             "groups_submitted": self.groups_submitted,
             "groups_accepted": self.groups_accepted,
             "groups_rejected": self.groups_rejected,
@@ -191,6 +196,8 @@ class RolloutController:
         group.group_id = gid
         for s in group.samples:
             s.group_id = gid
+        self.stats.samples_scored += len(group.samples)
+        self.stats.reward_sum_scored += sum(float(s.reward) for s in group.samples)
         if not (self.lb <= group.success_rate <= self.ub):
             self._drop(gid, "groups_dropped_filter")
             return

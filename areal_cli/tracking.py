@@ -1,0 +1,141 @@
+"""Experiment tracking: every metrics line, the evaluation results, the run config and the summary of an
+``areal train`` run, sent to TensorBoard and/or Weights & Biases through their own libraries.
+
+``loggers`` (recipe key or ``-o loggers=tensorboard,wandb``) names them, comma-separated. TensorBoard event
+files go to ``RUN/tensorboard/`` (``torch.utils.tensorboard.SummaryWriter``; ``tensorboard --logdir RUN``).
+W&B runs in the project ``wandb_project`` with the run folder's name; it goes online when the machine is logged
+in (``WANDB_API_KEY`` or ``wandb login``), else offline into ``RUN/wandb/`` (``wandb sync`` uploads it later);
+``WANDB_MODE`` decides when set. A resumed run continues the same TensorBoard log (events after the checkpoint
+are purged) and the same W&B run (its id is kept in ``RUN/wandb_run_id``).
+
+What is logged per step: every number of the metrics line (booleans as 0/1, nested dicts such as
+``eval_benchmarks`` flattened to ``eval_benchmarks/<bench>/<metric>``; text and None are skipped), at the RL step.
+Both packages are optional (``pip install 'areal-cli[tracking]'``); a missing one is one line before any work.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from areal_cli.errors import UserError
+
+LOGGERS = {"tensorboard": "tensorboard", "wandb": "wandb"}  # logger -> the package it needs
+
+
+def parse_loggers(spec: str, where: str = "field 'loggers'") -> list[str]:
+    """``"tensorboard,wandb"`` -> ``["tensorboard", "wandb"]`` (order kept, duplicates dropped).
+
+    Raises:
+        UserError: an unknown logger name, or a logger whose package is not installed (one line each).
+    """
+    names: list[str] = []
+    for part in (p.strip() for p in str(spec or "").split(",")):
+        if not part or part in names:
+            continue
+        if part not in LOGGERS:
+            raise UserError(f"{where}: unknown logger {part!r} (known: {', '.join(LOGGERS)})")
+        if importlib.util.find_spec(LOGGERS[part]) is None:
+            raise UserError(f"{where}: {part} needs the '{LOGGERS[part]}' package, which is not installed "
+                            f"(pip install 'areal-cli[tracking]')")
+        names.append(part)
+    return names
+
+
+def flatten(row: dict[str, Any], prefix: str = "") -> dict[str, float]:
+    """Numbers of ``row`` as ``{"a/b": float}``: nested dicts joined with ``/``, bools as 0/1; strings, lists, None
+    and non-finite values skipped."""
+    out: dict[str, float] = {}
+    for k, v in row.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "/"))
+        elif isinstance(v, bool):
+            out[key] = float(v)
+        elif isinstance(v, (int, float)) and math.isfinite(v):
+            out[key] = float(v)
+    return out
+
+
+class Tracker:
+    """The run's loggers (see the module docstring). Every method is a no-op without loggers.
+
+    Args:
+        names: from :func:`parse_loggers`.
+        out: the run folder.
+        config: the run's config (``TrainConfig.to_dict()``).
+        project: W&B project.
+        resume_step: the checkpoint's RL step when the run is resumed (later TensorBoard events are purged).
+    Raises:
+        UserError: a logger that cannot start (one line).
+    """
+
+    def __init__(self, names: list[str], out: Path, config: dict, *, project: str = "areal",
+                 resume_step: int | None = None) -> None:
+        self.names = list(names)
+        self._tb = None
+        self._wandb = None
+        if "tensorboard" in self.names:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(log_dir=str(out / "tensorboard"),
+                                     purge_step=resume_step + 1 if resume_step is not None else None)
+            if resume_step is None:
+                self._tb.add_text("config", "```\n" + json.dumps(config, indent=2, default=str) + "\n```", 0)
+        if "wandb" in self.names:
+            self._wandb = _start_wandb(out, config, project, resumed=resume_step is not None)
+
+    def log(self, row: dict[str, Any]) -> None:
+        """Log one metrics line at its ``step``."""
+        step = int(row.get("step", 0))
+        flat = flatten({k: v for k, v in row.items() if k != "step"})
+        if self._tb is not None:
+            for k, v in flat.items():
+                self._tb.add_scalar(k, v, step)
+            self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.log(flat, step=step)
+
+    def summary(self, summary: dict[str, Any]) -> None:
+        """Record the run's summary (final accuracy, time to target, controller counters)."""
+        flat = flatten(summary)
+        if self._tb is not None:
+            self._tb.add_text("summary", "```\n" + json.dumps(summary, indent=2, default=str) + "\n```",
+                              int(summary.get("final_version", 0) or 0))
+            self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.summary.update(flat)
+
+    def close(self) -> None:
+        """Flush and close every logger (idempotent)."""
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None
+
+
+def _start_wandb(out: Path, config: dict, project: str, *, resumed: bool):
+    import wandb
+
+    id_file = out / "wandb_run_id"
+    run_id = id_file.read_text().strip() if resumed and id_file.is_file() else None
+    mode = os.environ.get("WANDB_MODE")
+    if not mode:
+        logged_in = bool(os.environ.get("WANDB_API_KEY")) or (Path.home() / ".netrc").is_file()
+        mode = "online" if logged_in else "offline"
+    try:
+        run = wandb.init(project=project, name=out.name, dir=str(out), config=config, id=run_id,
+                         resume="allow" if run_id else None, mode=mode,
+                         settings=wandb.Settings(silent=True, console="off"))
+    except Exception as e:  # noqa: BLE001 -- wandb raises many types; the user needs one line
+        raise UserError(f"field 'loggers': wandb could not start ({type(e).__name__}: {e}); "
+                        f"WANDB_MODE=offline logs without a network") from None
+    if run_id is None:
+        id_file.write_text(run.id + "\n")
+    return run
