@@ -61,7 +61,8 @@ def train(recipe: str | None, out_dir: Path | None, max_steps: int | None, overr
                             f"{', '.join(given)}")
         from areal_cli.train_loop import resume_training
 
-        summary = resume_training(resume_dir, live=not no_live)
+        with _resume_hint(resume_dir):
+            summary = resume_training(resume_dir, live=not no_live)
         sys.exit(0 if summary.get("ok", True) else 1)
 
     from areal_cli.config import apply_overrides, load_recipe
@@ -77,8 +78,31 @@ def train(recipe: str | None, out_dir: Path | None, max_steps: int | None, overr
 
     from areal_cli.train_loop import run_training
 
-    summary = run_training(cfg, out_dir, live=not no_live)
+    with _resume_hint(out_dir):
+        summary = run_training(cfg, out_dir, live=not no_live)
     sys.exit(0 if summary.get("ok", True) else 1)
+
+
+class _resume_hint:
+    """Context: a run that fails (:class:`~areal_cli.errors.RunFailure`, e.g. a trainer rank died) says how to
+    continue it: ``areal train --resume DIR`` when DIR holds a checkpoint."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = run_dir
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, e, tb):
+        from areal_cli.errors import RunFailure
+
+        if isinstance(e, RunFailure):
+            ckpt = self.run_dir / "checkpoints"
+            if ckpt.is_dir() and any(p.name.startswith("step-") for p in ckpt.iterdir()):
+                e.headline += f"; continue with: areal train --resume {self.run_dir}"
+            else:
+                e.headline += " (no checkpoint to resume from: -o checkpoint_every=N makes a run resumable)"
+        return False
 
 
 @main.command("eval")

@@ -2,7 +2,9 @@
 
 :func:`one_line_errors` wraps a click command callback: :class:`~areal_cli.errors.UserError` -> ``error:
 <message>`` on stderr and its exit code (2); a rollout server that cannot be reached or answers an error
-(:class:`~areal_cli.rollout.protocol.ServerError`) -> ``error: rollout server: <message>``, exit 2; Ctrl-C ->
+(:class:`~areal_cli.rollout.protocol.ServerError`) -> ``error: rollout server: <message>``, exit 2; a run that
+failed for another reason (:class:`~areal_cli.errors.RunFailure`, e.g. a trainer rank died) -> ``error:
+<headline>``, exit 1; Ctrl-C ->
 ``interrupted``, exit 130. Imports click and pure modules only (``areal --help`` stays fast).
 """
 
@@ -13,7 +15,7 @@ import sys
 
 import click
 
-from areal_cli.errors import UserError
+from areal_cli.errors import RunFailure, UserError
 from areal_cli.rollout.protocol import ServerError  # pure module: no torch, no HTTP client
 
 
@@ -30,6 +32,9 @@ def one_line_errors(fn):
         except ServerError as e:
             click.echo(f"error: rollout server: {e}", err=True)
             sys.exit(2)
+        except RunFailure as e:
+            click.echo(f"error: {e.headline}", err=True)
+            sys.exit(e.exit_code)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             sys.exit(130)

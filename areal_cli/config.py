@@ -102,6 +102,11 @@ class TrainConfig:
     # weight sync after each step: "disk" (save HF weights, /update_weights_from_disk) or "xccl"
     # (AReaL's name: /update_weights_from_distributed: bucketed broadcast from the trainer's head rank; nccl on GPUs, gloo on CPU)
     weight_update_mode: str = "disk"
+    # rollout servers that die or stop answering are restarted with the current weights (areal_cli.rollout.
+    # supervisor), at most this many times each; a server with requests in flight and no answer for
+    # server_stall_timeout_s seconds is probed with /model_info and restarted when that fails too
+    server_max_restarts: int = 3
+    server_stall_timeout_s: float = 60.0
     weight_update_chunk_mb: float = 1024.0  # bucket size of the distributed weight sync
 
     # --- trainer ------------------------------------------------------------------------------
@@ -187,11 +192,11 @@ class TrainConfig:
                 raise bad(name, "must be > 0")
         for name in ("max_head_offpolicyness", "max_steps", "sft_max_steps", "max_concurrent_rollouts",
                      "eval_every", "time_limit_s", "sft_pack_row_tokens", "checkpoint_every", "max_reward_clip",
-                     "eval_benchmark_every", "eval_max_problems", "eval_n_prompts"):
+                     "eval_benchmark_every", "eval_max_problems", "eval_n_prompts", "server_max_restarts"):
             if getattr(self, name) < 0:
                 raise bad(name, "must be >= 0")
         for name in ("lr", "sft_lr", "grad_clip", "eps_clip", "behav_imp_weight_cap", "reward_timeout_s",
-                     "reward_scaling"):
+                     "reward_scaling", "server_stall_timeout_s"):
             if not getattr(self, name) > 0:
                 raise bad(name, "must be > 0")
         if not 0.0 <= self.sft_stop_accuracy <= 0.5:

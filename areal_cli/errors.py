@@ -13,6 +13,22 @@ class UserError(Exception):
     exit_code = 2
 
 
+class RunFailure(RuntimeError):
+    """A run failed for a reason that is not bad input (a trainer rank died, ...). The CLI prints
+    ``error: <headline>`` (one line; the details, such as log tails, stay in ``str(e)`` and the logs) and exits
+    with code 1.
+
+    Attributes:
+        headline: the one-line summary (default: the first line of the message).
+    """
+
+    exit_code = 1
+
+    def __init__(self, message: str, headline: str | None = None):
+        super().__init__(message)
+        self.headline = headline or (message.splitlines()[0] if message else type(self).__name__)
+
+
 def where(path: object, line: int | None = None, field: str | None = None) -> str:
     """Format a location prefix ``path[:line][: field 'x']`` for a :class:`UserError` message."""
     loc = str(path)

@@ -98,6 +98,10 @@ class RunContext:
     bench: Any = None  # in-loop benchmark evaluation (areal_cli.eval.in_loop.BenchmarkEval) or None
     eval_failures: int = 0  # reward failures of the latest held-out evaluation (counted as wrong)
     tracker: Any = None  # experiment tracking (areal_cli.tracking.Tracker) or None
+    served: tuple[Path, int] | None = None  # (weights dir, policy version) the servers hold
+    fleet_lock: asyncio.Lock | None = None  # held by weight updates and by server restarts
+    supervisor: Any = None  # areal_cli.rollout.supervisor.FleetSupervisor (controller in this process)
+    supervisor_task: asyncio.Task | None = None
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
@@ -302,6 +306,7 @@ async def _run(cfg: TrainConfig, out: Path, task: Task, status: RunStatus, timel
     client = None
     remote = None
     trainer = None
+    supervising: asyncio.Task | None = None
     try:
         pool = open_reward_pool(cfg, task)
         engine_kwargs = dict(hf_model_dir=base, lr=cfg.sft_lr, weight_decay=cfg.weight_decay,
@@ -329,10 +334,27 @@ async def _run(cfg: TrainConfig, out: Path, task: Task, status: RunStatus, timel
         eval_episodes = episode_client(cfg, client, pool, tokenizer, task, stop_ids, sampling=eval_sampling,
                                        group_size=cfg.eval_n_samples, rid_prefix="eval-")
         ctx = RunContext(cfg, out, task, tokenizer, trainer, client, fleet, pool, episodes, eval_episodes, eval_items,
-                         status, t0, timeline, remote, version=serve_version, bench=bench, tracker=tracker)
+                         status, t0, timeline, remote, version=serve_version, bench=bench, tracker=tracker,
+                         served=(serve_dir, serve_version))
+        if not cfg.rollout_process:  # the controller's client is this one: heal servers that die
+            from areal_cli.rollout.supervisor import FleetSupervisor
+
+            ctx.fleet_lock = asyncio.Lock()
+            ctx.supervisor = FleetSupervisor(
+                fleet, client, weights_of=lambda: ctx.served, lock=ctx.fleet_lock,
+                can_restart=cfg.weight_update_mode == "disk", max_restarts=cfg.server_max_restarts,
+                stall_s=cfg.server_stall_timeout_s, log=status.log, clock=lambda: time.monotonic() - t0)
+            supervising = ctx.supervisor_task = asyncio.create_task(ctx.supervisor.run())
         warm = await warm_start(ctx) if resume is None else resume.state["warm_start"]
         summary = await rl_loop(ctx, warm, resume)
+        if ctx.supervisor is not None:
+            st = ctx.supervisor.stats
+            summary["fleet"] = {**ctx.supervisor.metrics(), "restarts_per_server": dict(st.restarts),
+                                "events": st.events}
     finally:
+        if supervising is not None:
+            supervising.cancel()
+            await asyncio.gather(supervising, return_exceptions=True)
         if bench is not None:
             bench.close()
         if remote is not None:
@@ -429,9 +451,15 @@ async def evaluate(ctx: RunContext) -> float | None:
 
 async def _load_version(ctx: RunContext, controller: RolloutController, path: Path, version: int) -> None:
     """Load published weights on every server, then let the controller admit rollouts of ``version``."""
-    await ctx.client.update_weights_from_disk(str(path.resolve()), version)
-    ctx.version = version
+    async with _fleet_lock(ctx):
+        await ctx.client.update_weights_from_disk(str(path.resolve()), version)
+        ctx.version, ctx.served = version, (path, version)
     controller.notify_version(version)
+
+
+def _fleet_lock(ctx: RunContext):
+    """The lock that keeps weight updates and server restarts apart (a no-op context without supervision)."""
+    return ctx.fleet_lock if ctx.fleet_lock is not None else contextlib.nullcontext()
 
 
 async def _sync_distributed(ctx: RunContext, version: int) -> None:
@@ -441,16 +469,18 @@ async def _sync_distributed(ctx: RunContext, version: int) -> None:
     from areal_cli.rollout.weight_sync import update_weights_distributed
 
     spec = weight_sync_spec(ctx.cfg, ctx.client)
-    await update_weights_distributed(
-        ctx.client, lambda: ctx.train("areal_cli.rollout.weight_sync:sync_weights_from_engine", spec, version),
-        version)
+    async with _fleet_lock(ctx):
+        await update_weights_distributed(
+            ctx.client, lambda: ctx.train("areal_cli.rollout.weight_sync:sync_weights_from_engine", spec, version),
+            version)
 
 
 async def publish(ctx: RunContext, version: int, tag: str) -> Path:
     """Write the trainer's weights in HF format and load them on every server as ``version``."""
     path = await ctx.train("engine.save_hf", ctx.out / "weights" / tag)
-    await ctx.client.update_weights_from_disk(str(path.resolve()), version)
-    ctx.version = version
+    async with _fleet_lock(ctx):
+        await ctx.client.update_weights_from_disk(str(path.resolve()), version)
+        ctx.version, ctx.served = version, (path, version)
     return path
 
 
@@ -598,7 +628,7 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
 
                     await ctx.train("engine.set_lr", lr_at(step - 1, cfg.max_steps, cfg))
                 t_wait = time.monotonic()
-                groups = await _get_batch_watched(ctx, controller, step)
+                groups = await _get_batch_watched(ctx, controller, step, consumer_version=version)
                 t_batch = time.monotonic()
                 wait_s = t_batch - t_wait
                 train_stats = await ctx.train(f"{STEPS}:train_on_groups", groups, cfg,
@@ -676,9 +706,11 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                     "gen_tokens_per_s": (cs["tokens_generated"] - last_tokens) / max(now - last_t, 1e-9),
                     "train_tokens_per_s": trained_tokens / max(now - t_rl, 1e-9),
                     "wait_s": round(wait_s, 4), "train_s": round(train_s, 4), "sync_s": round(sync_s, 4),
-                    "groups_dropped": cs["groups_dropped_filter"] + cs["groups_dropped_reward_failure"],
+                    "groups_dropped": cs["groups_dropped_filter"] + cs["groups_dropped_reward_failure"]
+                    + cs["groups_dropped_stale"],
                     "prompts_dropped_too_long": cs["prompts_dropped_too_long"],
                     "truncated_frac": sum(s.finish_reason == "length" for s in samples) / len(samples),
+                    **(ctx.supervisor.metrics() if ctx.supervisor is not None else {}),
                     **{k: round(v, 6) for k, v in train_stats.items()}, **cs,
                 }
                 line["evaluated"] = eval_due
@@ -750,17 +782,21 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
     return summary
 
 
-async def _get_batch_watched(ctx: RunContext, controller: Any, step: int, every_s: float = 60.0) -> list[Group]:
+async def _get_batch_watched(ctx: RunContext, controller: Any, step: int, every_s: float = 60.0,
+                             consumer_version: int | None = None) -> list[Group]:
     """``controller.get_batch(batch_size)``, saying once a minute why the wait is long when episodes are being
     dropped or rejected instead of accepted (a success-rate filter that drops every group of a model that
     always or never succeeds starves the trainer, as in AReaL; the counters say so)."""
-    task = asyncio.ensure_future(controller.get_batch(ctx.cfg.batch_size))
+    task = asyncio.ensure_future(controller.get_batch(ctx.cfg.batch_size, consumer_version=consumer_version))
     start = dict(controller.stats.as_dict())
     t0 = time.monotonic()
+    watch = {task} | ({ctx.supervisor_task} if ctx.supervisor_task is not None else set())
     try:
         while True:
-            done, _ = await asyncio.wait({task}, timeout=every_s)
-            if done:
+            done, _ = await asyncio.wait(watch, timeout=every_s, return_when=asyncio.FIRST_COMPLETED)
+            if ctx.supervisor_task is not None and ctx.supervisor_task in done:
+                ctx.supervisor_task.result()  # an outage that cannot be healed: its one-line error
+            if task in done:
                 return task.result()
             now = controller.stats.as_dict()
             delta = {k: now.get(k, 0) - start.get(k, 0) for k in ("groups_accepted", "groups_dropped_filter",

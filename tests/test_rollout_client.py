@@ -431,3 +431,33 @@ def test_embedded_server_rejects_what_the_client_would_not_send(server, hf_model
 
     err = asyncio.run(run())
     assert err.status == 400 and "out of the vocabulary" in err.message
+
+
+def test_a_dead_server_is_marked_down_and_its_samples_are_reissued_on_a_live_one(server, hf_models):
+    """A server that refuses connections: the first group sent to it is re-issued on the live server (prefix
+    empty, full budget), the dead one leaves the rotation (callback once), and control calls skip it."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"  # nothing listens once the socket is closed
+    V = hf_models[0].config.vocab_size
+    downs = []
+
+    async def run():
+        c = RolloutClient([dead, server.url], vocab_size=V, max_retries=0,
+                          on_server_down=lambda url, why: downs.append((url, why)))
+        try:
+            groups = await asyncio.gather(*(c.generate_group([1, 2, 3], 3, SamplingParams(6, temperature=1.0,
+                                                                                          ignore_eos=True))
+                                            for _ in range(4)))
+            await c.pause()  # control calls go to the live server only
+            await c.resume()
+            return c, groups
+        finally:
+            await c.aclose()
+
+    c, groups = asyncio.run(run())
+    assert all(len(comp.output_ids) == 6 and comp.server_url == server.url for g in groups for comp in g)
+    assert list(c.down) == [dead] and len(downs) == 1 and dead in downs[0][1]
+    assert c.reissued_samples >= 3 and c.live_urls() == [server.url]

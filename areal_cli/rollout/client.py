@@ -24,6 +24,14 @@
 - (added) ``interruptible=False``: a weight update does not abort anything; new submissions wait while the
   servers finish their in-flight requests (``abort_all_requests: false``, SGLang waits for them), then load.
   This is AReaL's non-interruptible baseline (blog v0.3, Fig. 5).
+- (added) Servers that die: a ``/generate`` whose connection fails or breaks is followed by a ``GET /model_info``
+  probe (it answers while generation is paused, unlike ``/health``); a server that does not answer is marked
+  down (:meth:`mark_down`, also called by a supervisor that saw the process exit or hang) and its in-flight
+  samples are re-issued on a live server with ``prompt + tokens so far`` and the remaining budget, exactly like
+  a resumption after an abort (counted in :attr:`reissued_samples`). Routing skips down servers; control
+  calls (pause, continue, weight loads) go to live servers only. :meth:`mark_up` returns a server (restarted
+  with the current weights) to the rotation. With every server down, generation waits up to
+  ``server_down_timeout_s`` for one to come back, then raises :class:`ServerError`.
 - (added) ``on_activity(url, kind, start, end)`` receives, on ``time.monotonic()`` seconds, each interval in
   which a server had at least one ``/generate`` in flight (kind ``"generate"``) and each weight-update
   window (kind ``"update"``), for throughput timelines. It is called on the event loop; keep it cheap.
@@ -58,6 +66,10 @@ class _ConnectFailed(Exception):
 
 class _Dropped(Exception):
     """The request was sent but the connection broke before a full response."""
+
+
+class _ServerDown(Exception):
+    """The server of a request was marked down while the request was in flight (it is re-issued)."""
 
 
 @dataclass
@@ -109,6 +121,8 @@ class RolloutClient:
         transport: (added) an ``httpx.AsyncBaseTransport`` (tests use ``httpx.MockTransport``).
         interruptible: (added) False: weight updates wait for in-flight requests instead of aborting them.
         on_activity: (added) callback ``(url, kind, start_s, end_s)``, see the module docstring.
+        on_server_down: (added) callback ``(url, reason)`` when a server is marked down (once per outage).
+        server_down_timeout_s: (added) how long generation waits for a live server when all are down.
     Raises:
         ValueError: no urls, vocab_size < 1.
     """
@@ -116,7 +130,9 @@ class RolloutClient:
     def __init__(self, urls: list[str], *, vocab_size: int, request_timeout_s: float = 3600,
                  max_retries: int = 3, transport: httpx.AsyncBaseTransport | None = None,
                  interruptible: bool = True,
-                 on_activity: Callable[[str, str, float, float], None] | None = None):
+                 on_activity: Callable[[str, str, float, float], None] | None = None,
+                 on_server_down: Callable[[str, str], None] | None = None,
+                 server_down_timeout_s: float = 600.0):
         if not urls:
             raise ValueError("RolloutClient needs at least one server url")
         if vocab_size < 1:
@@ -140,6 +156,13 @@ class RolloutClient:
         self.on_activity = on_activity
         self._in_flight: dict[str, int] = {}  # url -> /generate requests in flight
         self._busy_since: dict[str, float] = {}
+        self.on_server_down = on_server_down
+        self.server_down_timeout_s = float(server_down_timeout_s)
+        self.down: dict[str, str] = {}  # url -> why it is out of the rotation
+        self._down_events: dict[str, asyncio.Event] = {}
+        self._events_loop: asyncio.AbstractEventLoop | None = None
+        self.reissued_samples = 0  # samples re-issued on another server after theirs went down
+        self.last_answer: dict[str, float] = {}  # url -> monotonic time of its last /generate answer
 
     # -- plumbing -------------------------------------------------------------------------------------------
 
@@ -211,12 +234,18 @@ class RolloutClient:
         except ValueError:
             return status, text
 
+    def live_urls(self) -> list[str]:
+        """Servers in the rotation (not marked down)."""
+        return [u for u in self.urls if u not in self.down]
+
     def choose_server(self, rid: str | None) -> str:
-        """Server URL for ``rid``: the sticky one if known, else the next in round-robin order."""
-        if rid is not None and rid in self._sticky:
+        """Server URL for ``rid``: the sticky one if known and live, else the next live one in round-robin
+        order (the first server when none is live; callers wait for one with :meth:`_wait_any_live`)."""
+        if rid is not None and rid in self._sticky and self._sticky[rid] not in self.down:
             self._sticky.move_to_end(rid)
             return self._sticky[rid]
-        url = self.urls[self._rr % len(self.urls)]
+        live = self.live_urls() or self.urls
+        url = live[self._rr % len(live)]
         self._rr += 1
         if rid is not None:
             self._sticky[rid] = url
@@ -255,18 +284,24 @@ class RolloutClient:
         closing = self._closing
         post = asyncio.ensure_future(self._post(url, path, body))
         stop = asyncio.ensure_future(closing.wait())
+        down = asyncio.ensure_future(self._down_event(url).wait())
         self._activity_enter(url)
         try:
-            await asyncio.wait({post, stop}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({post, stop, down}, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             post.cancel()
             raise
         finally:
             stop.cancel()
+            down.cancel()
             self._activity_exit(url)
         if post.done():
+            if path == "/generate" and post.exception() is None:
+                self.last_answer[url] = time.monotonic()
             return post.result()
         post.cancel()
+        if not closing.is_set() and url in self.down:
+            raise _ServerDown(url)
         return _CLOSED
 
     def _activity_enter(self, url: str) -> None:
@@ -284,6 +319,77 @@ class RolloutClient:
     async def _wait_not_paused(self) -> None:
         while self._paused and not self._closed:
             await asyncio.sleep(0.02)
+        await self._wait_any_live()
+
+    # -- servers that die -----------------------------------------------------------------------------------
+
+    def _down_event(self, url: str) -> asyncio.Event:
+        """The event set when ``url`` goes down (asyncio events bind to one loop: a new set per loop)."""
+        loop = asyncio.get_running_loop()
+        if self._events_loop is not loop:
+            self._down_events, self._events_loop = {}, loop
+        ev = self._down_events.get(url)
+        if ev is None:
+            ev = self._down_events[url] = asyncio.Event()
+            if url in self.down:
+                ev.set()
+        return ev
+
+    def mark_down(self, url: str, reason: str) -> None:
+        """Take ``url`` out of the rotation: its in-flight ``/generate`` requests are abandoned and their samples
+        re-issued elsewhere; ``on_server_down(url, reason)`` is called once per outage."""
+        if url in self.down or url not in self.urls:
+            return
+        self.down[url] = reason
+        ev = self._down_events.get(url)
+        if ev is not None:
+            ev.set()
+        if self.on_server_down is not None:
+            self.on_server_down(url, reason)
+
+    def mark_up(self, url: str) -> None:
+        """Return ``url`` to the rotation (a restarted server serving the current weights)."""
+        self.down.pop(url, None)
+        self._down_events.pop(url, None)
+        self.last_answer[url] = time.monotonic()
+
+    async def probe(self, url: str, timeout_s: float = 5.0) -> bool:
+        """Whether ``url`` answers ``GET /model_info`` within ``timeout_s`` (never ``/health``, which blocks while
+        generation is paused)."""
+        try:
+            status, _ = await self._request("GET", url + "/model_info", timeout_s=timeout_s)
+            return status == 200
+        except (_ConnectFailed, _Dropped):
+            return False
+
+    async def _server_failed(self, url: str, error: BaseException) -> None:
+        """A request to ``url`` failed without an HTTP answer: mark the server down unless it still answers."""
+        if url in self.down:
+            return
+        if not await self.probe(url, timeout_s=3.0):
+            self.mark_down(url, f"{type(error).__name__}: {error}")
+        else:
+            await asyncio.sleep(0.2)  # alive: a transient failure; the sample is re-issued on it
+
+    async def _wait_any_live(self) -> None:
+        """Wait while every server is down (a supervisor restarts them), at most ``server_down_timeout_s``.
+
+        Raises:
+            ServerError: no server came back in time.
+        """
+        if self._closed or self.live_urls():
+            return
+        deadline = time.monotonic() + self.server_down_timeout_s
+        while not self._closed and not self.live_urls():
+            if time.monotonic() > deadline:
+                why = "; ".join(f"{u}: {r}" for u, r in self.down.items())
+                raise ServerError(None, f"every rollout server is down and none came back within "
+                                        f"{self.server_down_timeout_s:.0f} s ({why})")
+            await asyncio.sleep(0.1)
+
+    def _recoverable(self, e: BaseException) -> bool:
+        """A ``/generate`` failure that re-issuing on another server can heal (no HTTP answer came back)."""
+        return not self._closed and (isinstance(e, _ServerDown) or (isinstance(e, ServerError) and e.status is None))
 
     def _check_ids(self, ids: list[int]) -> None:
         if not isinstance(ids, (list, tuple)) or len(ids) == 0:
@@ -340,10 +446,20 @@ class RolloutClient:
         for r in rids:  # the resumed samples stick to the same server
             self._sticky[r] = url
         await self._wait_not_paused()
+        url = self.choose_server(rid)
         if self._closed:
             return [Completion(prompt, [], [], [], "abort", 0, url, None, r) for r in rids]
-        body = await self._post_or_closed(url, "/generate", build_batch_generate_payload(
-            [prompt] * n, params, return_logprob=True, rids=rids))
+        try:
+            body = await self._post_or_closed(url, "/generate", build_batch_generate_payload(
+                [prompt] * n, params, return_logprob=True, rids=rids))
+        except Exception as e:
+            if not self._recoverable(e):
+                raise
+            await self._server_failed(url, e)
+            self.reissued_samples += n
+            parts = {i: _Partial(r) for i, r in enumerate(rids)}
+            done = await self._resume_group(prompt, parts, params)
+            return [done[i] for i in range(n)]
         if body is _CLOSED:
             return [Completion(prompt, [], [], [], "abort", 0, url, None, r) for r in rids]
         resps = parse_generate_response(body)
@@ -400,7 +516,13 @@ class RolloutClient:
                 }
                 try:
                     body = await self._post_or_closed(url, "/generate", payload)
-                except Exception:
+                except Exception as e:
+                    if self._recoverable(e):  # the server went down: re-issue the group elsewhere
+                        await self._server_failed(url, e)
+                        self.reissued_samples += len(order)
+                        for i in order:
+                            parts[i].n_int += 1
+                        continue
                     if not self._closed:
                         raise
                     body = _CLOSED
@@ -455,7 +577,12 @@ class RolloutClient:
             url = self.choose_server(rid)
             try:
                 body = await self._post_or_closed(url, "/generate", req.to_json())
-            except Exception:
+            except Exception as e:
+                if self._recoverable(e):  # the server went down: re-issue the sample elsewhere
+                    await self._server_failed(url, e)
+                    self.reissued_samples += 1
+                    n_int += 1
+                    continue
                 if self._closed:
                     return Completion(prompt, out_ids, out_lps, out_vers, "abort", n_int, url, None, rid)
                 raise
@@ -493,13 +620,42 @@ class RolloutClient:
 
     # -- control --------------------------------------------------------------------------------------------
 
-    async def _all(self, path: str, body: Any) -> list[Any]:
-        results = await asyncio.gather(*(self._post(u, path, body) for u in self.urls),
+    async def _all(self, path: str, body: Any) -> dict[str, Any]:
+        """POST to every live server -> {url: answer}; a server that gives no HTTP answer is marked down
+        (unless it still answers a probe) and left out; the first HTTP error is raised."""
+        urls = self.live_urls()
+        results = await asyncio.gather(*(self._post_unless_down(u, path, body) for u in urls),
                                        return_exceptions=True)
-        errors = [r for r in results if isinstance(r, BaseException)]
-        if errors:
-            raise errors[0]
-        return results
+        out: dict[str, Any] = {}
+        for u, r in zip(urls, results):
+            if isinstance(r, _ServerDown):
+                continue
+            if isinstance(r, ServerError) and r.status is None and not self._closed:
+                await self._server_failed(u, r)
+                if u in self.down:
+                    continue
+            if isinstance(r, BaseException):
+                raise r
+            out[u] = r
+        return out
+
+    async def _post_unless_down(self, url: str, path: str, body: Any) -> Any:
+        """:meth:`_post`, abandoned with :class:`_ServerDown` when ``url`` is marked down meanwhile (a control
+        call to a server that froze must not hold a weight update, and the restart waiting for it, forever)."""
+        self._ensure_open()
+        post = asyncio.ensure_future(self._post(url, path, body))
+        down = asyncio.ensure_future(self._down_event(url).wait())
+        try:
+            await asyncio.wait({post, down}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            post.cancel()
+            raise
+        finally:
+            down.cancel()
+        if post.done():
+            return post.result()
+        post.cancel()
+        raise _ServerDown(url)
 
     async def pause(self) -> None:
         """Stop resubmissions and pause every server (mode abort: in-flight requests return partial)."""
@@ -542,7 +698,7 @@ class RolloutClient:
         try:
             res = await self._all("/update_weights_from_disk", build_update_weights_from_disk_payload(
                 model_path, weight_version=str(int(version)), abort_all_requests=self.interruptible))
-            for url, r in zip(self.urls, res):
+            for url, r in res.items():
                 if isinstance(r, dict) and r.get("success") is False:
                     raise ServerError(200, parse_error_message(r), url)
         except BaseException as e:  # noqa: BLE001 - re-raised after the servers are continued
@@ -557,6 +713,18 @@ class RolloutClient:
                 self.on_activity(u, "update", t0, t1)
         if err is not None:
             raise err
+
+    async def load_weights_on(self, url: str, model_path: str, version: int) -> None:
+        """Load ``model_path`` as ``version`` on one server (a server returning to the rotation); it is not
+        paused first (it has nothing in flight).
+
+        Raises:
+            ServerError: it refused the update or could not be reached.
+        """
+        r = await self._post(url, "/update_weights_from_disk", build_update_weights_from_disk_payload(
+            model_path, weight_version=str(int(version)), abort_all_requests=True))
+        if isinstance(r, dict) and r.get("success") is False:
+            raise ServerError(200, parse_error_message(r), url)
 
     async def health(self) -> dict[str, bool]:
         """(added) ``GET /health`` on every server -> {url: healthy}. Never raises.

@@ -39,6 +39,7 @@ class ControllerStats(EpisodeStats):
     groups_rejected: int = 0
     groups_dropped_filter: int = 0
     groups_dropped_reward_failure: int = 0
+    groups_dropped_stale: int = 0  # accepted, then too old for the consumer (get_batch consumer_version)
     prompts_dropped_too_long: int = 0
     # every scored group, before the success-rate filter: the reward the policy actually gets
     samples_scored: int = 0
@@ -53,6 +54,7 @@ class ControllerStats(EpisodeStats):
             "groups_rejected": self.groups_rejected,
             "groups_dropped_filter": self.groups_dropped_filter,
             "groups_dropped_reward_failure": self.groups_dropped_reward_failure,
+            "groups_dropped_stale": self.groups_dropped_stale,
             "reward_ok": self.reward_status["ok"],
             "reward_error": self.reward_status["error"],
             "reward_timeout": self.reward_status["timeout"],
@@ -61,6 +63,11 @@ class ControllerStats(EpisodeStats):
             "interruptions": self.interruptions,
             "prompts_dropped_too_long": self.prompts_dropped_too_long,
         }
+
+
+def _head_version(group: Group) -> int:
+    """The oldest policy version that generated a token of ``group`` (a large number when none was generated)."""
+    return min((min(s.versions) for s in group.samples if s.versions), default=1 << 62)
 
 
 class RolloutController:
@@ -121,8 +128,13 @@ class RolloutController:
         self._wake.set()
 
     # --- trainer side ----------------------------------------------------------------------
-    async def get_batch(self, n_groups: int) -> list[Group]:
+    async def get_batch(self, n_groups: int, consumer_version: int | None = None) -> list[Group]:
         """Wait for and return ``n_groups`` accepted groups, oldest first.
+
+        With ``consumer_version`` (the policy version the trainer will update from), a group whose head (its
+        oldest generated token) is more than ``max_head_offpolicyness`` versions older is dropped instead
+        (``groups_dropped_stale``; its slot is given back): admission control bounds staleness for groups that
+        finish in order, this keeps the bound for stragglers too (samples re-issued after their server died).
 
         Raises:
             UserError (WorkflowError, RewardBroken, bad data met mid-run) / ServerError: as raised.
@@ -139,6 +151,12 @@ class RolloutController:
             except asyncio.TimeoutError:
                 continue
             self._pending.discard(group.group_id)
+            if consumer_version is not None and _head_version(group) < \
+                    consumer_version - self.staleness.max_head_offpolicyness:
+                self.stats.groups_dropped_stale += 1
+                self.staleness.on_stale()
+                self._wake.set()
+                continue
             out.append(group)
         return out
 

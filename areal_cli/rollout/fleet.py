@@ -32,6 +32,7 @@ Lifecycle:
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import os
 import signal
 import socket
@@ -97,8 +98,11 @@ class FleetSpec:
     env: dict[str, str] | None = None
 
 
-class ServerDiedError(RuntimeError):
-    """A rollout server process exited while the fleet was in use (message ends with its log tail)."""
+class ServerDiedError(UserError):
+    """A rollout server went down in a way the run cannot heal (printed as one line like bad input, but with
+    exit code 1: the input was fine)."""
+
+    exit_code = 1
 
 
 @dataclass
@@ -400,6 +404,52 @@ class Fleet:
                                     f"(log {s.log_path}); last lines:\n{log_tail(s.log_path)}")
                 time.sleep(0.2)
         return self
+
+    def index_of(self, url: str) -> int | None:
+        """Index of the server at ``url`` (None if it is not one of this fleet's)."""
+        return next((s.index for s in self._servers if s.url == url), None)
+
+    def can_restart(self, index: int) -> bool:
+        """Whether server ``index`` was launched by this fleet (external servers are not)."""
+        return self._servers[index].proc is not None
+
+    def exit_code(self, index: int) -> int | None:
+        """The exit code of launched server ``index`` if its process has exited, else None."""
+        p = self._servers[index].proc
+        return p.poll() if p is not None else None
+
+    def describe(self, index: int) -> str:
+        """``"rollout server i (engine, host:port) ... (log PATH)"`` for messages."""
+        s = self._servers[index]
+        return self._describe(s) + (f" (log {s.log_path})" if s.log_path else "")
+
+    def restart(self, index: int, model_path: str | Path, weight_version: int | str,
+                timeout_s: float | None = None) -> None:
+        """Kill what is left of launched server ``index`` and start it again on the same port, loading
+        ``model_path`` with the label ``weight_version``; block until it answers ``/model_info``.
+
+        Raises:
+            UserError: an external server, or the restarted server did not come up (the fleet is stopped then;
+                the message ends with its log tail).
+        """
+        s = self._servers[index]
+        if s.proc is None:
+            raise UserError(f"{self._describe(s)}: an external server cannot be restarted from here")
+        if self._stopped:
+            raise RuntimeError(f"{self!r} is stopped")
+        _killpg(s.proc.pid, signal.SIGKILL)
+        try:
+            s.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        label = str(weight_version)
+        spec = dataclasses.replace(self.spec, weight_version=label, sglang=dataclasses.replace(
+            self.spec.sglang, weight_version=label) if self.spec.sglang is not None else None)
+        s.cmd = _command(spec, str(model_path), s)
+        s.model_info = None
+        s.auto_port = False  # the client knows this url: keep the port
+        self._spawn(s)
+        self.wait_ready(timeout_s=timeout_s if timeout_s is not None else self.spec.startup_timeout_s)
 
     def check_alive(self) -> None:
         """Raise if a launched server process has exited (external servers: nothing to check).

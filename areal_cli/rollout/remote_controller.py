@@ -150,8 +150,9 @@ class RolloutProcess:
         """The servers serve ``version`` now: the child's staleness counter moves on."""
         self._send(("version", int(version)))
 
-    async def get_batch(self, n_groups: int) -> list:
-        """Wait for ``n_groups`` accepted groups, oldest first.
+    async def get_batch(self, n_groups: int, consumer_version: int | None = None) -> list:
+        """Wait for ``n_groups`` accepted groups, oldest first (``consumer_version`` is not used here: the
+        child admits under the same staleness rule but does not drop stragglers at consumption).
 
         Raises:
             RuntimeError: the child reported an error or exited.

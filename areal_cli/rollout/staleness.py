@@ -77,6 +77,14 @@ class StalenessManager:
         self._finish()
         self.rejected += 1
 
+    def on_stale(self) -> None:
+        """An accepted group was dropped at consumption because its head is more than ``eta`` versions older
+        than the consumer (a straggler: re-issued after its server died, or slow); its slot is freed."""
+        if self.accepted <= 0:
+            raise RuntimeError("a stale group was dropped but none was accepted")
+        self.accepted -= 1
+        self.rejected += 1
+
     def set_version(self, version: int) -> None:
         """The trainer published policy ``version`` (number of completed train steps)."""
         if version < self.version:

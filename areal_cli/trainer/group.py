@@ -50,7 +50,7 @@ from multiprocessing.connection import Client, Listener
 from pathlib import Path
 from typing import Any, Callable
 
-from areal_cli.errors import UserError
+from areal_cli.errors import RunFailure, UserError
 
 DEFAULT_FACTORY = "areal_cli.trainer.megatron_engine:MegatronEngine"
 PING_S = 60.0  # rank 0 broadcasts a no-op this often while the controller sends nothing
@@ -61,11 +61,12 @@ ENV_LOG_DIR = "AREAL_TRAINER_LOG_DIR"  # ranks write trainer-rank{r}.log here (o
 ENV_TIMEOUT = "AREAL_TRAINER_TIMEOUT_S"  # collective timeout of the ranks' process group
 
 
-class TrainerError(RuntimeError):
-    """A trainer call failed on some rank, or the trainer group died. ``ranks``: the failed global ranks."""
+class TrainerError(RunFailure):
+    """A trainer call failed on some rank, or the trainer group died. ``ranks``: the failed global ranks;
+    ``headline``: one line (which rank, how, where its log is)."""
 
-    def __init__(self, message: str, ranks: tuple[int, ...] = ()):
-        super().__init__(message)
+    def __init__(self, message: str, ranks: tuple[int, ...] = (), headline: str | None = None):
+        super().__init__(message, headline)
         self.ranks = ranks
 
 
@@ -450,7 +451,29 @@ class TorchrunTrainer(TrainerGroup):
                 code = None
         exit_txt = f" (torchrun exit code {code})" if code is not None else ""
         self._dead = self._with_logs(f"trainer group died during {what!r}{exit_txt}")
+        cause = self.root_cause()
+        if cause is not None:
+            rank, how = cause
+            log = f"; log {self.log_dir / f'trainer-rank{rank}.log'}" if self.log_dir is not None else ""
+            raise TrainerError(self._dead, (rank,), f"trainer rank {rank} died ({how}) during {what!r}{log}")
         raise TrainerError(self._dead)
+
+    def root_cause(self) -> tuple[int, str] | None:
+        """``(rank, "exitcode -9 (SIGKILL)")`` of the first failure torchrun observed (its "Root Cause" section
+        of ``trainer-torchrun.log``), or None when torchrun did not report one."""
+        if self.log_dir is None:
+            return None
+        try:
+            text = (self.log_dir / "trainer-torchrun.log").read_text(errors="replace")
+        except OSError:
+            return None
+        _, found, rest = text.rpartition("Root Cause (first observed failure):")
+        m = re.search(r"rank\s*:\s*(\d+)\s*\(local_rank.*?exitcode\s*:\s*(-?\d+)[^\n]*?(\((SIG\w+)\))?\s*$",
+                      rest, re.S | re.M) if found else None
+        if m is None:
+            return None
+        how = f"exit code {m.group(2)}" + (f", {m.group(4)}" if m.group(4) else "")
+        return int(m.group(1)), how
 
     def failed_ranks(self) -> list[int]:
         """Ranks named as failed in torchrun's summary (``rank : R (local_rank: ...)``), if any."""

@@ -1,0 +1,166 @@
+"""Rollout servers that die or stop answering mid-run are healed (areal_cli.rollout.supervisor): real `areal
+train` runs whose servers are killed with SIGKILL or frozen with SIGSTOP finish every step once, with the
+staleness bound kept and the restarts and re-issued samples counted; a server that keeps dying ends the run
+with one line."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST = ["--no-live", "-o", "sft_max_steps=0", "-o", "success_rate_lb=0", "-o", "success_rate_ub=1",
+        "-o", "eval_every=0", "-o", "target_accuracy=0", "-o", "max_head_offpolicyness=2"]
+
+
+def _start(out: Path, *overrides: str, **env) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "areal_cli.cli", "train", "tiny-arith", "--out", str(out), *FAST,
+                             *overrides], cwd=out.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+
+
+def _servers(run: subprocess.Popen) -> list[int]:
+    """PIDs of the run's rollout server processes (its children running the server or the SGLang stand-in)."""
+    pids = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            ppid = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == run.pid and ("areal_cli.rollout.server" in cmd or "sglang.launch_server" in cmd):
+            pids.append(int(p.name))
+    return sorted(pids)
+
+
+def _wait_for_step(run: subprocess.Popen, out: Path, step: int, timeout: float = 240.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        lines = (out / "metrics.jsonl").read_text().splitlines() if (out / "metrics.jsonl").exists() else []
+        if any(json.loads(x)["step"] >= step for x in lines if x.strip()):
+            return
+        assert run.poll() is None, run.communicate()[1][-3000:]
+        time.sleep(0.2)
+    raise AssertionError(f"step {step} not reached in {timeout} s")
+
+
+def _finish(run: subprocess.Popen, timeout: float = 300.0) -> tuple[int, str, str]:
+    try:
+        stdout, stderr = run.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(run.pid, signal.SIGKILL)
+        stdout, stderr = run.communicate()
+        raise AssertionError(f"the run did not finish: {stdout[-2000:]}{stderr[-2000:]}")
+    return run.returncode, stdout, stderr
+
+
+def _rows(out: Path) -> list[dict]:
+    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_a_killed_and_a_frozen_embedded_server_are_restarted_and_every_step_runs_once(tmp_path):
+    out = tmp_path / "run"
+    run = _start(out, "-o", "n_servers=2", "-o", "max_steps=8", "-o", "server_stall_timeout_s=2")
+    _wait_for_step(run, out, 2)
+    first, second = _servers(run)
+    os.kill(first, signal.SIGKILL)  # dies with requests in flight
+    _wait_for_step(run, out, 5)
+    assert len(_servers(run)) == 2  # restarted
+    os.kill(second, signal.SIGSTOP)  # alive but answers nothing
+    rc, stdout, stderr = _finish(run)
+    assert rc == 0, stderr[-3000:]
+    rows = _rows(out)
+    assert [r["step"] for r in rows] == list(range(9))  # no step lost or repeated
+    assert all(r["staleness_max"] <= 2 for r in rows)  # the bound held through both outages
+    fleet = json.loads((out / "summary.json").read_text())["fleet"]
+    assert fleet["server_outages"] == 2 and fleet["server_restarts"] == 2
+    assert fleet["reissued_samples"] >= 1 and rows[-1]["reissued_samples"] == fleet["reissued_samples"]
+    reasons = [e["reason"] for e in fleet["events"] if e["event"] == "down"]
+    assert "stopped answering" in reasons[1], reasons
+    assert [e["event"] for e in fleet["events"]] == ["down", "up", "down", "up"]
+    assert stdout.count("is serving again") == 2
+
+
+@pytest.mark.slow
+def test_the_only_sglang_stand_in_server_killed_mid_run_comes_back_and_the_run_finishes(tmp_path):
+    out = tmp_path / "run"
+    run = _start(out, "-o", "rollout_engine=sglang", "-o", "model_path=" + str(_tiny_model(tmp_path)),
+                 "-o", "max_steps=6", PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests' / 'fake_sglang'}")
+    _wait_for_step(run, out, 2)
+    (server,) = _servers(run)
+    os.kill(server, signal.SIGKILL)  # no server left: generation waits for the restart
+    rc, stdout, stderr = _finish(run)
+    assert rc == 0, stderr[-3000:]
+    rows = _rows(out)
+    assert [r["step"] for r in rows] == list(range(7)) and all(r["staleness_max"] <= 2 for r in rows)
+    fleet = json.loads((out / "summary.json").read_text())["fleet"]
+    assert fleet["server_outages"] == 1 and fleet["server_restarts"] == 1
+    assert [e["event"] for e in fleet["events"]] == ["down", "up"]
+    launches = [x for x in (out / "logs" / "server0.log").read_text().splitlines() if x.startswith("# areal fleet:")]
+    assert len(launches) == 2 and all("sglang.launch_server" in x for x in launches)
+    assert "--weight-version 0" not in launches[1]  # restarted with the policy version the fleet served
+
+
+@pytest.mark.slow
+def test_a_server_that_keeps_dying_ends_the_run_with_one_line(tmp_path):
+    out = tmp_path / "run"
+    run = _start(out, "-o", "max_steps=50", "-o", "server_max_restarts=0")
+    _wait_for_step(run, out, 1)
+    (server,) = _servers(run)
+    os.kill(server, signal.SIGKILL)
+    rc, _, stderr = _finish(run, timeout=120)
+    assert rc == 1 and "Traceback" not in stderr, stderr[-3000:]
+    (line,) = stderr.strip().splitlines()
+    assert line.startswith("error: rollout server 0 (embedded") and "server_max_restarts is 0" in line
+    assert "server0.log" in line
+    assert len(_rows(out)) >= 2  # the steps done are kept
+
+
+def _tiny_model(tmp_path: Path) -> Path:
+    """The tiny recipe's model, built the way `areal train` builds it (the stand-in serves a model directory)."""
+    from areal_cli.config import load_recipe
+    from areal_cli.models.tiny import build_tiny_model
+    from areal_cli.tasks.task import Task
+
+    cfg, _ = load_recipe("tiny-arith")
+    return build_tiny_model(tmp_path / "model", seed=cfg.seed, corpus=Task(cfg).tokenizer_corpus(),
+                            vocab_size=cfg.model_vocab_size, hidden_size=cfg.model_hidden_size,
+                            num_layers=cfg.model_num_layers, chat_template=cfg.model_chat_template)
+
+
+def _rank_pid(rank: int) -> int | None:
+    """PID of the trainer worker process with RANK=rank (torchrun sets it in the worker's environment)."""
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and b"areal_cli.trainer.worker" in (p / "cmdline").read_bytes() and \
+                    f"RANK={rank}".encode() in (p / "environ").read_bytes().split(b"\0"):
+                return int(p.name)
+        except OSError:
+            continue
+    return None
+
+
+@pytest.mark.slow
+def test_a_dying_trainer_rank_ends_the_run_with_one_line_naming_it_and_resume_continues(tmp_path):
+    out = tmp_path / "run"
+    run = _start(out, "-o", "trainer_data_parallel=2", "-o", "checkpoint_every=2", "-o", "max_steps=6")
+    _wait_for_step(run, out, 3)
+    os.kill(_rank_pid(1), signal.SIGKILL)
+    rc, _, stderr = _finish(run, timeout=120)
+    assert rc == 1 and "Traceback" not in stderr, stderr[-3000:]
+    (line,) = [x for x in stderr.strip().splitlines() if not x.startswith(("/", "  warnings.warn"))]
+    assert line.startswith("error: trainer rank 1 died (exit code -9, SIGKILL) during ")
+    assert f"log {out / 'logs' / 'trainer-rank1.log'}" in line and line.endswith(f"areal train --resume {out}")
+    r = subprocess.run([sys.executable, "-m", "areal_cli.cli", "train", "--resume", str(out), "--no-live"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert [x["step"] for x in _rows(out)] == list(range(7))  # no step lost or repeated
