@@ -48,7 +48,9 @@ def plot_learning_curve(metrics_jsonl: Path, out_png: Path, *, target: float | N
     for i, (label, path) in enumerate(runs.items()):
         color = f"C{i}"
         rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-        measured = [r for r in rows if r.get("accuracy") is not None]  # runs without a held-out set have none
+        # the steps where held-out accuracy was measured (other lines repeat the last measurement); runs without
+        # a held-out set have none
+        measured = [r for r in rows if r.get("accuracy") is not None and r.get("evaluated", True)]
         steps = [r["step"] for r in measured]
         secs = [r["elapsed_s"] for r in measured]
         acc = [r["accuracy"] for r in measured]

@@ -1,4 +1,4 @@
-"""Small additions for SmolLM2-135M-Instruct, a task it can partly do (greedy ~0.4 before training).
+"""Small additions for SmolLM2-135M-Instruct, a task it can partly do (greedy ~0.25 before training).
 
 Prompt: ``Compute {a}+{b}. Reply with the result only.`` (a, b in 2..49), in the model's chat template. Reward: 1.0
 iff the last number in the completion equals a + b (the model often writes ``26 + 30 = 56``). Held out: pairs whose
