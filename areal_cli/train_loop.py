@@ -618,7 +618,8 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                 ctx.tracker.log(first)
             ctx.status.step(first, controller.stats.as_dict())
         controller.start()
-        scored = (controller.stats.reward_sum_scored, controller.stats.samples_scored)  # before the group filter
+        cs0 = controller.stats.as_dict()  # (a rollout process reports its counters with its first group)
+        scored = (cs0.get("reward_sum_scored", 0.0), cs0.get("samples_scored", 0))  # before the group filter
         loading: asyncio.Task | None = None  # the servers loading the latest version
         try:
             last_t = time.monotonic()
@@ -691,9 +692,10 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                         "generated_tokens": generated_now,
                     })
                 cs = controller.stats.as_dict()
-                new_scored = cs["samples_scored"] - scored[1]
-                reward_scored = (cs["reward_sum_scored"] - scored[0]) / new_scored if new_scored else None
-                scored = (cs["reward_sum_scored"], cs["samples_scored"])
+                now_scored = (cs.get("reward_sum_scored", 0.0), cs.get("samples_scored", 0))
+                new_scored = now_scored[1] - scored[1]
+                reward_scored = (now_scored[0] - scored[0]) / new_scored if new_scored else None
+                scored = now_scored
                 line = {
                     "step": step, "version": version, "phase": "rl",
                     "reward_mean": sum(s.reward for s in samples) / len(samples),
@@ -707,7 +709,7 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                     "train_tokens_per_s": trained_tokens / max(now - t_rl, 1e-9),
                     "wait_s": round(wait_s, 4), "train_s": round(train_s, 4), "sync_s": round(sync_s, 4),
                     "groups_dropped": cs["groups_dropped_filter"] + cs["groups_dropped_reward_failure"]
-                    + cs["groups_dropped_stale"],
+                    + cs.get("groups_dropped_stale", 0),
                     "prompts_dropped_too_long": cs["prompts_dropped_too_long"],
                     "truncated_frac": sum(s.finish_reason == "length" for s in samples) / len(samples),
                     **(ctx.supervisor.metrics() if ctx.supervisor is not None else {}),

@@ -234,6 +234,10 @@ class RolloutClient:
         except ValueError:
             return status, text
 
+    def in_flight(self, url: str) -> int:
+        """``/generate`` requests to ``url`` in flight now."""
+        return self._in_flight.get(url, 0)
+
     def live_urls(self) -> list[str]:
         """Servers in the rotation (not marked down)."""
         return [u for u in self.urls if u not in self.down]

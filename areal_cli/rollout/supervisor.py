@@ -111,7 +111,7 @@ class FleetSupervisor:
                 self.client.mark_down(url, f"process exited with code {code}")
                 continue
             last = self.client.last_answer.get(url, now)
-            if self.client._in_flight.get(url, 0) and now - last > self.stall_s:
+            if self.client.in_flight(url) and now - last > self.stall_s:
                 if not await self.client.probe(url, timeout_s=5.0):
                     self.client.mark_down(url, f"stopped answering (no /generate answer for {now - last:.0f} s, "
                                                f"no /model_info answer in 5 s)")
