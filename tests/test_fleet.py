@@ -88,15 +88,29 @@ def test_two_sglang_servers_generate_pause_update_and_stop_end_to_end(dirs, tmp_
                 first = await asyncio.gather(*(c.generate([5, 6, 7], SamplingParams(6)) for _ in range(2)))
                 await c.pause()
                 held = asyncio.create_task(other.generate([5, 6, 7], SamplingParams(4)))
-                await asyncio.sleep(1.0)
-                held_during_pause = (held.done(), c.paused)
-                async with httpx.AsyncClient() as h:  # the readiness probe still answers while paused
-                    info = (await h.get(fleet.urls[0] + "/model_info", timeout=5)).json()
+                async with httpx.AsyncClient() as h:
+                    deadline = time.monotonic() + 30  # the server itself holds the request (not a slow client)
+                    async def held_on_servers() -> int:
+                        return sum([(await h.get(u + "/server_info", timeout=5)).json()["internal_states"][0]
+                                    ["num_held_reqs"] for u in fleet.urls])
+
+                    while await held_on_servers() != 1:
+                        assert time.monotonic() < deadline, "the paused server never received the request"
+                        await asyncio.sleep(0.05)
+                    held_during_pause = (held.done(), c.paused)
+                    info = (await h.get(fleet.urls[0] + "/model_info", timeout=5)).json()  # answers while paused
                 await c.resume()
                 after_pause = await asyncio.wait_for(held, 60)
                 await c.update_weights_from_disk(str(perturbed), 1)
                 updated = await c.generate([5, 6, 7], SamplingParams(5))
                 infos = [await c.model_info(u) for u in fleet.urls]
+                async with httpx.AsyncClient() as h:
+                    states = [(await h.get(u + "/server_info", timeout=5)).json()["internal_states"][0]
+                              for u in fleet.urls]
+                # launch, readiness, generation, pause, update: nothing called /health (on SGLang 0.5.23 it runs a
+                # generation, blocks while paused and then marks the server unhealthy)
+                assert [st["health_requests"] for st in states] == [0, 0]
+                assert [st["num_held_reqs"] for st in states] == [0, 0]
                 return first, held_during_pause, info, after_pause, updated, infos
             finally:
                 await c.aclose()

@@ -253,11 +253,69 @@ class Canary:
     port: int
     env_marker: str
     before: dict
+    sink: "Sink | None" = None
 
     def snapshot(self) -> dict:
         return {
             p.name: (p.read_bytes(), stat.S_IMODE(p.stat().st_mode)) for p in sorted(self.dir.iterdir())
         }
+
+
+class Sink:
+    """A TCP listener and a UDP socket on 127.0.0.1 owned by the grader, recording every byte that reaches them:
+    a connection or datagram from a sandboxed program that got through is seen here, whatever the machine's
+    network (an offline CI machine fails outside connections by itself, so those prove nothing)."""
+
+    def __init__(self):
+        import threading
+
+        self.received: list[tuple[str, bytes]] = []
+        self.tcp = socket.socket()
+        self.tcp.bind(("127.0.0.1", 0))
+        self.tcp.listen(8)
+        self.tcp.settimeout(0.2)
+        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.udp.bind(("127.0.0.1", 0))
+        self.udp.settimeout(0.2)
+        self.tcp_port, self.udp_port = self.tcp.getsockname()[1], self.udp.getsockname()[1]
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=f, daemon=True) for f in (self._accept, self._datagrams)]
+        for t in self._threads:
+            t.start()
+
+    def _accept(self):
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.tcp.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(1.0)
+                data = b""
+                try:
+                    while chunk := conn.recv(4096):
+                        data += chunk
+                except OSError:
+                    pass
+                self.received.append(("tcp", data or b"(connected, no bytes)"))
+
+    def _datagrams(self):
+        while not self._stop.is_set():
+            try:
+                data, _ = self.udp.recvfrom(4096)
+            except OSError:
+                continue
+            self.received.append(("udp", data))
+
+    def close(self) -> list[tuple[str, bytes]]:
+        """Stop (after a moment for in-flight bytes) and return what was received."""
+        time.sleep(0.15)
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=2)
+        self.tcp.close()
+        self.udp.close()
+        return self.received
 
 
 def _free_port() -> int:
@@ -279,7 +337,7 @@ def make_canary(base: Path, env_marker: str) -> Canary:
     secret = d / f"secret_{secrets.token_hex(6)}.txt"
     secret.write_text(secret_text + "\n")
     os.chmod(secret, 0o644)
-    c = Canary(d, victim, secret, secret_text, secrets.token_hex(6), _free_port(), env_marker, {})
+    c = Canary(d, victim, secret, secret_text, secrets.token_hex(6), _free_port(), env_marker, {}, Sink())
     c.before = c.snapshot()
     return c
 
@@ -346,6 +404,8 @@ def _run_hostile(path: Path, c: Canary, isolation: str, audit_hook: bool) -> lis
         .replace("{TOKEN}", c.token)
         .replace("{PORT}", str(c.port))
         .replace("{PID}", str(os.getpid()))
+        .replace("{SINK_TCP}", str(c.sink.tcp_port))
+        .replace("{SINK_UDP}", str(c.sink.udp_port))
     )
     call = header.get("mode") == "call"
     tests = [[1, 2]] if call else ["1 2\n"]
@@ -381,6 +441,9 @@ def _run_hostile(path: Path, c: Canary, isolation: str, audit_hook: bool) -> lis
     left = _leftover_processes(run)
     if left:
         problems.append(f"processes left: {left}")
+    got = c.sink.close()
+    if got:
+        problems.append(f"reached the grader's own sockets over the network: {got[:3]}")
     return problems
 
 
@@ -408,6 +471,14 @@ def canary_factory(tmp_path, monkeypatch):
     monkeypatch.setenv("AREAL_GRADER_SECRET", marker)
     counter = iter(range(10**6))
     return lambda: make_canary(tmp_path / f"c{next(counter)}", marker)
+
+
+@pytest.mark.parametrize("program", ["23_socket_connect.py", "25_dns_and_udp.py"])
+def test_the_network_checks_catch_bytes_that_get_through(program, canary_factory):
+    """With every layer off (no namespaces, no audit hook) the program's bytes reach the grader's own sockets, and
+    the check reports it: the network checks can fail, so their passing in the suites means something."""
+    problems = _run_hostile(HOSTILE_DIR / program, canary_factory(), "none", audit_hook=False)
+    assert any("reached the grader's own sockets" in p and "LEAK-" in p for p in problems), problems
 
 
 def test_hostile_suite_has_at_least_30_documented_programs():

@@ -31,7 +31,9 @@ Endpoints (shapes as recorded from SGLang 0.5.23, ``shared/fixtures/sglang`` of 
 - ``POST /destroy_weights_update_group`` ``{group_name}``. See :mod:`areal_cli.rollout.weight_sync`.
 - ``GET /health``, ``/health_generate``: 200 at once, also while paused (unlike SGLang 0.5.23, whose
   /health blocks while paused). ``GET /ready``: 503 while paused.
-- ``GET /model_info`` (alias ``/get_model_info``), ``GET /server_info`` (alias ``/get_server_info``).
+- ``GET /model_info`` (alias ``/get_model_info``), ``GET /server_info`` (alias ``/get_server_info``; its
+  ``internal_states`` add ``num_held_reqs``, requests held by a pause, and ``health_requests``, ``/health`` calls
+  received, so tests can observe both on the server side).
 - ``POST|GET /flush_cache``: 200 text when idle, 400 ``"Flush cache failed.\\n"`` while requests run.
 - ``POST /abort_request`` ``{rid}`` or ``{abort_all: true}``: 200, empty body.
 
@@ -198,6 +200,8 @@ class ServerState:
         self.weight_groups: dict[str, Any] = {}  # group_name -> torch process group (weight sync)
         self.receiving: set[str] = set()  # groups a receive is blocked on
         self.started = time.time()
+        self.held_requests = 0  # /generate requests waiting for a pause (or a draining update) to end
+        self.health_requests = 0  # GET /health calls received (the kit's own clients never make any)
 
     # results arrive on the engine thread
     def _on_result(self, res) -> None:
@@ -316,8 +320,13 @@ def build_app(state: ServerState):
                 r.rid = uuid.uuid4().hex
         rids = [r.rid for r in reqs]
         # Like SGLang: while paused (or while a weight update waits for a drain) new requests wait here.
-        while state.held():
-            await state.unheld.wait()
+        if state.held():
+            state.held_requests += 1
+            try:
+                while state.held():
+                    await state.unheld.wait()
+            finally:
+                state.held_requests -= 1
         # From here to the enqueue there is no await: the checks and the registration are atomic.
         if state.worker.error is not None:
             return _error(500, f"The engine failed and is not serving: {state.worker.error!r}")
@@ -546,6 +555,7 @@ def build_app(state: ServerState):
     @app.get("/health")
     @app.get("/health_generate")
     async def health():
+        state.health_requests += 1
         if state.worker.error is not None:
             return Response(status_code=503)
         return Response(status_code=200)
@@ -581,7 +591,8 @@ def build_app(state: ServerState):
             "status": "ready", "startup_time": state.started, "paused": state.paused,
             "internal_states": [{
                 "num_running_reqs": state.worker.n_running, "num_waiting_reqs": state.worker.n_waiting,
-                "num_http_waiting": len(state.waiters), "free_kv_tokens": eng.free_tokens,
+                "num_http_waiting": len(state.waiters), "num_held_reqs": state.held_requests,
+                "health_requests": state.health_requests, "free_kv_tokens": eng.free_tokens,
                 "last_step_s": state.worker.last_step_s, **eng.stats,
             }],
         }
