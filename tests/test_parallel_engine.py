@@ -27,9 +27,10 @@ from areal_cli.trainer.megatron_engine import MegatronEngine, dp_row_ranges
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "dist" / "parallel_parity.py"
 
-# Tolerances (float32; the parallel runs only reorder float sums): logprobs 1e-5 nats, loss 1e-7 (|loss| ~
-# 2e-2), grad norm 1e-5 relative, weights 2e-5 absolute after 3 AdamW steps that move them by ~3e-4.
-LP_ATOL, LOSS_ATOL, NORM_RTOL, W_ATOL = 1e-5, 1e-7, 1e-5, 2e-5
+# Tolerances: 3x the largest difference measured over TP=2, DP=2 and PP=2 (float32; the parallel runs only
+# reorder float sums): logprobs 1.43e-6 nats, loss 2.3e-9 (|loss| ~ 2e-2), grad norm 4.3e-7 relative, weights
+# 1.18e-6 absolute after 3 AdamW steps that move them by ~3e-4 (README "Scale path" quotes these).
+LP_ATOL, LOSS_ATOL, NORM_RTOL, W_ATOL = 4.5e-6, 7e-9, 1.3e-6, 3.6e-6
 
 
 def _load_script():
