@@ -55,6 +55,7 @@ def test_extract_ignores_code_inside_the_reasoning():
 def test_stdout_comparison_follows_livecodebench():
     assert compare_stdout("3\n\n\n", "3") == (True, "")
     assert compare_stdout("  1 2  \n3", "1 2\n3\n")[0]
+    assert compare_stdout("YES  \n  NO", "YES\nNO\n") == (True, "")  # each line stripped, text too (LCB)
     assert compare_stdout("3.00", "3")[0]  # Decimal equality
     assert compare_stdout("1e2", "100")[0]
     assert not compare_stdout("50000000000000001", "50000000000000000")[0]  # no float rounding of integers

@@ -107,6 +107,7 @@ def test_extract_boxed_matches_nested_braces():
     assert extract_boxed("\\boxed {42}") == "42"
     assert extract_boxed("\\boxedfoo{1} \\boxed{}") is None
     assert extract_boxed("no box") is None
+    assert extract_boxed("\\boxed{1} is wrong, so \\boxed{2}") == "2"  # the last box
     assert extract_answer("<think>\\boxed{1}</think><think>\\boxed{2}</think>\\boxed{3}") == "3"
     assert extract_answer("\\boxed{\\boxed{7}}") == "\\boxed{7}"  # math-verify reads the inner box
     with pytest.raises(TypeError):
