@@ -244,6 +244,41 @@ def test_two_loopback_nodes_run_servers_torchrun_and_the_controller_then_stop_cl
 
 
 @pytest.mark.slow
+def test_two_loopback_nodes_run_a_real_areal_train_with_external_servers_and_a_two_node_trainer(tmp_path):
+    """No stand-ins: node 0 runs `areal train tiny-arith -o rollout_engine=external` (the default controller
+    command), each node an embedded server and one torchrun rank of the real trainer worker (DP=2 over 2 nodes)."""
+    from areal_cli.config import load_recipe
+    from areal_cli.launch.plan import controller_command
+    from areal_cli.models.tiny import build_tiny_model
+    from areal_cli.tasks.task import Task
+
+    cfg, _ = load_recipe("tiny-arith")
+    model = build_tiny_model(tmp_path / "model", seed=cfg.seed, corpus=Task(cfg).tokenizer_corpus(),
+                             vocab_size=cfg.model_vocab_size, hidden_size=cfg.model_hidden_size,
+                             num_layers=cfg.model_num_layers, chat_template=cfg.model_chat_template)
+    placement = place(parse_allocation("embedded.d2+d2"), nodes=2, gpus_per_node=0)
+    run = tmp_path / "run"
+    overrides = [f"model_path={model}", "max_steps=2", "sft_max_steps=0", "success_rate_lb=0", "eval_every=0",
+                 "target_accuracy=0", "max_head_offpolicyness=1"]
+    plan = build_plan(placement, run, controller_cmd=controller_command("tiny-arith", run, placement, overrides),
+                      model_path=model, master_port=free_port(), controller_port=free_port(), startup_timeout_s=120)
+    results = finish(start_nodes(write_plan(plan)), timeout=400)
+    for k, (rc, so, se) in enumerate(results):
+        assert rc == 0, (k, so[-2000:], se[-3000:])
+    rows = [json.loads(x) for x in (run / "train" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2] and all(r["staleness_max"] <= 1 for r in rows)
+    config = json.loads((run / "train" / "config.json").read_text())
+    assert (config["rollout_engine"], config["n_servers"], config["trainer_data_parallel"]) == ("external", 2, 2)
+    summary = json.loads((run / "train" / "summary.json").read_text())
+    assert summary["ok"] and summary["final_version"] == 2
+    # both nodes' servers generated, both trainer ranks trained
+    urls = {(discovery_dir(run) / f).read_text().strip() for f in ("0-0.url", "1-1.url")}
+    assert len(urls) == 2
+    assert sorted(p.name for p in run.rglob("trainer-rank*.log")) == ["trainer-rank0.log", "trainer-rank1.log"]
+    assert children_left(run) == []
+
+
+@pytest.mark.slow
 def test_a_failing_node_stops_the_other_one_with_one_line(tmp_path):
     plan_path, out, _ = loopback_plan(tmp_path, "d2", None)  # training only: one rank per node
     run = tmp_path / "run"
