@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -253,12 +254,18 @@ def runs(warm_model, tmp_path_factory) -> dict[str, Path]:
     killed at step 5; then both killed runs resumed (in parallel: the machine has 2 cores)."""
     d = tmp_path_factory.mktemp("resume")
     out = {"sync_full": d / "sync_full", "sync_killed": d / "sync_killed", "async_killed": d / "async_killed"}
+    # the async run's workflow is the built-in one behind an observer that logs every episode it starts
+    (d / "observer.py").write_text(OBSERVER.replace("{LOG}", str(d / "episodes.jsonl")))
+    observed = ["-o", f"workflow={d / 'observer.py'}:Observed"]
     procs = {"sync_full": _start(out["sync_full"], warm_model, SYNC),
              "sync_killed": _start(out["sync_killed"], warm_model, SYNC),
-             "async_killed": _start(out["async_killed"], warm_model, ASYNC)}
+             "async_killed": _start(out["async_killed"], warm_model, ASYNC + observed)}
     try:
         for name in ("sync_killed", "async_killed"):
             _kill_after(procs[name], out[name], 5)
+            # what the resume will start from, kept before the resumed run rotates its checkpoints
+            newest = sorted((out[name] / "checkpoints").glob("step-*"))[-1]
+            shutil.copy(newest / "state.json", d / f"{name}.resumed_from.json")
         resumed = {name: _start(out[name], warm_model, [], resume=True) for name in ("sync_killed", "async_killed")}
         for name, p in resumed.items():
             _wait(p, f"{out[name]}.resume.log")
@@ -267,7 +274,46 @@ def runs(warm_model, tmp_path_factory) -> dict[str, Path]:
         for p in procs.values():
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
-    return out
+    return {**out, "episodes_log": d / "episodes.jsonl", "async_resumed_from": d / "async_killed.resumed_from.json"}
+
+
+OBSERVER = """import json, os
+from areal_cli.workflows.rlvr import RLVRWorkflow
+
+
+class Observed(RLVRWorkflow):
+    async def arun_episode(self, client, item):
+        with open("{LOG}", "a") as f:
+            f.write(json.dumps({"pid": os.getpid(), "id": item.id, "eval": client.rid_prefix == "eval-"}) + "\\n")
+        return await super().arun_episode(client, item)
+"""
+
+
+@pytest.mark.slow
+def test_the_resumed_async_run_first_issues_the_checkpoints_pending_prompts(runs):
+    """Observed on the workflow side, not computed from the same state: the first training episodes the resumed
+    process starts are the prompts the checkpoint held as pending (generating or queued), in stream order."""
+    from areal_cli.config import TrainConfig
+    from areal_cli.tasks.task import Task
+
+    state = json.loads(runs["async_resumed_from"].read_text())
+    pending, next_index = state["data"]["pending"], state["data"]["next_index"]
+    assert pending and all(i < next_index for i in pending)
+    cfg = TrainConfig(**{k: v for k, v in json.loads((runs["async_killed"] / "config.json").read_text()).items()
+                         if k != "extra"})
+    from areal_cli.models.tiny import load_tokenizer
+
+    task = Task(cfg)
+    task.bind(load_tokenizer(cfg.model_path))
+    stream = task.train_stream()
+    ids = [next(stream).id for _ in range(next_index)]
+    log = [json.loads(x) for x in runs["episodes_log"].read_text().splitlines()]
+    pids = list(dict.fromkeys(e["pid"] for e in log))
+    assert len(pids) == 2  # the killed process and the resumed one
+    resumed = [e["id"] for e in log if e["pid"] == pids[1] and not e["eval"]]
+    assert resumed[:len(pending)] == [ids[i] for i in pending]
+    before = [e["id"] for e in log if e["pid"] == pids[0] and not e["eval"]]
+    assert before[:next_index] == ids[:len(before[:next_index])]  # the first process drew the stream in order
 
 
 @pytest.mark.slow
