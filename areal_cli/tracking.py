@@ -120,6 +120,18 @@ class Tracker:
             self._wandb = None
 
 
+def _wandb_logged_in() -> bool:
+    """``WANDB_API_KEY`` set, or a ``~/.netrc`` entry for api.wandb.ai (what ``wandb login`` writes)."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    import netrc
+
+    try:
+        return netrc.netrc().authenticators("api.wandb.ai") is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
 def _start_wandb(out: Path, config: dict, project: str, *, resumed: bool):
     import wandb
 
@@ -127,8 +139,7 @@ def _start_wandb(out: Path, config: dict, project: str, *, resumed: bool):
     run_id = id_file.read_text().strip() if resumed and id_file.is_file() else None
     mode = os.environ.get("WANDB_MODE")
     if not mode:
-        logged_in = bool(os.environ.get("WANDB_API_KEY")) or (Path.home() / ".netrc").is_file()
-        mode = "online" if logged_in else "offline"
+        mode = "online" if _wandb_logged_in() else "offline"
     try:
         run = wandb.init(project=project, name=out.name, dir=str(out), config=config, id=run_id,
                          resume="allow" if run_id else None, mode=mode,

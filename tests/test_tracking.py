@@ -113,3 +113,19 @@ def _wandb_records(path: Path):
             rec.ParseFromString(buf)
             yield rec
             buf = b""
+
+
+def test_wandb_goes_online_only_when_logged_in(tmp_path, monkeypatch):
+    from areal_cli.tracking import _wandb_logged_in
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert not _wandb_logged_in()  # no ~/.netrc
+    (tmp_path / ".netrc").write_text("machine example.org login me password x\n")
+    (tmp_path / ".netrc").chmod(0o600)
+    assert not _wandb_logged_in()  # a netrc, but not W&B's
+    (tmp_path / ".netrc").write_text("machine api.wandb.ai login user password k3y\n")
+    assert _wandb_logged_in()
+    monkeypatch.setenv("WANDB_API_KEY", "k")
+    (tmp_path / ".netrc").unlink()
+    assert _wandb_logged_in()
