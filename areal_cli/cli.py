@@ -24,6 +24,11 @@ from areal_cli.cli_errors import one_line_errors
 @one_line_errors
 def main(recipes_dir: tuple[Path, ...]) -> None:
     """areal: fully asynchronous RL for reasoning LLMs, reproducible from the command line."""
+    import faulthandler
+    import signal
+
+    # `kill -USR1 <pid>` prints every thread's stack to stderr: how to see where a run that seems stuck waits
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     if recipes_dir:
         import os
 

@@ -345,8 +345,12 @@ async def _run(cfg: TrainConfig, out: Path, task: Task, status: RunStatus, timel
                 can_restart=cfg.weight_update_mode == "disk", max_restarts=cfg.server_max_restarts,
                 stall_s=cfg.server_stall_timeout_s, log=status.log, clock=lambda: time.monotonic() - t0)
             supervising = ctx.supervisor_task = asyncio.create_task(ctx.supervisor.run())
-        warm = await warm_start(ctx) if resume is None else resume.state["warm_start"]
-        summary = await rl_loop(ctx, warm, resume)
+
+        async def train() -> dict:
+            warm = await warm_start(ctx) if resume is None else resume.state["warm_start"]
+            return await rl_loop(ctx, warm, resume)
+
+        summary = await _unless_the_fleet_fails(ctx, train())
         if ctx.supervisor is not None:
             st = ctx.supervisor.stats
             summary["fleet"] = {**ctx.supervisor.metrics(), "restarts_per_server": dict(st.restarts),
@@ -784,6 +788,27 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
     return summary
 
 
+async def _unless_the_fleet_fails(ctx: RunContext, work) -> Any:
+    """Run ``work`` (the warm start and the RL loop) while the fleet supervisor heals servers; an outage it cannot
+    heal cancels ``work`` (its cleanup runs) and is raised: the run ends with that one line, wherever the loop was
+    waiting (a batch, a weight load, an evaluation)."""
+    task = asyncio.ensure_future(work)
+    if ctx.supervisor_task is None:
+        return await task
+    try:
+        await asyncio.wait({task, ctx.supervisor_task}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise
+    if task.done():
+        return task.result()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    ctx.supervisor_task.result()  # raises the outage
+    raise RuntimeError("the fleet supervisor stopped without an error")  # unreachable: run() never returns
+
+
 async def _get_batch_watched(ctx: RunContext, controller: Any, step: int, every_s: float = 60.0,
                              consumer_version: int | None = None) -> list[Group]:
     """``controller.get_batch(batch_size)``, saying once a minute why the wait is long when episodes are being
@@ -792,13 +817,10 @@ async def _get_batch_watched(ctx: RunContext, controller: Any, step: int, every_
     task = asyncio.ensure_future(controller.get_batch(ctx.cfg.batch_size, consumer_version=consumer_version))
     start = dict(controller.stats.as_dict())
     t0 = time.monotonic()
-    watch = {task} | ({ctx.supervisor_task} if ctx.supervisor_task is not None else set())
     try:
         while True:
-            done, _ = await asyncio.wait(watch, timeout=every_s, return_when=asyncio.FIRST_COMPLETED)
-            if ctx.supervisor_task is not None and ctx.supervisor_task in done:
-                ctx.supervisor_task.result()  # an outage that cannot be healed: its one-line error
-            if task in done:
+            done, _ = await asyncio.wait({task}, timeout=every_s)
+            if done:
                 return task.result()
             now = controller.stats.as_dict()
             delta = {k: now.get(k, 0) - start.get(k, 0) for k in ("groups_accepted", "groups_dropped_filter",

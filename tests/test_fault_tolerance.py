@@ -55,9 +55,11 @@ def _finish(run: subprocess.Popen, timeout: float = 300.0) -> tuple[int, str, st
     try:
         stdout, stderr = run.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        os.kill(run.pid, signal.SIGUSR1)  # areal prints every thread's stack (faulthandler)
+        time.sleep(2)
         os.killpg(run.pid, signal.SIGKILL)
         stdout, stderr = run.communicate()
-        raise AssertionError(f"the run did not finish: {stdout[-2000:]}{stderr[-2000:]}")
+        raise AssertionError(f"the run did not finish: {stdout[-2000:]}{stderr[-6000:]}")
     return run.returncode, stdout, stderr
 
 
