@@ -28,7 +28,10 @@ def main(recipes_dir: tuple[Path, ...]) -> None:
     import signal
 
     # `kill -USR1 <pid>` prints every thread's stack to stderr: how to see where a run that seems stuck waits
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    try:
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    except (ValueError, OSError, RuntimeError):  # stderr without a file descriptor (embedded use, tests)
+        pass
     if recipes_dir:
         import os
 
