@@ -70,12 +70,14 @@ class Tracker:
         config: the run's config (``TrainConfig.to_dict()``).
         project: W&B project.
         resume_step: the checkpoint's RL step when the run is resumed (later TensorBoard events are purged).
+        log: one-line messages (where each logger writes).
     Raises:
         UserError: a logger that cannot start (one line).
     """
 
     def __init__(self, names: list[str], out: Path, config: dict, *, project: str = "areal",
-                 resume_step: int | None = None) -> None:
+                 resume_step: int | None = None, log=None) -> None:
+        log = log or (lambda message: None)
         self.names = list(names)
         self._tb = None
         self._wandb = None
@@ -86,8 +88,14 @@ class Tracker:
                                      purge_step=resume_step + 1 if resume_step is not None else None)
             if resume_step is None:
                 self._tb.add_text("config", "```\n" + json.dumps(config, indent=2, default=str) + "\n```", 0)
+            log(f"TensorBoard: {out / 'tensorboard'} (tensorboard --logdir {out})")
         if "wandb" in self.names:
             self._wandb = _start_wandb(out, config, project, resumed=resume_step is not None)
+            if self._wandb.settings.mode == "offline" or getattr(self._wandb, "offline", False):
+                log(f"W&B: offline run {self._wandb.id} in {out / 'wandb'} (upload later with: wandb sync "
+                    f"{out / 'wandb'}/offline-run-*)")
+            else:
+                log(f"W&B: {self._wandb.url or self._wandb.id} (project {project})")
 
     def log(self, row: dict[str, Any]) -> None:
         """Log one metrics line at its ``step``."""

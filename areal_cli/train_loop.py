@@ -182,7 +182,7 @@ def run_training(cfg: TrainConfig, out: Path, *, live: bool = True, record_timel
     tracker = None
     try:
         tracker = Tracker(loggers, out, cfg.to_dict(), project=cfg.wandb_project,
-                          resume_step=resume.step if resume is not None else None)
+                          resume_step=resume.step if resume is not None else None, log=status.log)
         with status:
             summary = asyncio.run(_run(cfg, out, task, status, timeline, resume, model_dir, tracker))
         tracker.summary(summary)
@@ -829,7 +829,11 @@ async def _get_batch_watched(ctx: RunContext, controller: Any, step: int, every_
                            f"groups: {delta['groups_accepted']} accepted, {delta['groups_dropped_filter']} dropped by "
                            f"the success-rate filter [{ctx.cfg.success_rate_lb}, {ctx.cfg.success_rate_ub}], "
                            f"{delta['groups_rejected']} rejected by the workflow, "
-                           f"{delta['groups_dropped_reward_failure']} dropped by reward failures")
+                           f"{delta['groups_dropped_reward_failure']} dropped by reward failures"
+                           + ("; almost every group is all-correct or all-wrong: a longer warm start (sft_max_steps), "
+                              "a wider [success_rate_lb, success_rate_ub] or a larger group_size gives the trainer "
+                              "batches" if delta["groups_dropped_filter"] > 10 * max(delta["groups_accepted"], 1)
+                              else ""))
     finally:
         if not task.done():
             task.cancel()

@@ -231,3 +231,35 @@ def test_a_workflow_that_breaks_the_contract_ends_the_run_in_one_line(result, me
 
     text = asyncio.run(go())
     assert text.startswith("workflow tests:wf: ") and message in text and "\n" not in text
+
+
+def test_a_starving_trainer_is_told_why_and_what_to_change():
+    """The success-rate filter drops (almost) every group of a model that always or never succeeds: the minute-by-
+    minute waiting line says so and names the settings that give the trainer batches."""
+    from types import SimpleNamespace
+
+    from areal_cli.train_loop import _get_batch_watched
+
+    logged = []
+    counters = {"groups_accepted": 0, "groups_dropped_filter": 0, "groups_rejected": 0,
+                "groups_dropped_reward_failure": 0}
+
+    class Starving:
+        stats = SimpleNamespace(as_dict=lambda: dict(counters))
+
+        async def get_batch(self, n, consumer_version=None):
+            while True:
+                counters["groups_dropped_filter"] += 50
+                counters["groups_accepted"] += 1
+                await asyncio.sleep(0.01)
+
+    ctx = SimpleNamespace(cfg=SimpleNamespace(batch_size=8, success_rate_lb=0.01, success_rate_ub=0.99),
+                          status=SimpleNamespace(log=logged.append))
+
+    async def go():
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(_get_batch_watched(ctx, Starving(), 3, every_s=0.1), timeout=0.35)
+
+    asyncio.run(go())
+    assert logged and "step 3: waiting" in logged[0] and "dropped by the success-rate filter [0.01, 0.99]" in logged[0]
+    assert "a longer warm start (sft_max_steps), a wider [success_rate_lb, success_rate_ub]" in logged[0]

@@ -55,6 +55,7 @@ def test_a_run_logs_every_metrics_line_to_tensorboard_and_offline_wandb(tmp_path
                "-o", "loggers=tensorboard,wandb", "-o", "wandb_project=areal-test", cwd=tmp_path,
                WANDB_MODE="offline", WANDB_SILENT="true")
     assert r.returncode == 0, r.stderr[-3000:]
+    assert f"TensorBoard: {out / 'tensorboard'}" in r.stdout and "W&B: offline run" in r.stdout
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in rows] == [0, 1, 2, 3]
     assert all(0.0 <= x["reward_mean_scored"] <= 1.0 for x in rows[1:])  # every scored group, before the filter
