@@ -300,7 +300,8 @@ def simulate(scenario: str, out_dir: Path | None, gpus: str | None, overrides: t
              sweep_scale: int, no_sensitivity: bool, fit: bool, calibrate_from: Path | None) -> None:
     """Predict synchronous, one-step-overlap and fully asynchronous RL throughput for SCENARIO.
 
-    SCENARIO is a name from benchmarks/scenarios/ (e.g. published-1.5b-16node) or a YAML path.
+    SCENARIO is a shipped scenario name (benchmarks/scenarios/ in the repository, areal_cli/_shipped/scenarios/ in
+    a wheel; e.g. published-1.5b-16node) or a YAML path.
     """
     from rich.console import Console
 
