@@ -650,7 +650,10 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                     await loading
                     loading = None
                 path = ctx.out / "weights" / f"v{version}"
-                keep_copy = step == cfg.max_steps or bool(cfg.checkpoint_every and step % cfg.checkpoint_every == 0)
+                # the last step: max_steps, or the time limit (the final policy is then evaluated and kept too)
+                time_up = bool(cfg.time_limit_s) and ctx.elapsed() > cfg.time_limit_s
+                last = step == cfg.max_steps or time_up
+                keep_copy = last or bool(cfg.checkpoint_every and step % cfg.checkpoint_every == 0)
                 if cfg.weight_update_mode == "xccl":  # broadcast from the trainer; servers paused meanwhile
                     await _sync_distributed(ctx, version)
                     ctx.version = version
@@ -662,11 +665,11 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                     # The servers load it while the trainer goes on with the next batch (already generated
                     # under the staleness bound); rollouts of the new version are admitted once it is loaded.
                     loading = asyncio.create_task(_load_version(ctx, controller, path, version))
-                eval_due = bool(cfg.eval_every) and (step % cfg.eval_every == 0 or step == cfg.max_steps)
+                eval_due = bool(cfg.eval_every) and (step % cfg.eval_every == 0 or last)
                 bench_every = cfg.eval_benchmark_every or cfg.eval_every
                 bench_due = ctx.bench is not None and bool(bench_every) and (step % bench_every == 0
-                                                                             or step == cfg.max_steps)
-                if (eval_due or bench_due or step == cfg.max_steps) and loading is not None:
+                                                                             or last)
+                if (eval_due or bench_due or last) and loading is not None:
                     await loading
                     loading = None
                 old = ctx.out / "weights" / f"v{version - 2}"
@@ -753,8 +756,8 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                 if time_to_target is None and cfg.target_accuracy and acc is not None and acc >= cfg.target_accuracy:
                     time_to_target = {"step": step, "elapsed_s": line["elapsed_s"], "rl_elapsed_s": line["rl_elapsed_s"]}
                     break
-                if cfg.time_limit_s and ctx.elapsed() > cfg.time_limit_s:
-                    ctx.status.log(f"time limit {cfg.time_limit_s}s reached")
+                if time_up:
+                    ctx.status.log(f"time limit {cfg.time_limit_s}s reached: the policy of step {step} is the final one")
                     break
             if loading is not None:
                 await loading

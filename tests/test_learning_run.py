@@ -35,3 +35,20 @@ def test_short_async_run_learns_well_beyond_chance(tmp_path):
     assert (out / "learning_curve.png").stat().st_size > 10_000
     assert summary["final_version"] == 25
     assert (out / "weights" / "v25" / "model.safetensors").exists()
+
+
+@pytest.mark.slow
+def test_a_run_stopped_by_its_time_limit_evaluates_and_keeps_its_last_policy(tmp_path):
+    """time_limit_s ends the run between evaluations: the last step is measured (its accuracy is the final one,
+    not the previous measurement's) and its weights are kept."""
+    cfg, _ = load_recipe("tiny-arith")
+    cfg = apply_overrides(cfg, ["max_steps=500", "time_limit_s=10", "eval_every=1000", "sft_max_steps=0",
+                                "success_rate_lb=0", "target_accuracy=0", "eval_n_prompts=16"])
+    out = tmp_path / "run"
+    summary = run_training(cfg, out, live=False)
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    last = rows[-1]
+    assert 1 <= last["step"] < 500 and last["evaluated"] is True
+    assert [r["step"] for r in rows if r["evaluated"]] == [0, last["step"]]
+    assert summary["final_version"] == last["step"] and summary["final_accuracy"] == last["accuracy"]
+    assert (out / "weights" / f"v{last['step']}" / "model.safetensors").exists()
