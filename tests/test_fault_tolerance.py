@@ -166,3 +166,41 @@ def test_a_dying_trainer_rank_ends_the_run_with_one_line_naming_it_and_resume_co
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0, r.stderr[-3000:]
     assert [x["step"] for x in _rows(out)] == list(range(7))  # no step lost or repeated
+
+
+def test_a_frozen_server_that_holds_a_pause_is_found_with_no_generation_in_flight():
+    """A server frozen while nothing is generating (SIGSTOP between requests) accepts connections and never answers:
+    the pause of a weight update would wait on it forever. The supervisor sees the debt (a control call waiting
+    longer than stall_s), probes /model_info, marks it down, and the pause goes on without it."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from areal_cli.rollout.client import RolloutClient
+    from areal_cli.rollout.supervisor import FleetSupervisor
+
+    async def go():
+        async def frozen(reader, writer):  # reads the request, never answers
+            await asyncio.sleep(3600)
+
+        server = await asyncio.start_server(frozen, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        client = RolloutClient([url], vocab_size=10)
+        fleet = SimpleNamespace(index_of=lambda u: None, describe=lambda i: "", can_restart=lambda i: False)
+        logs = []
+        sup = FleetSupervisor(fleet, client, weights_of=lambda: ("m", 0), lock=asyncio.Lock(), stall_s=0.5,
+                              log=logs.append, poll_s=0.1, external_grace_s=60)
+        watching = asyncio.create_task(sup.run())
+        t0 = time.monotonic()
+        try:
+            await asyncio.wait_for(client.pause(), timeout=30)  # returns once the frozen server is marked down
+        finally:
+            watching.cancel()
+            await asyncio.gather(watching, return_exceptions=True)
+            await client.aclose()
+            server.close()
+        return time.monotonic() - t0, client.down, logs
+
+    took, down, logs = asyncio.run(go())
+    (reason,) = down.values()
+    assert reason.startswith("stopped answering") and took < 15
+    assert any("is down (stopped answering" in m for m in logs)

@@ -163,6 +163,7 @@ class RolloutClient:
         self._events_loop: asyncio.AbstractEventLoop | None = None
         self.reissued_samples = 0  # samples re-issued on another server after theirs went down
         self.last_answer: dict[str, float] = {}  # url -> monotonic time of its last /generate answer
+        self._control_started: dict[str, list[float]] = {}  # url -> start times of control calls in flight
 
     # -- plumbing -------------------------------------------------------------------------------------------
 
@@ -237,6 +238,17 @@ class RolloutClient:
     def in_flight(self, url: str) -> int:
         """``/generate`` requests to ``url`` in flight now."""
         return self._in_flight.get(url, 0)
+
+    def stalled_for(self, url: str) -> float:
+        """Seconds ``url`` has owed an answer: since its last ``/generate`` answer while generations are in
+        flight, or since the oldest control call (pause, continue, weight load) still waiting on it; 0 when it
+        owes nothing. A supervisor probes a server whose debt grows too old (a frozen server holds a pause
+        forever, with no generation in flight)."""
+        now = time.monotonic()
+        waits = [now - min(self._control_started[url])] if self._control_started.get(url) else []
+        if self.in_flight(url):
+            waits.append(now - self.last_answer.get(url, now))
+        return max(waits, default=0.0)
 
     def live_urls(self) -> list[str]:
         """Servers in the rotation (not marked down)."""
@@ -649,6 +661,9 @@ class RolloutClient:
         self._ensure_open()
         post = asyncio.ensure_future(self._post(url, path, body))
         down = asyncio.ensure_future(self._down_event(url).wait())
+        started = self._control_started.setdefault(url, [])
+        t0 = time.monotonic()
+        started.append(t0)
         try:
             await asyncio.wait({post, down}, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
@@ -656,6 +671,7 @@ class RolloutClient:
             raise
         finally:
             down.cancel()
+            started.remove(t0)
         if post.done():
             return post.result()
         post.cancel()

@@ -7,8 +7,9 @@ generation is paused and then marks the server unhealthy):
 - a launched server's process has exited (``kill -9``, a crash, the OOM killer);
 - the client saw a ``/generate`` connection fail or break and the server did not answer a ``/model_info``
   probe (:meth:`RolloutClient._server_failed`);
-- a server with requests in flight has sent no ``/generate`` answer for ``stall_s`` seconds and does not
-  answer ``/model_info`` within 5 s ("stopped answering": a hung or stopped process).
+- a server that owes answers (generations in flight with no ``/generate`` answer, or a pause, continue or
+  weight load still waiting on it) for ``stall_s`` seconds and does not answer ``/model_info`` within 5 s
+  ("stopped answering": a hung or stopped process; :meth:`RolloutClient.stalled_for`).
 
 Healing: the server is marked down (routing skips it; its in-flight samples are re-issued on a live server
 with their prefixes, see :mod:`areal_cli.rollout.client`), its process group is killed and it is started again
@@ -73,6 +74,7 @@ class FleetSupervisor:
         self.stats = SupervisorStats()
         self._wake = asyncio.Event()
         self._down_since: dict[str, float] = {}
+        self._probed_ok: dict[str, float] = {}  # url -> when a stalled-looking server last answered a probe
         client.on_server_down = self._on_down
 
     def metrics(self) -> dict:
@@ -110,13 +112,13 @@ class FleetSupervisor:
             if code is not None:
                 self.client.mark_down(url, f"process exited with code {code}")
                 continue
-            last = self.client.last_answer.get(url, now)
-            if self.client.in_flight(url) and now - last > self.stall_s:
+            stalled = self.client.stalled_for(url)
+            if stalled > self.stall_s and now - self._probed_ok.get(url, 0.0) > self.stall_s:
                 if not await self.client.probe(url, timeout_s=5.0):
-                    self.client.mark_down(url, f"stopped answering (no /generate answer for {now - last:.0f} s, "
+                    self.client.mark_down(url, f"stopped answering (owed an answer for {stalled:.0f} s, "
                                                f"no /model_info answer in 5 s)")
                 else:
-                    self.client.last_answer[url] = now  # alive, only slow: look again after stall_s
+                    self._probed_ok[url] = now  # alive, only slow: look again after stall_s
 
     async def _heal(self, url: str) -> None:
         i = self.fleet.index_of(url)
