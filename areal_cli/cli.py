@@ -147,6 +147,9 @@ class _resume_hint:
                    "for the codeforces rating.")
 @click.option("--grader-timeout", type=float, default=10.0, show_default=True,
               help="Hard timeout per graded math answer, seconds (a timeout is counted, never a crash).")
+@click.option("--isolation", type=click.Choice(["auto", "strict"]), default=None,
+              help="Code sandbox: auto = every layer this machine allows (a reduced set is stated and warned "
+                   "about); strict = refuse to grade without namespaces. Default: $AREAL_SANDBOX_ISOLATION or auto.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True,
               help="Output dir: results.json, report.md, samples.jsonl. Rerun into it to resume an "
                    "interrupted run.")
@@ -155,7 +158,7 @@ def eval_cmd(datasets: str | None, data_dir: Path | None, revision: str | None, 
              date_to: str | None, protocol: str | None, model_dir: Path | None, limit: int | None,
              n_samples: int | None, temperature: float | None, top_p: float | None, top_k: int | None,
              max_new_tokens: int | None, greedy_pass: bool | None, seed: int, server_url: str | None, regrade: Path | None,
-             cf_data: Path | None, grader_timeout: float, out_dir: Path) -> None:
+             cf_data: Path | None, grader_timeout: float, isolation: str | None, out_dir: Path) -> None:
     """Evaluate a model on math and code benchmarks (pass@1 ± stderr, pass@k, maj@k, greedy accuracy)."""
     from areal_cli.eval.runner import run_eval, run_regrade
 
@@ -169,7 +172,7 @@ def eval_cmd(datasets: str | None, data_dir: Path | None, revision: str | None, 
             raise UserError(f"option '--regrade' grades saved completions; it does not take {', '.join(given)}")
         run_regrade(regrade, out_dir, datasets=names, data_dir=data_dir, protocol=protocol,
                     grader_timeout_s=grader_timeout, cf_data=cf_data, revision=revision, date_from=date_from,
-                    date_to=date_to)
+                    date_to=date_to, isolation=isolation)
         return
     if names is None:
         raise UserError("option '--data' is required (comma-separated benchmarks, e.g. aime24,aime25)")
@@ -177,7 +180,7 @@ def eval_cmd(datasets: str | None, data_dir: Path | None, revision: str | None, 
         run_eval(names, data_dir=data_dir, model_dir=model_dir, n=n_samples, temperature=temperature, top_p=top_p,
                  max_new_tokens=max_new_tokens, out_dir=out_dir, seed=seed, server_url=server_url,
                  protocol=protocol, top_k=top_k, greedy_pass=greedy_pass, grader_timeout_s=grader_timeout, cf_data=cf_data,
-                 revision=revision, date_from=date_from, date_to=date_to, limit=limit)
+                 revision=revision, date_from=date_from, date_to=date_to, limit=limit, isolation=isolation)
     except KeyboardInterrupt:
         from areal_cli.eval.resume import PARTIAL_NAME
 

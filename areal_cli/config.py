@@ -86,6 +86,7 @@ class TrainConfig:
     success_rate_ub: float = 1.0  # groups with success rate > ub are dropped (counted)
     reward_timeout_s: float = 5.0
     reward_workers: int = 1
+    sandbox_isolation: str = "auto"  # code tasks: 'strict' refuses to grade without every sandbox layer
     server_max_running_requests: int = 256  # 0: SGLang decides (rollout_engine sglang only)
     server_max_total_tokens: int = 65536  # KV-cache cap per server, tokens; 0: SGLang decides (sglang only)
     interruptible: bool = True  # weight updates abort in-flight samples (resumed); False: wait for them
@@ -205,6 +206,8 @@ class TrainConfig:
             raise bad("success_rate_lb", "need 0 <= success_rate_lb <= success_rate_ub <= 1")
         if self.rollout_engine not in ("embedded", "sglang", "external"):
             raise bad("rollout_engine", "must be 'embedded', 'sglang' or 'external'")
+        if self.sandbox_isolation not in ("auto", "strict"):
+            raise bad("sandbox_isolation", "must be 'auto' or 'strict'")
         if self.weight_update_mode not in ("disk", "xccl"):
             raise bad("weight_update_mode", "must be 'disk' or 'xccl'")
         if self.sglang_tp_size <= 0 or self.weight_update_chunk_mb <= 0:

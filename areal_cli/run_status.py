@@ -51,6 +51,11 @@ class RunStatus:
             self._live = None
 
     # --- events ---------------------------------------------------------------------------
+    def warn(self, message: str) -> None:
+        """One ``warning:`` line that stays on the terminal (above the live panel) and on stderr's log."""
+        self.console.print(f"warning: {message}", style="yellow", highlight=False, soft_wrap=True)
+        self._messages = (self._messages + [f"warning: {message}"])[-4:]
+
     def log(self, message: str) -> None:
         stamp = f"[{time.monotonic() - self.t0:7.1f}s]"
         self._messages = (self._messages + [f"{stamp} {message}"])[-4:]

@@ -102,6 +102,7 @@ class RunContext:
     fleet_lock: asyncio.Lock | None = None  # held by weight updates and by server restarts
     supervisor: Any = None  # areal_cli.rollout.supervisor.FleetSupervisor (controller in this process)
     supervisor_task: asyncio.Task | None = None
+    sandbox: dict | None = None  # code tasks: the sandbox isolation in force (areal_cli.sandbox.status)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
@@ -259,6 +260,28 @@ def _config_of_checkpoint(ckpt: Checkpoint) -> TrainConfig:
     return cfg
 
 
+def _sandbox_in_force(cfg: TrainConfig, task: Task, status: RunStatus) -> dict | None:
+    """For a code task: apply ``sandbox_isolation``, probe the sandbox once, warn in one line when its level is
+    below full (recorded in metrics.jsonl's first line and summary.json).
+
+    Raises:
+        UserError: the sandbox refuses (``strict`` without every layer, root without a reachable interpreter).
+    """
+    if task.kind != "code":
+        return None
+    from areal_cli.sandbox import SandboxError
+    from areal_cli.sandbox.status import isolation_in_force, reduced_warning
+
+    try:
+        state = isolation_in_force(cfg.sandbox_isolation)
+    except SandboxError as exc:
+        raise UserError(f"field 'sandbox_isolation': code sandbox: {exc}") from None
+    warning = reduced_warning(state)
+    if warning:
+        status.warn(warning)
+    return state
+
+
 async def _run(cfg: TrainConfig, out: Path, task: Task, status: RunStatus, timeline: Timeline | None = None,
                resume: Checkpoint | None = None, model_dir: Path | None = None, tracker: Any = None) -> dict:
     from areal_cli.models.tiny import build_tiny_model, load_tokenizer
@@ -308,6 +331,7 @@ async def _run(cfg: TrainConfig, out: Path, task: Task, status: RunStatus, timel
     trainer = None
     supervising: asyncio.Task | None = None
     try:
+        sandbox = _sandbox_in_force(cfg, task, status)  # before the reward workers start: they inherit the setting
         pool = open_reward_pool(cfg, task)
         engine_kwargs = dict(hf_model_dir=base, lr=cfg.sft_lr, weight_decay=cfg.weight_decay,
                              betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps, grad_clip=cfg.grad_clip,
@@ -336,6 +360,7 @@ async def _run(cfg: TrainConfig, out: Path, task: Task, status: RunStatus, timel
         ctx = RunContext(cfg, out, task, tokenizer, trainer, client, fleet, pool, episodes, eval_episodes, eval_items,
                          status, t0, timeline, remote, version=serve_version, bench=bench, tracker=tracker,
                          served=(serve_dir, serve_version))
+        ctx.sandbox = sandbox
         if not cfg.rollout_process:  # the controller's client is this one: heal servers that die
             from areal_cli.rollout.supervisor import FleetSupervisor
 
@@ -613,6 +638,9 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                      "staleness_max": 0, "staleness_mean": 0.0, "elapsed_s": round(ctx.elapsed(), 3),
                      "rl_elapsed_s": 0.0, "warm_start_steps": warm["steps"],
                      "warm_start_s": round(warm["seconds"], 3), "evaluated": True}
+            if ctx.sandbox is not None:
+                first["sandbox_isolation"] = ctx.sandbox["level"]
+                first["sandbox_isolation_summary"] = ctx.sandbox["summary"]
             if ctx.bench is not None:
                 first["eval_benchmarks"] = last_bench = await ctx.bench.run(ctx.client, ctx.tokenizer, ctx.version)
                 first.update({f"{b}/pass@1": round(r["pass@1"], 6) for b, r in first["eval_benchmarks"].items()})
@@ -788,6 +816,8 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
         summary["last_eval_benchmarks"] = last_bench
     if resumes:
         summary["resumes"] = resumes
+    if ctx.sandbox is not None:
+        summary["sandbox_isolation"] = ctx.sandbox
     return summary
 
 

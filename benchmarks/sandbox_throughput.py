@@ -118,7 +118,7 @@ def main() -> None:
         "load_average_1min": {"before": round(load_before, 2), "after": round(load_after, 2)},
         "python": platform.python_version(),
         "kernel": platform.release(),
-        "isolation": {k: iso.get(k) for k in ("pid_ns", "net_ns", "mount_ns", "user_ns", "fs_root", "user", "guard", "network")},
+        "isolation": {k: iso.get(k) for k in ("level", "pid_ns", "net_ns", "mount_ns", "user_ns", "fs_root", "user", "guard", "network")},
         "per_test": per_test,
         "per_sample": per_sample,
         "baseline_fresh_interpreter_per_test_no_sandbox": baseline,

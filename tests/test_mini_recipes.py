@@ -39,6 +39,11 @@ def test_the_miniature_trains_async_with_graded_rewards_and_meets_its_expected_n
     assert rl[-1]["reward_ok"] >= 4 * 4 * 4 and rl[-1]["reward_error"] == rl[-1]["reward_timeout"] == 0
     assert len({x["loss"] for x in rl}) > 1 and all(x["grad_norm"] > 0 for x in rl)
     assert (tmp_path / "o" / "train" / "learning_curve.png").stat().st_size > 0
+    summary = json.loads((tmp_path / "o" / "train" / "summary.json").read_text())
+    if name == "mini-code":  # the sandbox's isolation is stated in the training metrics and the summary
+        assert lines[0]["sandbox_isolation"] == "full" and summary["sandbox_isolation"]["level"] == "full"
+    else:
+        assert "sandbox_isolation" not in lines[0] and "sandbox_isolation" not in summary
 
 
 @pytest.mark.slow

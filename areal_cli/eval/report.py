@@ -104,7 +104,7 @@ def _md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]
 
 def render_markdown(results: dict[str, Any]) -> str:
     """``report.md``: protocol, model, datasets, a metrics table (rows = datasets, x100, 1 decimal),
-    breakdowns, Codeforces rating, grader counters, config hash, elapsed time."""
+    breakdowns, Codeforces rating, grader counters, the code sandbox's isolation, config hash, elapsed time."""
     cfg = results.get("config") or {}
     datasets = dataset_names(results)
     protocol = cfg.get("protocol") or {}
@@ -127,6 +127,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         ("server", cfg.get("server_url")),
         ("generations file", cfg.get("generations")),
         ("samples reused from an interrupted run", cfg.get("resumed_samples") or None),
+        ("code sandbox isolation", (cfg.get("sandbox") or {}).get("summary")),
         ("config hash", cfg.get("config_hash")),
         ("elapsed", f"{elapsed:.1f} s" if isinstance(elapsed, (int, float)) else None),
     ]

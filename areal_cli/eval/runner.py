@@ -35,6 +35,7 @@ import contextlib
 import hashlib
 import math
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -307,6 +308,7 @@ def run_eval(
     generator: Generator | None = None,
     graders: Graders | None = None,
     limit: int | None = None,
+    isolation: str | None = None,
 ) -> dict[str, Any]:
     """Evaluate a model on benchmarks; write ``results.json``, ``report.md`` and ``samples.jsonl``.
 
@@ -339,6 +341,8 @@ def run_eval(
             rid)`` returning an object with ``output_ids`` and ``finish_reason``; not closed here).
         graders: open grader pools to use (e.g. across several evaluations; not closed here); None ->
             pools with ``grader_timeout_s`` / ``grader_workers`` for this run.
+        isolation: the code sandbox's isolation, ``"auto"`` or ``"strict"`` (refuse to grade without every
+            layer); None -> ``AREAL_SANDBOX_ISOLATION`` or auto. Recorded in results.json (``config.sandbox``).
 
     Returns:
         the results dict also written to ``out_dir/results.json`` (see module docstring).
@@ -406,6 +410,7 @@ def run_eval(
     from rich.console import Console
 
     console = console or Console()
+    sandbox = sandbox_in_force(problems_by_ds, isolation)
     created_out = not out_dir.exists()
     partial = PartialRun.open(out_dir, hashed, {j.key for j in jobs})
     done = {sample_key(r): r for r in partial.records}
@@ -470,6 +475,7 @@ def run_eval(
             "seed": seed,
             "stop_token_ids": stop_ids or None,
             "grader": {k: GRADER_DESCRIPTION[k] for k in graders_kinds(problems_by_ds)},
+            "sandbox": sandbox,
             "grader_timeout_s": graders.math_timeout_s,
             "grader_calls": counters,
             "config_hash": digest,
@@ -499,6 +505,30 @@ def _remove_if_empty(directory: Path) -> None:
         directory.rmdir()
     except OSError:
         pass
+
+
+def sandbox_in_force(problems_by_ds: dict[str, list[Problem]], isolation: str | None) -> dict | None:
+    """For a run with code problems: apply ``isolation`` (``auto``/``strict``; None = the environment's
+    ``AREAL_SANDBOX_ISOLATION``), probe the sandbox once, and print one warning line on stderr when its
+    level is below full. Returns the state recorded in results.json (``config.sandbox``), None without code.
+
+    Raises:
+        UserError: the sandbox refuses (``strict`` without every layer; root without a reachable interpreter;
+            a malformed ``AREAL_SANDBOX_*`` variable), one line, before anything is written.
+    """
+    if "code" not in graders_kinds(problems_by_ds):
+        return None
+    from areal_cli.sandbox import SandboxError
+    from areal_cli.sandbox.status import isolation_in_force, reduced_warning
+
+    try:
+        state = isolation_in_force(isolation)
+    except (SandboxError, ValueError) as exc:
+        raise UserError(f"code sandbox: {exc}") from None
+    warning = reduced_warning(state)
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
+    return state
 
 
 def graders_kinds(problems_by_ds: dict[str, list[Problem]]) -> list[str]:
@@ -534,6 +564,7 @@ def run_regrade(
     console: Any = None,
     show_progress: bool = True,
     graders: Graders | None = None,
+    isolation: str | None = None,
 ) -> dict[str, Any]:
     """Grade saved completions again (no model, no generation) and write the same outputs as :func:`run_eval`.
 
@@ -545,7 +576,7 @@ def run_regrade(
         data_dir: directory holding the benchmark files.
         protocol: the protocol the completions were generated with (recorded only), if known.
         grader_timeout_s, grader_workers, cf_data, revision, date_from, date_to, console, show_progress,
-            graders: as :func:`run_eval`.
+            graders, isolation: as :func:`run_eval`.
 
     Raises:
         UserError: ``FILE:LINE`` of a malformed record, an unknown benchmark or problem id; a benchmark
@@ -576,6 +607,7 @@ def run_regrade(
     from rich.console import Console
 
     console = console or Console()
+    sandbox = sandbox_in_force(problems_by_ds, isolation)
     with _graders(graders, grader_timeout_s, grader_workers) as graders:
         graders.start(graders_kinds(problems_by_ds))
         progress = _Progress(console, show_progress)
@@ -632,6 +664,7 @@ def run_regrade(
             "data": reports,
             "protocol": proto_record,
             "grader": {k: GRADER_DESCRIPTION[k] for k in graders_kinds(problems_by_ds)},
+            "sandbox": sandbox,
             "grader_timeout_s": graders.math_timeout_s,
             "grader_calls": counters,
             "cf_data": None if cf_data is None else str(cf_data),

@@ -1,7 +1,7 @@
 """Sandbox for untrusted programs (model-written code): limits, isolation, and a per-test harness.
 
 Public API: :class:`Limits`, :func:`run_python`, :func:`run_tests`, :class:`RunResult`,
-:class:`SandboxRun`, :class:`SandboxError`, :func:`network_isolation`. See :mod:`.runner` for the
+:class:`SandboxRun`, :class:`SandboxError`, :func:`network_isolation`, :func:`describe_isolation`. See :mod:`.runner` for the
 isolation levels and ``harness.py`` for the process layout.
 """
 
@@ -11,6 +11,7 @@ from areal_cli.sandbox.runner import (
     RunResult,
     SandboxError,
     SandboxRun,
+    describe_isolation,
     network_isolation,
     read_roots,
     run_python,
@@ -23,6 +24,7 @@ __all__ = [
     "RunResult",
     "SandboxError",
     "SandboxRun",
+    "describe_isolation",
     "network_isolation",
     "read_roots",
     "run_python",

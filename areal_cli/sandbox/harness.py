@@ -48,6 +48,10 @@ _DEVICES = ["/dev/null", "/dev/zero", "/dev/random", "/dev/urandom"]
 _STDERR_TAIL = 4000
 
 
+class Refused(Exception):
+    """The sandbox will not run programs with what this machine gives it (the message says why, in one line)."""
+
+
 def _write_record(fd: int, record: dict) -> None:
     data = (json.dumps(record) + "\n").encode()
     view = memoryview(data)
@@ -116,7 +120,17 @@ def _setup_isolation(job: dict, isolation: dict) -> None:
             isolation["errors"].append(f"fs root: {exc}")
     if not isolation["fs_root"]:
         os.chdir(job["workdir"])
-    if as_root and (isolation["fs_root"] or job.get("fallback_uid_ok")):
+    if as_root and not isolation["fs_root"] and job.get("unreachable"):
+        # Never run a program as root on the host: without a root of its own, an unprivileged uid must be
+        # able to reach the interpreter, and here it cannot.
+        raise Refused(
+            f"the sandbox has no root of its own ({'; '.join(isolation['errors']) or 'namespaces not used'}) and, running as "
+            f"root, the program must run as an unprivileged uid, which cannot reach what it needs "
+            f"({job['unreachable']}): allow user and mount namespaces, run areal as a non-root user, or point "
+            f"AREAL_SANDBOX_PYTHON (a Python {sys.version_info[0]}.{sys.version_info[1]}) and TMPDIR at places "
+            "other users can read"
+        )
+    if as_root:
         if not isolation["fs_root"]:
             os.chown(job["workdir"], uid, gid)
         namespaces.drop_to_uid(uid, gid)
@@ -133,22 +147,37 @@ def _setup_isolation(job: dict, isolation: dict) -> None:
         namespaces.prctl(namespaces.PR_SET_DUMPABLE, 0)
     except OSError as exc:
         isolation["errors"].append(f"prctl: {exc}")
-    # RLIMIT_NPROC counts tasks (processes and threads) per real uid; root is exempt (CAP_SYS_RESOURCE).
+    # RLIMIT_NPROC counts tasks (processes and threads) per real uid; root would be exempt, hence the drop above.
     max_procs = int(limits["max_procs"])
     if isolation["user"].startswith("uid") or (isolation["user_ns"] and _kernel_at_least(5, 14)):
         limit = max_procs  # a uid (or, since Linux 5.14, a user namespace) of this sandbox alone
-    elif not as_root:
-        limit = max_procs + job["user_tasks"]  # shared uid: allow this many more than it already runs
-    else:
-        limit = None  # still root: not enforceable; the guard refuses fork/exec
-    if limit is not None:
-        resource.setrlimit(resource.RLIMIT_NPROC, (limit, limit))
+    else:  # not root (root always has a uid of its own by now): a shared uid, so allow this many more
+        limit = max_procs + job["user_tasks"]  # than it already runs
+    resource.setrlimit(resource.RLIMIT_NPROC, (limit, limit))
     isolation["nproc_limit"] = limit
+    isolation["level"] = _level(isolation)
     job["_set_pdeathsig"] = namespaces.parent_death_signal_setter()
     namespaces.forget_libc()
     for name in [m for m in sys.modules if m == "ctypes" or m.startswith(("ctypes.", "_ctypes"))]:
         del sys.modules[name]
     del sys.modules["namespaces"]
+
+
+def _os_layers_complete(isolation: dict) -> bool:
+    """pid, net and mount namespaces, a root of its own, an identity without privileges and a task cap."""
+    return bool(
+        isolation["pid_ns"]
+        and isolation["net_ns"]
+        and isolation["fs_root"]
+        and isolation["user"] != "unchanged"
+        and isolation["nproc_limit"] is not None
+    )
+
+
+def _level(isolation: dict) -> str:
+    """``"full"``: every operating-system layer and the audit hook. ``"reduced"``: anything less (the program
+    never runs as the host's root even then)."""
+    return "full" if _os_layers_complete(isolation) and isolation["guard"] else "reduced"
 
 
 def _probe(job: dict, isolation: dict) -> None:
@@ -561,6 +590,8 @@ def main() -> int:
     job["user_tasks"] = 0 if isolation["host_root"] else _count_user_tasks(os.getuid())
     if want != "none":
         try:
+            if job.get("refuse_namespaces"):  # AREAL_SANDBOX_REFUSE_NAMESPACES: act as a container that refuses
+                raise OSError(1, "unshare: Operation not permitted (simulated by AREAL_SANDBOX_REFUSE_NAMESPACES)")
             flags = namespaces.enter_namespaces(as_root=isolation["host_root"])
             isolation.update(
                 pid_ns=bool(flags & namespaces.CLONE_NEWPID),
@@ -570,8 +601,8 @@ def main() -> int:
             )
         except OSError as exc:
             isolation["errors"].append(f"namespaces: {exc}")
-            if want == "namespaces":
-                _write_record(rec_fd, {"event": "error", "error": f"namespaces unavailable: {exc}"})
+            if want == "strict":
+                _write_record(rec_fd, {"event": "error", "error": f"isolation 'strict' needs namespaces: {exc}"})
                 return 0
     try:
         namespaces.prctl(namespaces.PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -584,8 +615,8 @@ def main() -> int:
             _setup_isolation(job, isolation)
             # Again: a change of credentials (the uid drop) clears the parent-death signal.
             job["_set_pdeathsig"](signal.SIGKILL)
-            if want == "namespaces" and not isolation["fs_root"]:
-                raise OSError(f"namespaces required but not all available: {isolation['errors']}")
+            if want == "strict" and not _os_layers_complete(isolation):  # (the audit hook is off only in tests)
+                raise Refused(f"isolation 'strict' needs every layer, got a reduced set: {isolation['errors']}")
             os.environ.clear()
             os.environ.update(job["env"])
             os.environ["HOME"] = os.environ["TMPDIR"] = job["workdir"]
@@ -593,7 +624,8 @@ def main() -> int:
                 _probe(job, isolation)
             _write_record(rec_fd, {"event": "ready", "isolation": isolation})
         except BaseException as exc:
-            _write_record(rec_fd, {"event": "error", "error": f"{type(exc).__name__}: {exc}"})
+            text = str(exc) if isinstance(exc, Refused) else f"{type(exc).__name__}: {exc}"
+            _write_record(rec_fd, {"event": "error", "error": text})
             os._exit(3)
         try:
             _serve(job, code_obj, prelude, rec_fd, isolation, install_guard)

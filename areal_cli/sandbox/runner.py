@@ -6,14 +6,29 @@ time cap, streams per-test records to a callback (so a grader can stop at the fi
 LiveCodeBench does), and always cleans up: the harness's process group is killed, stragglers of its
 session are swept, and the temporary directory is removed.
 
-Isolation levels (``isolation=``):
+Isolation (``isolation=``, or the ``AREAL_SANDBOX_ISOLATION`` environment variable when ``"auto"``):
 
 - ``"auto"`` (default): every layer the machine allows. With namespaces: pid/net/mount/ipc/uts namespaces,
   a minimal read-only root, an unprivileged uid (as root) or a capability-less user namespace (as a
-  normal user). Without: rlimits, process group, scrubbed environment and the audit hook only.
-- ``"namespaces"``: as auto, but refuse to run (``SandboxError``) unless the full fs root could be built.
-- ``"none"``: skip namespaces (rlimits, process group, fresh directory, scrubbed environment and the audit
-  hook still apply). Used to test the fallback on machines that have namespaces.
+  normal user). Without (a container that refuses ``unshare``): rlimits, a task cap, process group,
+  scrubbed environment, the audit hook and, as root, an unprivileged uid; when that uid cannot reach the
+  interpreter the run is refused (``SandboxError``), never run as root on the host.
+- ``"strict"`` (``"namespaces"`` is the old name): refuse (``SandboxError``) unless the level is ``"full"``.
+- ``"none"``: skip namespaces (everything else of the reduced set still applies). Used to test the
+  fallback on machines that have namespaces.
+
+Every run reports a level in ``isolation["level"]``: ``"full"`` (namespaces, a root of its own, an
+identity without privileges, a task cap, the audit hook) or ``"reduced"``; :func:`describe_isolation`
+says it in one line. Environment variables (read at each call):
+
+- ``AREAL_SANDBOX_ISOLATION``: ``auto`` or ``strict``, the default for ``isolation="auto"``.
+- ``AREAL_SANDBOX_PYTHON``: the interpreter that runs programs (same major.minor as this one; default this
+  one). Set it to a Python that other users can read when this one lives under a private directory
+  (``/root/.pyenv``) and the machine refuses namespaces.
+- ``AREAL_SANDBOX_UID_RANGE``: ``LO-HI``, the uids a sandbox run as root may take (default
+  ``16777216-1073741823``; one is drawn at random per run).
+- ``AREAL_SANDBOX_REFUSE_NAMESPACES=1``: behave as if the kernel refused namespaces (what unprivileged
+  Docker and Kubernetes pods do), to test that fallback on a machine that has them.
 
 What each run reports is in :class:`RunResult`; :func:`network_isolation` says what this machine gives.
 """
@@ -34,9 +49,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Literal, Sequence
 
+from areal_cli.sandbox import host
 from areal_cli.sandbox.limits import Limits
 
-Isolation = Literal["auto", "namespaces", "none"]
+Isolation = Literal["auto", "strict", "namespaces", "none"]
+ISOLATION_CHOICES = ("auto", "strict", "namespaces", "none")
 
 HARNESS = Path(__file__).with_name("harness.py")
 
@@ -149,46 +166,43 @@ class SandboxRun:
 
 
 def read_roots() -> list[str]:
-    """Host paths a sandboxed program may read: the Python installation and system libraries.
+    """Host paths a sandboxed program may read (see :func:`areal_cli.sandbox.host.read_roots`)."""
+    return host.read_roots()
 
-    The interpreter's prefixes (``sys.base_prefix``, ``sys.prefix`` for a venv) and ``/usr``, ``/lib*``,
-    ``/etc/ld.so.cache``; symlinks resolved, nested paths dropped. Home directories, the repository, data
-    sets and ``/tmp`` are not among them.
+
+def describe_isolation(info: dict) -> str:
+    """One line for a person: the level and the layers in force, from a run's ``isolation`` report.
+
+    E.g. ``"full: pid, net and mount namespaces, read-only root, an unprivileged uid, <= 16 tasks, rlimits,
+    audit hook"`` or ``"reduced: no namespaces (unshare: Operation not permitted); host file system visible
+    (read per its permissions); network reachable except through the audit hook; an unprivileged uid,
+    <= 16 tasks, rlimits, audit hook"``.
     """
-    candidates = [sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix, "/usr", "/etc/ld.so.cache"]
-    candidates += [f"/{name}" for name in ("lib", "lib32", "lib64", "libx32")]
-    real = sorted({os.path.realpath(p) for p in candidates if os.path.exists(p)})
-    out: list[str] = []
-    for path in real:
-        if not any(path == r or path.startswith(r.rstrip("/") + "/") for r in out):
-            out.append(path)
-    return out
-
-
-def _program_sys_path(roots: list[str]) -> list[str]:
-    """The parent's import path restricted to the read roots (stdlib, lib-dynload, site-packages)."""
-    out = []
-    for p in sys.path:
-        if not p or not os.path.isdir(p):
-            continue
-        real = os.path.realpath(p)
-        if any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots):
-            out.append(p)
-    return out
-
-
-def _traversable_by_others(paths: list[str]) -> bool:
-    """True when every directory on the way to each path has the others-execute bit (a dropped uid can
-    reach the Python installation without namespaces)."""
-    for path in paths:
-        p = Path(path)
-        for d in [p, *p.parents]:
-            try:
-                if d.is_dir() and not os.stat(d).st_mode & 0o001:
-                    return False
-            except OSError:
-                return False
-    return True
+    level = info.get("level", "reduced")
+    layers = []
+    ns = [name for key, name in (("pid_ns", "pid"), ("net_ns", "net"), ("mount_ns", "mount")) if info.get(key)]
+    if ns:
+        layers.append(", ".join(ns[:-1]) + (" and " if len(ns) > 1 else "") + ns[-1] + " namespaces")
+    if info.get("fs_root"):
+        layers.append("read-only root")
+    user = str(info.get("user", "unchanged"))
+    layers.append("the caller's uid" if user == "unchanged" else "an unprivileged uid" if user.startswith("uid ") else user)
+    if info.get("nproc_limit") is not None:
+        layers.append(f"<= {info['nproc_limit']} tasks")
+    layers.append("rlimits")
+    if info.get("guard"):
+        layers.append("audit hook")
+    if level == "full":
+        return "full: " + ", ".join(layers)
+    missing = []
+    if not info.get("pid_ns") or not info.get("net_ns") or not info.get("mount_ns"):
+        why = "; ".join(info.get("errors") or []) or "namespaces not used"
+        missing.append(f"no namespaces ({why})")
+    if not info.get("fs_root"):
+        missing.append("host file system visible (read per its permissions)")
+    if not info.get("net_ns"):
+        missing.append("network reachable except through the audit hook")
+    return "reduced: " + "; ".join(missing) + "; " + ", ".join(layers)
 
 
 def _sweep_session(sid: int) -> None:
@@ -255,7 +269,8 @@ def run_tests(
         limits: per-run limits (``limits.wall_s`` is the per-test timeout).
         total_timeout_s: cap on the whole call; tests not finished by then have no result.
         prelude: text prepended to the program (LiveCodeBench's imports by default).
-        isolation: ``"auto"``, ``"namespaces"`` or ``"none"`` (see the module docstring).
+        isolation: ``"auto"``, ``"strict"`` (old name ``"namespaces"``) or ``"none"`` (see the module
+            docstring; ``"auto"`` follows ``AREAL_SANDBOX_ISOLATION``).
         on_result: called after each test with (index, result); return False to stop (the rest do not run).
         probe_paths: host paths whose visibility the harness reports in ``isolation["probe"]`` (tests and
             :func:`network_isolation` use this; it also turns on the network probe).
@@ -264,19 +279,28 @@ def run_tests(
     Returns:
         a :class:`SandboxRun`.
     Raises:
-        SandboxError: the harness could not start or set up (never for program behaviour).
+        SandboxError: the harness could not start or set up, ``"strict"`` isolation is not available, an
+            ``AREAL_SANDBOX_*`` variable is malformed, or (as root, without namespaces) no unprivileged uid
+            can reach the interpreter. Never for program behaviour.
         ValueError: malformed arguments.
     """
-    if isolation not in ("auto", "namespaces", "none"):
-        raise ValueError(f"isolation must be 'auto', 'namespaces' or 'none', got {isolation!r}")
+    if isolation not in ISOLATION_CHOICES:
+        raise ValueError(f"isolation must be one of {', '.join(ISOLATION_CHOICES)}, got {isolation!r}")
     if fn_name is None and not all(isinstance(t, str) for t in tests):
         raise ValueError("stdin-mode tests must be strings")
     if fn_name is not None and not all(isinstance(t, list) for t in tests):
         raise ValueError("call-based tests must be lists of arguments")
-    roots = read_roots()
+    try:
+        want = "strict" if isolation == "namespaces" else isolation
+        if want == "auto":
+            want = host.isolation_setting()
+        interp = host.interpreter()
+        lo, hi = host.uid_range()
+    except host.HostConfigError as exc:
+        raise SandboxError(str(exc)) from None
+    roots = host.read_roots(interp)
     tmp = tempfile.mkdtemp(prefix="areal-sandbox-")
-    rng = random.SystemRandom()
-    uid = rng.randrange(1 << 24, 1 << 30)
+    uid = random.SystemRandom().randint(lo, hi)
     job = {
         "code": source,
         "mode": "stdin" if fn_name is None else "call",
@@ -285,15 +309,15 @@ def run_tests(
         "prelude": prelude,
         "warm_imports": _WARM_IMPORTS,
         "limits": limits.to_job(),
-        "isolation": isolation,
+        "isolation": want,
+        "refuse_namespaces": host.refuse_namespaces(),
         "read_roots": roots,
-        "sys_path": _program_sys_path(roots),
+        "sys_path": host.program_sys_path(interp, roots),
         "env": _ENV,
         "staging": os.path.join(tmp, "root"),
         "workdir": os.path.join(tmp, "work"),
         "uid": uid,
         "gid": uid,
-        "fallback_uid_ok": _traversable_by_others([*roots, tmp]),
         "probe": bool(probe_paths),
         "probe_paths": list(probe_paths),
         "audit_hook": bool(audit_hook),
@@ -303,12 +327,13 @@ def run_tests(
     proc = None
     try:
         os.chmod(tmp, 0o711)
+        job["unreachable"] = host.unreachable([*roots, tmp])
         os.mkdir(job["staging"], 0o755)
         os.mkdir(job["workdir"], 0o700)
         with tempfile.TemporaryFile() as errfile:
             try:
                 proc = subprocess.Popen(
-                    [sys.executable, "-I", "-S", "-B", "-X", "utf8", str(HARNESS)],
+                    [interp.executable, "-I", "-S", "-B", "-X", "utf8", str(HARNESS)],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=errfile,
@@ -459,13 +484,15 @@ def network_isolation(isolation: Isolation = "auto") -> dict:
     """What isolation this machine gives a sandboxed program, checked by running the harness once.
 
     Returns:
-        the harness's isolation report plus ``"network"``: ``"network namespace"`` (no route anywhere:
+        the harness's isolation report (``"level"``: ``"full"`` or ``"reduced"``) plus ``"summary"``
+        (:func:`describe_isolation`), ``"network"``: ``"network namespace"`` (no route anywhere:
         only a downed loopback) or ``"audit hook only"`` (the fallback: the in-process guard refuses
         ``socket`` creation and name resolution; weaker, since native code could bypass it), and
         ``"probe"``: the interfaces seen and whether a route to the internet exists.
     """
     run = run_tests("", [], isolation=isolation, prelude="", probe_paths=[str(Path.home()), tempfile.gettempdir()])
     info = dict(run.isolation)
+    info["summary"] = describe_isolation(info)
     probe = info.get("probe", {})
     no_route = probe.get("route_to_internet") is False
     info["network"] = "network namespace" if info.get("net_ns") and no_route else "audit hook only"
