@@ -115,7 +115,8 @@ class _resume_hint:
 
 @main.command("eval")
 @click.option("--data", "datasets", default=None,
-              help="Comma-separated benchmarks, e.g. aime24,aime25 (with --regrade: default = those in the file).")
+              help="Comma-separated benchmarks, e.g. aime24,aime25 (with --regrade: default = those in the file; "
+                   "one name also supplies the benchmark of records that carry none).")
 @click.option("--data-dir", type=click.Path(path_type=Path), default=None,
               help="Folder holding the benchmark files (<benchmark>.jsonl).")
 @click.option("--revision", default=None,
@@ -141,7 +142,8 @@ class _resume_hint:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--server-url", default=None, help="Use an already running SGLang-protocol server.")
 @click.option("--regrade", "regrade", type=click.Path(path_type=Path), default=None, metavar="GENERATIONS.jsonl",
-              help="Grade saved completions (dataset, problem_id, text[, sample_index]) again; no generation.")
+              help="Grade saved completions (JSONL: [dataset,] problem_id, text or completion[, sample_index]) "
+                   "again; no generation.")
 @click.option("--cf-data", type=click.Path(path_type=Path), default=None, metavar="DIR",
               help="Codeforces contest data (all_contest_data.json, sorted_rating.json; evaluation/codeforces/README.md) "
                    "for the codeforces rating.")

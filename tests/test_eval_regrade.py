@@ -2,7 +2,8 @@
 gold answers, boxed, score pass@1 = maj@1 = 1.0 on all four benchmarks through the command line, with
 results.json, report.md and samples.jsonl written; metrics over several samples per problem follow the
 published definitions; bad records give one line with FILE:LINE (or the problem id), exit code 2, and
-leave nothing behind."""
+leave nothing behind; input as people write it: `--data NAME` supplies the benchmark of records without one and
+`completion` is read as `text`; a tolerance declared in a code statement is honoured through regrade."""
 
 from __future__ import annotations
 
@@ -253,3 +254,98 @@ def test_report_names_the_data_the_generations_file_and_results_state_units(tmp_
     assert f"Generations file sha256: {hashlib.sha256(gens.read_bytes()).hexdigest()}" in report
     units = json.loads((tmp_path / "out" / "results.json").read_text())["config"]["units"]
     assert units["codeforces.percentile"].startswith("percent") and "fraction" in units["pass@k, maj@k, greedy_acc, *_stderr"]
+
+
+# ------------------------------------------------------------- input as people write it: --data, completion
+def test_data_names_the_benchmark_of_records_without_one_and_completion_is_text(tmp_path, problems):
+    recs = [{"problem_id": p.id, ("completion" if i % 2 else "text"): f"\\boxed{{{p.answer}}}"}
+            for i, p in enumerate(problems["aime24"])]
+    recs[0] = {**recs[0], "completion": recs[0]["text"]}  # both, the same string: fine
+    recs[1] = {**recs[1], "dataset": "aime24"}  # naming the --data benchmark: fine
+    code, text = regrade(write_jsonl(tmp_path / "gens.jsonl", recs), tmp_path / "out", "--data", "aime24")
+    assert code == 0, text
+    m = json.loads((tmp_path / "out" / "results.json").read_text())["aime24"]
+    assert (m["pass@1"], m["n_problems"], m["n_samples"]) == (1.0, 30, 1)
+    samples = [json.loads(line) for line in (tmp_path / "out" / "samples.jsonl").read_text().splitlines()]
+    assert {s["dataset"] for s in samples} == {"aime24"} and all(s["correct"] for s in samples)
+
+
+@pytest.mark.parametrize(
+    "mutate,extra,needle",
+    [
+        (lambda recs: recs[2].pop("dataset"), [],
+         "gens.jsonl:3: field 'dataset' missing (pass --data NAME to name the benchmark of records without one)"),
+        (lambda recs: recs[2].pop("dataset"), ["--data", "aime24,amc23"],
+         "gens.jsonl:3: field 'dataset' missing, and --data names 2 benchmarks (aime24, amc23): say which one"),
+        (lambda recs: recs.__setitem__(4, {**recs[4], "dataset": "amc23"}), ["--data", "aime24"],
+         "gens.jsonl:5: field 'dataset': benchmark 'amc23' is not among the selected benchmarks (aime24)"),
+        (lambda recs: recs.__setitem__(1, {**recs[1], "completion": "\\boxed{1}"}), [],
+         "gens.jsonl:2: fields 'text' and 'completion' differ (they are aliases: give one)"),
+        (lambda recs: recs.__setitem__(3, {"dataset": "aime24", "problem_id": recs[3]["problem_id"], "completion": 7}), [],
+         "gens.jsonl:4: field 'completion' must be a string, got int"),
+        (lambda recs: recs.__setitem__(3, {"dataset": "aime24", "problem_id": recs[3]["problem_id"]}), [],
+         "gens.jsonl:4: field 'text' missing (give the completion as 'text' or 'completion')"),
+    ],
+)
+def test_bad_data_and_completion_input_is_one_line_exit_2_and_no_output(tmp_path, problems, mutate, extra, needle):
+    recs = base_records(problems)
+    mutate(recs)
+    out = tmp_path / "out"
+    code, text = regrade(write_jsonl(tmp_path / "gens.jsonl", recs), out, *extra)
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), text
+    assert needle in lines[0], (needle, lines[0])
+    assert not out.exists()
+
+
+def _lcb_row(qid: str, content: str, tests: list[dict], func_name: str | None = None) -> dict:
+    return {"question_title": qid, "question_content": content, "platform": "atcoder" if not func_name else "leetcode",
+            "question_id": qid, "contest_id": "c1", "contest_date": "2024-11-02T00:00:00", "starter_code": "",
+            "difficulty": "easy", "public_test_cases": json.dumps(tests), "private_test_cases": "",
+            "metadata": json.dumps({"func_name": func_name} if func_name else {})}
+
+
+def test_code_regrade_honours_a_tolerance_declared_in_the_statement(tmp_path):
+    stdin_tests = [{"input": "1\n", "output": "0.333333333333\n", "testtype": "stdin"}]
+    rows = [
+        _lcb_row("tol_stdin", "Print N/3. Your output is considered correct if the absolute or relative error from "
+                              "the true value is at most 10^{-6}.", stdin_tests),
+        _lcb_row("tol_call", "Return x/3. Answers within 10^-5 of the actual answer will be accepted.",
+                 [{"input": "1", "output": "0.3333333333", "testtype": "functional"}], func_name="third"),
+        _lcb_row("exact", "Print N/3 exactly as the judge does.", stdin_tests),  # no tolerance: exact, as LCB
+    ]
+    data = tmp_path / "data"
+    data.mkdir()
+    write_jsonl(data / "lcb_v5.jsonl", rows)
+    stdin_code = fenced("n = int(input())\nprint(f'{n / 3:.7f}')")
+    gens = write_jsonl(tmp_path / "gens.jsonl", [
+        {"dataset": "lcb_v5", "problem_id": "tol_stdin", "completion": stdin_code},
+        {"dataset": "lcb_v5", "problem_id": "tol_call",
+         "text": fenced("class Solution:\n    def third(self, x):\n        return round(x / 3, 6)")},
+        {"dataset": "lcb_v5", "problem_id": "exact", "completion": stdin_code},
+    ])
+    out = tmp_path / "out"
+    res = CliRunner().invoke(main, ["eval", "--regrade", str(gens), "--data", "lcb_v5", "--data-dir", str(data),
+                                    "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    samples = {s["problem_id"]: s for s in map(json.loads, (out / "samples.jsonl").read_text().splitlines())}
+    assert {pid: s["code_status"] for pid, s in samples.items()} == {
+        "tol_stdin": "passed", "tol_call": "passed", "exact": "wrong_answer"}
+
+
+def test_read_generations_supplies_the_data_benchmark_and_reads_completion(tmp_path):
+    from areal_cli.errors import UserError
+    from areal_cli.eval.regrade import read_generations
+
+    gens = write_jsonl(tmp_path / "gens.jsonl", [{"problem_id": 60, "completion": "a"},
+                                                 {"dataset": "aime24", "problem_id": "61", "text": "b", "completion": "b"}])
+    saved = read_generations(gens, datasets=["aime24"])
+    assert [(s.dataset, s.problem_id, s.text) for s in saved] == [("aime24", "60", "a"), ("aime24", "61", "b")]
+    assert [s.dataset for s in read_generations(gens, datasets=" aime24 ")] == ["aime24", "aime24"]  # option text
+    with pytest.raises(UserError, match=r"gens.jsonl:1: field 'dataset' missing \(pass --data NAME"):
+        read_generations(gens)
+    with pytest.raises(UserError, match="g2.jsonl:2: field 'dataset': benchmark 'aime24' is not among the selected "
+                                        r"benchmarks \(amc23\)"):
+        read_generations(write_jsonl(tmp_path / "g2.jsonl", [{"problem_id": 1, "text": "a"},
+                                                             {"dataset": "aime24", "problem_id": 2, "text": "b"}]),
+                         datasets="amc23")

@@ -269,6 +269,20 @@ def test_every_mini_code_reference_solution_passes_and_a_wrong_one_fails():
     assert code_rl.reward(prompt, wrong, [1], [2], **reward_kwargs(recs[0])) == 0.0
 
 
+def test_code_rl_honours_a_tolerance_its_statement_declares():
+    """The reward reads the tolerance from the prompt, as areal eval's loaders read it from the statement."""
+    from areal_cli.tasks import code_rl
+
+    io = json.dumps({"inputs": ["1 3\n"], "outputs": ["0.333333333\n"], "fn_name": ""})
+    close = "```python\na, b = map(int, input().split())\nprint(f'{a / b:.7f}')\n```"  # 0.3333333: off by 3e-8
+    far = "```python\na, b = map(int, input().split())\nprint(f'{a / b:.3f}')\n```"  # 0.333: off by 3e-4
+    plain = "Print a/b."
+    declared = "Print a/b. Your answer is considered correct if its absolute or relative error does not exceed 10^{-6}."
+    assert code_rl.reward(plain, close, [1], [2], input_output=io) == 0.0  # exact without a declaration, as LCB
+    assert code_rl.reward(declared, close, [1], [2], input_output=io) == 1.0
+    assert code_rl.reward(declared, far, [1], [2], input_output=io) == 0.0
+
+
 def test_code_records_are_checked_as_upstream():
     from areal_cli.tasks.code_rl import check_record
 

@@ -144,16 +144,18 @@ def _text(record: dict, name: str, loc: str, *, required: bool = True) -> str:
 
 
 def _test_suite(loc: str, pid: str, inputs: list[str], outputs: list[str], *, time_limit_s: float | None = None,
-                memory_bytes: int | None = None) -> dict:
-    """``TestSuite(...).to_dict()`` of a stdin/stdout problem.
+                memory_bytes: int | None = None, statement: str | None = None) -> dict:
+    """``TestSuite(...).to_dict()`` of a stdin/stdout problem; the tolerance the ``statement`` declares, if
+    any, goes with the tests (:func:`areal_cli.reward.code_grader.parse_tolerance`).
 
     Raises:
         UserError: the suite is invalid (naming the problem).
     """
-    from areal_cli.reward.code_grader import TestSuite
+    from areal_cli.reward.code_grader import TestSuite, parse_tolerance
 
     try:
-        suite = TestSuite(inputs=inputs, outputs=outputs, time_limit_s=time_limit_s, memory_bytes=memory_bytes)
+        suite = TestSuite(inputs=inputs, outputs=outputs, time_limit_s=time_limit_s, memory_bytes=memory_bytes,
+                          tolerance=parse_tolerance(statement))
     except ValueError as exc:
         raise UserError(f"{loc}: problem '{pid}': undecodable tests: {exc}") from None
     return suite.to_dict()
@@ -202,7 +204,8 @@ def parse_lcb_date(value: Any, loc: str) -> _dt.datetime:
 
 def lcb_problem(spec: BenchmarkSpec, record: dict, path: Path, line: int, loc: str, pid: str,
                 when: _dt.datetime) -> Problem:
-    """One LiveCodeBench row -> Problem (tests decoded by the code grader's ``decode_lcb_tests``).
+    """One LiveCodeBench row -> Problem (tests decoded by the code grader's ``decode_lcb_tests``, with the
+    tolerance ``question_content`` declares, if any).
 
     Raises:
         UserError: a missing/mistyped field; undecodable or empty tests (naming the problem id).
@@ -217,7 +220,7 @@ def lcb_problem(spec: BenchmarkSpec, record: dict, path: Path, line: int, loc: s
     private = _field(record, "private_test_cases", loc, str)
     metadata = _field(record, "metadata", loc, str)
     try:
-        suite = decode_lcb_tests(public, private, metadata)
+        suite = decode_lcb_tests(public, private, metadata, statement=content)
     except ValueError as exc:
         raise UserError(f"{loc}: problem '{pid}': undecodable tests: {' '.join(str(exc).split())[:300]}") from None
     tests = suite.to_dict()
@@ -279,7 +282,8 @@ def codecontests_problem(spec: BenchmarkSpec, record: dict, path: Path, line: in
         "file_io": bool(record.get("input_file") or record.get("output_file")),
         "n_tests": len(inputs),
     }
-    tests = _test_suite(loc, pid, inputs, outputs, time_limit_s=time_limit_s, memory_bytes=memory_bytes)
+    tests = _test_suite(loc, pid, inputs, outputs, time_limit_s=time_limit_s, memory_bytes=memory_bytes,
+                        statement=statement)
     return Problem(dataset=spec.name, id=pid, problem=format_question(spec, statement), answer="",
                    path=str(path), line=line, kind="code", tests=tests, meta=meta)
 
@@ -351,7 +355,8 @@ def codeforces_problem(spec: BenchmarkSpec, record: dict, path: Path, line: int,
         "memory_bytes": memory_bytes,
         "n_tests": len(inputs),
     }
-    tests = _test_suite(loc, pid, inputs, outputs, time_limit_s=time_limit_s, memory_bytes=memory_bytes)
+    tests = _test_suite(loc, pid, inputs, outputs, time_limit_s=time_limit_s, memory_bytes=memory_bytes,
+                        statement=statement)
     return Problem(dataset=spec.name, id=pid, problem=format_question(spec, statement), answer="",
                    path=str(path), line=line, kind="code", tests=tests, meta=meta)
 

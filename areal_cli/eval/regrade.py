@@ -3,9 +3,11 @@
 Record format (JSON Lines, one completion a line; blank lines skipped; a ``samples.jsonl`` written by
 ``areal eval`` qualifies as is):
 
-- ``dataset`` (str, required): benchmark name;
+- ``dataset`` (str): benchmark name; may be left out when ``--data NAME`` names one benchmark (it is then
+  that one); a record naming another benchmark than ``--data`` is an error (``file:line``);
 - ``problem_id`` (str or int, required): the problem's id in that benchmark;
-- ``text`` (str, required; ``completion`` accepted instead): the completion;
+- ``text`` (str, required) or ``completion`` (its alias, as people write it): the completion; both may be
+  given only if they are the same string;
 - ``sample_index`` (int >= 0, optional): default = the record's position among the same problem's records;
 - ``pass`` (optional): ``"sample"`` (default) or ``"greedy"``;
 - ``output_ids`` (list of ints), ``finish_reason`` (str): optional, kept for the length metrics;
@@ -18,7 +20,8 @@ Grading fields of the input (``extracted``, ``correct``, ...) are ignored: every
 Every problem of every benchmark named in the file must have completions, the same number n of them, with
 indices 0..n-1 (pass@k and maj@n are defined over the whole benchmark). All violations are
 :class:`UserError` with ``file:line`` (or the problem id): unknown benchmark, unknown problem id,
-malformed JSON, a missing or mistyped field, a duplicate (problem, sample index).
+malformed JSON, a missing or mistyped field, a duplicate (problem, sample index), a record without
+``dataset`` when ``--data`` does not name exactly one benchmark, ``text`` and ``completion`` that differ.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from areal_cli.errors import UserError, where
 from areal_cli.eval.datasets import Problem
@@ -48,13 +51,22 @@ class SavedCompletion:
     extra: dict[str, Any]
 
 
-def read_generations(path: str | Path) -> list[SavedCompletion]:
+def read_generations(path: str | Path, datasets: Sequence[str] | str | None = None) -> list[SavedCompletion]:
     """Parse a generations file (field checks only; problems are matched by :func:`match_problems`).
 
+    Args:
+        path: the JSON Lines file (format in the module docstring).
+        datasets: the benchmarks selected with ``--data`` (a list, or the comma-separated option text), or
+            None. When it names exactly one benchmark, records without ``dataset`` get that one.
+    Returns:
+        the records in file order.
     Raises:
-        UserError: missing file, not UTF-8, malformed JSON, missing/mistyped field, no records.
+        UserError: missing file, not UTF-8, malformed JSON, missing/mistyped field (``file:line: field 'x'
+            ...``; a missing ``dataset`` says to pass ``--data NAME``), a ``dataset`` other than the
+            selected ones, ``text`` and ``completion`` that differ, no records.
     """
     path = Path(path)
+    selected = _selected(datasets)
     if not path.is_file():
         raise UserError(f"{path}: generations file not found")
     try:
@@ -72,26 +84,50 @@ def read_generations(path: str | Path) -> list[SavedCompletion]:
             raise UserError(f"{where(path, lineno)}: malformed JSON: {exc.msg} (column {exc.colno})") from None
         if not isinstance(rec, dict):
             raise UserError(f"{where(path, lineno)}: expected a JSON object, got {type(rec).__name__}")
-        out.append(_parse_record(rec, path, lineno))
+        out.append(_parse_record(rec, path, lineno, selected))
     if not out:
         raise UserError(f"{path}: no records")
     return out
 
 
-def _parse_record(rec: dict[str, Any], path: Path, lineno: int) -> SavedCompletion:
+def _selected(datasets: Sequence[str] | str | None) -> list[str]:
+    """The ``--data`` benchmark names (``"a,b"`` or a list), blanks dropped."""
+    if datasets is None:
+        return []
+    names = datasets.split(",") if isinstance(datasets, str) else list(datasets)
+    return [n.strip() for n in names if isinstance(n, str) and n.strip()]
+
+
+def _parse_record(rec: dict[str, Any], path: Path, lineno: int, selected: list[str] | None = None) -> SavedCompletion:
     def field_error(field: str, what: str) -> UserError:
         return UserError(f"{where(path, lineno, field)} {what}")
 
+    selected = selected or []
     ds = rec.get("dataset")
+    if ds is None and len(selected) == 1:
+        ds = selected[0]  # --data NAME supplies the benchmark of records that do not name one
+    elif ds is None:
+        raise field_error("dataset", "missing (pass --data NAME to name the benchmark of records without one)"
+                          if not selected else
+                          f"missing, and --data names {len(selected)} benchmarks ({', '.join(selected)}): "
+                          f"say which one")
     if not isinstance(ds, str) or not ds.strip():
-        raise field_error("dataset", "missing" if ds is None else "must be a non-empty string")
+        raise field_error("dataset", "must be a non-empty string")
+    if selected and ds.strip() not in selected:  # checked here too: before any benchmark is loaded
+        raise UserError(f"{where(path, lineno, 'dataset')}: benchmark '{ds.strip()}' is not among the selected "
+                        f"benchmarks ({', '.join(selected)})")
     pid = rec.get("problem_id")
     if isinstance(pid, bool) or not isinstance(pid, (str, int)) or not str(pid).strip():
         raise field_error("problem_id", "missing" if pid is None else "must be a string or integer")
-    text_field = "text" if "text" in rec else "completion"
-    text = rec.get(text_field)
-    if not isinstance(text, str):
-        raise field_error("text", "missing" if text is None else "must be a string")
+    given = [name for name in ("text", "completion") if rec.get(name) is not None]
+    if not given:
+        raise field_error("text", "missing (give the completion as 'text' or 'completion')")
+    for name in given:
+        if not isinstance(rec[name], str):
+            raise field_error(name, f"must be a string, got {type(rec[name]).__name__}")
+    if len(given) == 2 and rec["text"] != rec["completion"]:
+        raise UserError(f"{where(path, lineno)}: fields 'text' and 'completion' differ (they are aliases: give one)")
+    text = rec[given[0]]
     idx = rec.get("sample_index")
     if idx is not None and (isinstance(idx, bool) or not isinstance(idx, int) or idx < 0):
         raise field_error("sample_index", f"must be an integer >= 0, got {idx!r}")

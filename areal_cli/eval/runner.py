@@ -589,7 +589,7 @@ def run_regrade(
     out_dir = Path(out_dir)
     check_out_dir(out_dir)
     path = Path(generations)
-    saved = read_generations(path)
+    saved = read_generations(path, datasets=datasets)
     _check_benchmark_names(path, saved)
     names = datasets if datasets is not None else datasets_in(saved)
     problems_by_ds, reports = load_selected(names, data_dir, revision=revision, date_from=date_from, date_to=date_to)

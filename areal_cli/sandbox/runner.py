@@ -113,6 +113,10 @@ class RunResult:
         value_json: the JSON of the returned value (call-based, outcome ``"returned"``), else None.
         error: one line for ``"raised"`` and similar outcomes, else "".
         stdout_truncated: the program wrote more than the limit.
+        exit_code: the status the program ended with as ``python main.py`` would exit (stdin mode: 0 when it
+            ran to its end, the ``SystemExit`` status -- a message counts as 1 -- or 1 when it raised), as the
+            harness reports it; None when the harness did not get to report (the process status is then in
+            ``returncode``). The process itself always ends with status 0 after a ``SystemExit``.
     """
 
     returncode: int | None
@@ -127,6 +131,7 @@ class RunResult:
     value_json: str | None = None
     error: str = ""
     stdout_truncated: bool = False
+    exit_code: int | None = None
 
 
 @dataclass
@@ -242,6 +247,7 @@ def _result_from_record(rec: dict) -> RunResult:
         value_json=result.get("value_json"),
         error=str(result.get("error", "")),
         stdout_truncated=bool(rec.get("stdout_truncated")),
+        exit_code=result.get("exit_code") if isinstance(result.get("exit_code"), int) else None,
     )
 
 

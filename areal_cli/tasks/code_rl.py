@@ -81,13 +81,23 @@ def reward(prompt: str, completion: str, prompt_ids: list[int], completion_ids: 
            input_output: str, **fields: Any) -> float:
     """1.0 iff the completion's code passes every test of ``input_output`` in the sandbox, else 0.0.
 
+    A numeric tolerance the prompt declares ("absolute or relative error does not exceed 10^{-6}",
+    :func:`areal_cli.reward.code_grader.parse_tolerance`) is applied, as ``areal eval`` does.
+
     Raises:
         ValueError: undecodable tests (the pool reports status ``"error"``, never a silent 0).
         areal_cli.sandbox.SandboxError: the sandbox could not run at all.
     """
     from areal_cli.eval.grading import grade_code_sample
 
+    from dataclasses import replace
+
+    from areal_cli.reward.code_grader import TestSuite, parse_tolerance
+
     tests = parse_input_output(input_output)
+    tolerance = parse_tolerance(prompt)  # a tolerance the statement declares, as areal eval's loaders read it
+    if tolerance is not None:
+        tests = replace(TestSuite.from_dict(tests), tolerance=tolerance).to_dict()
     shown = ("<think>" + completion) if opens_think(prompt) else completion
     _, detail, passed = grade_code_sample(shown, tests)
     if detail.get("status") == "no_tests":
