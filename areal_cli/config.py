@@ -20,6 +20,10 @@ import yaml
 
 from areal_cli.errors import UserError
 
+#: Off-policy corrections of the behaviour weight (the loss's own list: areal_cli.trainer.decoupled_ppo; a test
+#: keeps the two equal without importing torch here).
+BEHAV_IMP_WEIGHT_MODES = ("token_mask", "token_truncate", "sequence_mask", "sequence_truncate", "disabled")
+
 
 @dataclass
 class TrainConfig:
@@ -121,6 +125,10 @@ class TrainConfig:
     grad_clip: float = 1.0
     eps_clip: float = 0.2
     behav_imp_weight_cap: float = 5.0
+    # off-policy correction of w = pi_prox / pi_behav (areal_cli.trainer.decoupled_ppo): token_mask (AReaL),
+    # token_truncate (TIS), sequence_mask (MIS), sequence_truncate, disabled
+    behav_imp_weight_mode: str = "token_mask"
+    behav_imp_weight_lower: float = 0.0  # mask modes: also mask w below this (IcePop's alpha, e.g. 0.5); 0: off
     adv_norm: str = "group"  # "group" (GRPO) or "global" (all valid tokens of the batch)
     # reward shaping before advantages (AReaL actor): clip((r + reward_bias) * reward_scaling, +-max_reward_clip)
     reward_bias: float = 0.0
@@ -206,6 +214,18 @@ class TrainConfig:
             raise bad("success_rate_lb", "need 0 <= success_rate_lb <= success_rate_ub <= 1")
         if self.rollout_engine not in ("embedded", "sglang", "external"):
             raise bad("rollout_engine", "must be 'embedded', 'sglang' or 'external'")
+        if self.behav_imp_weight_mode not in BEHAV_IMP_WEIGHT_MODES:
+            raise bad("behav_imp_weight_mode", f"must be one of {', '.join(BEHAV_IMP_WEIGHT_MODES)}")
+        if not self.behav_imp_weight_cap > 1.0:
+            raise bad("behav_imp_weight_cap", "must be > 1 (a weight of 1 is on-policy)")
+        if not 0.0 <= self.behav_imp_weight_lower < 1.0:
+            raise bad("behav_imp_weight_lower", "must be in [0, 1) (0: no lower bound)")
+        if self.behav_imp_weight_lower and not self.behav_imp_weight_mode.endswith("_mask"):
+            raise bad("behav_imp_weight_lower", "applies to the mask modes only (token_mask, sequence_mask)")
+        if self.top_p < 1.0:
+            raise bad("top_p", "training samples must come from the untruncated policy: with top_p < 1 the rollout "
+                               "servers report logprobs of the untruncated distribution (as SGLang does), so "
+                               "pi_prox/pi_behav would ignore the truncation; use 1.0")
         if self.sandbox_isolation not in ("auto", "strict"):
             raise bad("sandbox_isolation", "must be 'auto' or 'strict'")
         if self.weight_update_mode not in ("disk", "xccl"):

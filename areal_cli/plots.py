@@ -44,7 +44,7 @@ def plot_learning_curve(metrics_jsonl: Path, out_png: Path, *, target: float | N
     import matplotlib.pyplot as plt
 
     runs = {label: metrics_jsonl, **(others or {})}
-    fig, (ax_step, ax_time) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (ax_step, ax_time, ax_off) = plt.subplots(1, 3, figsize=(16, 4))
     for i, (label, path) in enumerate(runs.items()):
         color = f"C{i}"
         rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
@@ -72,6 +72,7 @@ def plot_learning_curve(metrics_jsonl: Path, out_png: Path, *, target: float | N
                          label=f"{label}: reward of all sampled groups (before the filter)")
         if rows:
             ax_time.axvline(rows[0]["elapsed_s"], color=color, ls=":", lw=1)
+        _plot_off_policy(ax_off, rows, label, color)
     for ax, xlabel in ((ax_step, "RL step (policy version)"), (ax_time, "wall-clock seconds (warm start + RL)")):
         if target:
             ax.axhline(target, color="red", ls="--", lw=1, label=f"target {target}")
@@ -81,7 +82,29 @@ def plot_learning_curve(metrics_jsonl: Path, out_png: Path, *, target: float | N
     ax_step.set_ylabel("accuracy / reward")
     ax_step.legend(fontsize=7, loc="lower right")
     ax_time.set_title("dotted: end of warm start", fontsize=8)
+    ax_off.axhline(1e-4, color="red", ls="--", lw=1, label="mismatch flag (float32)")
+    ax_off.set_yscale("log")
+    ax_off.set_xlabel("RL step (policy version)")
+    ax_off.set_ylabel("nats / fraction")
+    ax_off.set_title("off-policy diagnostics: engine vs trainer logprobs on the trainer's own version; "
+                     "clipped and masked token fractions", fontsize=7)
+    ax_off.grid(alpha=0.3, which="both")
+    ax_off.legend(fontsize=6, loc="upper right")
     fig.tight_layout()
     _atomic_savefig(fig, Path(out_png))
     plt.close(fig)
     return Path(out_png)
+
+
+def _plot_off_policy(ax, rows: list[dict], label: str, color: str) -> None:
+    """Per-step |log pi_behav - log pi_prox| (max, mean) on tokens of the trainer's own version, and the fractions
+    of tokens clipped (PPO) and masked by the behaviour-weight correction; zeros are not drawn (log scale)."""
+    rl = [r for r in rows if r.get("phase") == "rl"]
+    for key, style, what in (("logprob_mismatch_max", "-", "max |behav - prox| logprob"),
+                             ("logprob_mismatch_mean", ":", "mean |behav - prox| logprob"),
+                             ("clip_frac", "--", "clipped fraction"),
+                             ("iw_capped_frac", "-.", "masked fraction (w outside bounds)")):
+        pts = [(r["step"], r[key]) for r in rl if isinstance(r.get(key), (int, float)) and r[key] > 0]
+        if pts:
+            ax.plot([a for a, _ in pts], [b for _, b in pts], ls=style, marker=".", ms=3, color=color,
+                    label=f"{label}: {what}")

@@ -260,6 +260,16 @@ def _config_of_checkpoint(ckpt: Checkpoint) -> TrainConfig:
     return cfg
 
 
+def _rounded(key: str, value):
+    """A trainer statistic for metrics.jsonl: 6 decimals, but 4 significant digits for the logprob mismatch
+    (~1e-6 nats, which 6 decimals would erase); None and bools as they are."""
+    if value is None or isinstance(value, bool):
+        return value
+    if key.startswith("logprob_mismatch_") and key != "logprob_mismatch_tokens":
+        return float(f"{value:.4g}")
+    return round(value, 6)
+
+
 def _sandbox_in_force(cfg: TrainConfig, task: Task, status: RunStatus) -> dict | None:
     """For a code task: apply ``sandbox_isolation``, probe the sandbox once, warn in one line when its level is
     below full (recorded in metrics.jsonl's first line and summary.json).
@@ -309,6 +319,11 @@ async def _run(cfg: TrainConfig, out: Path, task: Task, status: RunStatus, timel
     from areal_cli.eval.in_loop import BenchmarkEval
 
     vocab = json.loads((base / "config.json").read_text()).get("vocab_size")
+    if vocab and 1 <= cfg.top_k < int(vocab):
+        raise UserError(f"field 'top_k': training samples must come from the untruncated policy: with top_k {cfg.top_k} "
+                        f"< the vocabulary ({vocab}) the rollout servers report logprobs of the untruncated "
+                        "distribution (as SGLang does), so pi_prox/pi_behav would ignore the truncation; use -1 "
+                        "(or a value >= the vocabulary, as AReaL's 1000000)")
     bench = BenchmarkEval.prepare(cfg, tokenizer, base, stop_ids, int(vocab), tiny_model=cfg.model_path is None)
     serve_dir, serve_version = base, 0
     if resume is not None:  # the servers restart with the checkpointed policy version
@@ -653,6 +668,7 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
         cs0 = controller.stats.as_dict()  # (a rollout process reports its counters with its first group)
         scored = (cs0.get("reward_sum_scored", 0.0), cs0.get("samples_scored", 0))  # before the group filter
         loading: asyncio.Task | None = None  # the servers loading the latest version
+        mismatch_warned = False
         try:
             last_t = time.monotonic()
             for step in range(first_step, cfg.max_steps + 1):
@@ -665,7 +681,12 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                 t_batch = time.monotonic()
                 wait_s = t_batch - t_wait
                 train_stats = await ctx.train(f"{STEPS}:train_on_groups", groups, cfg,
-                                              ctx.tokenizer.pad_token_id)
+                                              ctx.tokenizer.pad_token_id, trainer_version=version)
+                if train_stats.get("logprob_mismatch_flagged") and not mismatch_warned:
+                    mismatch_warned = True
+                    ctx.status.warn(f"step {step}: the servers' logprobs differ from the trainer's on tokens of the "
+                                    f"same policy version by up to {train_stats['logprob_mismatch_max']:.2e} nats "
+                                    f"(> 1e-4 in float32 is a bug: engine and trainer should compute the same model)")
                 train_cpu_s = train_stats.pop("cpu_s")
                 n_tokens, n_response = int(train_stats.pop("tokens")), int(train_stats.pop("response_tokens"))
                 train_s = time.monotonic() - t_batch - train_stats.pop("batch_s")  # the PPO update
@@ -748,7 +769,8 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                     "prompts_dropped_too_long": cs["prompts_dropped_too_long"],
                     "truncated_frac": sum(s.finish_reason == "length" for s in samples) / len(samples),
                     **(ctx.supervisor.metrics() if ctx.supervisor is not None else {}),
-                    **{k: round(v, 6) for k, v in train_stats.items()}, **cs,
+                    "staleness_hist": {str(k): v for k, v in sorted(Counter(stale).items())},
+                    **{k: _rounded(k, v) for k, v in train_stats.items()}, **cs,
                 }
                 line["evaluated"] = eval_due
                 if eval_due:

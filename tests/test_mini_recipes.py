@@ -38,6 +38,12 @@ def test_the_miniature_trains_async_with_graded_rewards_and_meets_its_expected_n
     assert all(x["n_micro_batches"] >= 2 for x in rl)  # the token budget split every batch
     assert rl[-1]["reward_ok"] >= 4 * 4 * 4 and rl[-1]["reward_error"] == rl[-1]["reward_timeout"] == 0
     assert len({x["loss"] for x in rl}) > 1 and all(x["grad_norm"] > 0 for x in rl)
+    # off-policy diagnostics in every step: the servers' logprobs equal the trainer's on its own version's tokens
+    measured = [x["logprob_mismatch_max"] for x in rl if x["logprob_mismatch_max"] is not None]
+    assert measured and max(measured) < 1e-4 and not any(x["logprob_mismatch_flagged"] for x in rl)
+    for x in rl:
+        assert 0 < x["iw_min"] <= x["iw_p50"] <= x["iw_p90"] <= x["iw_p99"] <= x["iw_max"]
+        assert max(int(k) for k in x["staleness_hist"]) == x["staleness_max"]
     assert (tmp_path / "o" / "train" / "learning_curve.png").stat().st_size > 0
     summary = json.loads((tmp_path / "o" / "train" / "summary.json").read_text())
     if name == "mini-code":  # the sandbox's isolation is stated in the training metrics and the summary

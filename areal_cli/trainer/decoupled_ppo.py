@@ -14,6 +14,25 @@ Three policies per token t:
 
 The loss is the negative objective summed over valid tokens and divided by the number of valid tokens in
 the *global* batch (all micro-batches, all data-parallel ranks), AReaL's token-level aggregation.
+
+Off-policy corrections of the behaviour weight ``w`` (``behav_imp_weight_mode``, :func:`behaviour_weights`):
+
+* ``token_mask`` (default; AReaL boba² §5.2): tokens with ``w > cap`` (or ``w < lower``) get weight 0.
+  With ``lower`` set this is IcePop's two-sided token masking (Ling team, "Every Step Evolves: Scaling RL
+  for Trillion-Scale Thinking Model" (Ring-1T), 2025, §IcePop: mask tokens whose training/inference
+  probability ratio is outside ``[alpha, beta]``, e.g. 0.5 and 5).
+* ``token_truncate``: truncated importance sampling, ``w := min(w, cap)`` (Yao, Liu et al., "Your Efficient
+  RL Framework Secretly Brings You Off-Policy RL Training", 2025; AReaL's ``token_truncate``).
+* ``sequence_mask``: masked importance sampling at the sequence level: every token of a sequence whose
+  sequence weight ``w_seq = exp(mean_t log w_t)`` (geometric mean over its loss tokens, as AReaL's
+  ``sequence_*`` modes) is above ``cap`` or below ``lower`` gets weight 0; kept sequences use ``w_seq``
+  (Liu, Li et al., "When Speed Kills Stability: Demystifying RL Collapse from the Training-Inference
+  Mismatch", 2025, sequence-level MIS; AReaL 2.0 ``rejection_sampling: {level: sequence, action: mask,
+  metric: ratio}``).
+* ``sequence_truncate``: ``w := min(w_seq, cap)`` per sequence (AReaL's ``sequence_truncate``).
+* ``disabled``: ``w := 1`` (the behaviour policy is ignored: PPO against the proximal policy only).
+
+Naive PPO (proximal := behaviour, ``recompute_proximal: false``) makes ``w = 1`` by construction.
 """
 
 from __future__ import annotations
@@ -23,18 +42,103 @@ from dataclasses import dataclass
 import torch
 
 
+BEHAV_IMP_WEIGHT_MODES = ("token_mask", "token_truncate", "sequence_mask", "sequence_truncate", "disabled")
+
+
 @dataclass(frozen=True)
 class DecoupledPPOConfig:
     """Hyper-parameters of the loss.
 
     Attributes:
         eps_clip: PPO clip range eps (AReaL default 0.2).
-        behav_imp_weight_cap: tokens whose w = pi_prox/pi_behav exceeds this are masked out
-            (AReaL default 5.0); None disables the cap.
+        behav_imp_weight_cap: upper bound of the behaviour weight w = pi_prox/pi_behav (AReaL default 5.0):
+            above it a token (or sequence) is masked out, or its weight truncated, per ``behav_imp_weight_mode``;
+            None disables the bound.
+        behav_imp_weight_mode: one of :data:`BEHAV_IMP_WEIGHT_MODES` (see the module docstring).
+        behav_imp_weight_lower: lower bound for the mask modes (IcePop's alpha, e.g. 0.5); None: no lower bound.
+    Raises:
+        ValueError: an unknown mode, a cap <= 1 with a mask/truncate mode, or a lower bound outside (0, 1).
     """
 
     eps_clip: float = 0.2
     behav_imp_weight_cap: float | None = 5.0
+    behav_imp_weight_mode: str = "token_mask"
+    behav_imp_weight_lower: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.behav_imp_weight_mode not in BEHAV_IMP_WEIGHT_MODES:
+            raise ValueError(f"behav_imp_weight_mode must be one of {', '.join(BEHAV_IMP_WEIGHT_MODES)}, "
+                             f"got {self.behav_imp_weight_mode!r}")
+        if self.behav_imp_weight_cap is not None and not self.behav_imp_weight_cap > 1.0:
+            raise ValueError(f"behav_imp_weight_cap must be > 1 (or None), got {self.behav_imp_weight_cap}")
+        if self.behav_imp_weight_lower is not None:
+            if not 0.0 < self.behav_imp_weight_lower < 1.0:
+                raise ValueError(f"behav_imp_weight_lower must be in (0, 1), got {self.behav_imp_weight_lower}")
+            if not self.behav_imp_weight_mode.endswith("_mask"):
+                raise ValueError("behav_imp_weight_lower applies to the mask modes only "
+                                 f"(behav_imp_weight_mode is {self.behav_imp_weight_mode!r})")
+
+
+def sequence_mean(values: torch.Tensor, mask: torch.Tensor, sequence_ids: torch.Tensor | None) -> torch.Tensor:
+    """Per-token mean of ``values`` over the masked tokens of the token's sequence.
+
+    Args:
+        values: [B, T] floats.
+        mask: [B, T] bool, tokens that count.
+        sequence_ids: [B, T] long, which sequence of its row a token belongs to (packed rows: the segment id,
+            -1 on padding); None: one sequence per row.
+    Returns:
+        [B, T]: for each token, the mean of ``values`` over the masked tokens of its sequence (0 for a sequence
+        with no masked token).
+    """
+    B, T = values.shape
+    seg = torch.zeros_like(values, dtype=torch.long) if sequence_ids is None else sequence_ids.clamp(min=0).long()
+    n_seg = int(seg.max()) + 1 if seg.numel() else 1
+    key = torch.arange(B, device=values.device).unsqueeze(1) * n_seg + seg  # [B, T] global sequence index
+    m = mask.to(values.dtype)
+    sums = torch.zeros(B * n_seg, dtype=values.dtype, device=values.device).index_add_(0, key.flatten(), (values * m).flatten())
+    counts = torch.zeros(B * n_seg, dtype=values.dtype, device=values.device).index_add_(0, key.flatten(), m.flatten())
+    mean = sums / counts.clamp(min=1.0)
+    return mean[key]
+
+
+def behaviour_weights(
+    proximal_logprobs: torch.Tensor,
+    behaviour_logprobs: torch.Tensor,
+    mask: torch.Tensor,
+    config: DecoupledPPOConfig,
+    sequence_ids: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The behaviour weight of each token after the configured off-policy correction.
+
+    Args:
+        proximal_logprobs, behaviour_logprobs: [B, T] nats.
+        mask: [B, T] bool, loss tokens.
+        config: mode, cap and lower bound (module docstring for the rules and their sources).
+        sequence_ids: [B, T] sequence of each token within its row (packed rows), for the sequence modes.
+    Returns:
+        (weight, kept, truncated): ``weight`` [B, T] (0 off the mask and on masked-out tokens); ``kept`` [B, T]
+        bool, loss tokens the rule keeps; ``truncated`` [B, T] bool, kept tokens whose weight was truncated.
+    """
+    log_w = torch.where(mask, proximal_logprobs - behaviour_logprobs, torch.zeros_like(proximal_logprobs))
+    mode, cap, lower = config.behav_imp_weight_mode, config.behav_imp_weight_cap, config.behav_imp_weight_lower
+    zeros = torch.zeros_like(log_w)
+    no = torch.zeros_like(mask)
+    if mode == "disabled":
+        return torch.where(mask, torch.ones_like(log_w), zeros), mask.clone(), no
+    if mode.startswith("sequence"):
+        log_w = torch.where(mask, sequence_mean(log_w, mask, sequence_ids), zeros)
+    w = torch.exp(log_w)
+    if mode.endswith("_truncate"):
+        truncated = mask & (w > cap) if cap is not None else no
+        w = w.clamp(max=cap) if cap is not None else w
+        return torch.where(mask, w, zeros), mask.clone(), truncated
+    kept = mask
+    if cap is not None:
+        kept = kept & (w <= cap)
+    if lower is not None:
+        kept = kept & (w >= lower)
+    return torch.where(kept, w, zeros), kept, no
 
 
 def decoupled_ppo_loss(
@@ -45,6 +149,7 @@ def decoupled_ppo_loss(
     loss_mask: torch.Tensor,
     n_valid_tokens_global: int | float,
     config: DecoupledPPOConfig = DecoupledPPOConfig(),
+    sequence_ids: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Decoupled PPO loss for one micro-batch, normalised by the global valid-token count.
 
@@ -55,12 +160,16 @@ def decoupled_ppo_loss(
         advantages: [B, T] per-token advantages.
         loss_mask: [B, T] 1 on response tokens that count, 0 elsewhere (prompt, padding).
         n_valid_tokens_global: number of tokens with loss_mask set over the whole global batch (> 0).
-        config: clip eps and importance-weight cap.
+        config: clip eps and the behaviour-weight correction (mode, cap, lower bound).
+        sequence_ids: [B, T] sequence of each token within its row, for packed rows and the sequence modes
+            (None: one sequence per row).
 
     Returns:
         (loss, stats): ``loss`` is a scalar = sum over this micro-batch's tokens / n_valid_tokens_global,
         so summing micro-batch losses gives the global token mean. ``stats`` holds token counts (not
-        normalised) of clipped and cap-masked tokens and sums of importance weights, for logging.
+        normalised): ``n_tokens``, ``n_clipped``, ``n_iw_capped`` (loss tokens the correction masked out),
+        ``n_iw_truncated`` (weights truncated), and ``imp_weight_sum`` / ``imp_weight_max`` of the weights
+        applied, for logging.
 
     Raises:
         ValueError: on mismatched shapes or a non-positive ``n_valid_tokens_global``.
@@ -74,6 +183,8 @@ def decoupled_ppo_loss(
     ):
         if t.shape != shape:
             raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {tuple(shape)}")
+    if sequence_ids is not None and sequence_ids.shape != shape:
+        raise ValueError(f"sequence_ids has shape {tuple(sequence_ids.shape)}, expected {tuple(shape)}")
     if n_valid_tokens_global <= 0:
         raise ValueError(f"n_valid_tokens_global must be > 0, got {n_valid_tokens_global}")
 
@@ -88,12 +199,8 @@ def decoupled_ppo_loss(
     clipped = torch.clamp(ratio, 1.0 - config.eps_clip, 1.0 + config.eps_clip)
     pg_loss = torch.maximum(-adv * ratio, -adv * clipped)
 
-    # w_t = pi_prox / pi_behav; above the cap the token is masked out (weight 0), not clipped.
-    imp_weight = torch.exp(torch.where(mask, prox - behav, torch.zeros_like(prox)))
-    keep = mask
-    if config.behav_imp_weight_cap is not None:
-        keep = mask & (imp_weight <= config.behav_imp_weight_cap)
-    weight = torch.where(keep, imp_weight, torch.zeros_like(imp_weight))
+    # w_t = pi_prox / pi_behav after the off-policy correction (masked-out tokens: weight 0).
+    weight, kept, truncated = behaviour_weights(prox, behav, mask, config, sequence_ids)
 
     per_token = torch.where(mask, pg_loss * weight, torch.zeros_like(pg_loss))
     loss = per_token.sum() / float(n_valid_tokens_global)
@@ -103,8 +210,9 @@ def decoupled_ppo_loss(
         stats = {
             "n_tokens": float(mask.sum()),
             "n_clipped": float(was_clipped.sum()),
-            "n_iw_capped": float((mask & ~keep).sum()),
-            "imp_weight_sum": float(torch.where(mask, imp_weight, torch.zeros_like(imp_weight)).sum()),
-            "imp_weight_max": float(imp_weight[mask].max()) if mask.any() else 0.0,
+            "n_iw_capped": float((mask & ~kept).sum()),
+            "n_iw_truncated": float(truncated.sum()),
+            "imp_weight_sum": float(weight[mask].sum()) if mask.any() else 0.0,
+            "imp_weight_max": float(weight[mask].max()) if mask.any() else 0.0,
         }
     return loss, stats
