@@ -80,7 +80,7 @@ def build_items(golds: list[tuple[str, str]]) -> tuple[list[tuple[str, str]], li
             ("rewrite", f"{THINK}**Final answer:** \\boxed{{{equivalent_rewrite(gold)}}}", True),
             ("perturbed", f"{THINK}Therefore $\\boxed{{{wrong_answer(gold)}}}$.", False),
             ("other_gold", f"{THINK}The answer is \\boxed{{{nxt}}}.", nxt == gold),
-            ("no_answer", f"The answer is {gold}." if i % 2 else f"<think>maybe \\boxed{{{gold}}}, but", False),
+            ("no_answer", f"Let me check {gold} again and" if i % 2 else f"<think>maybe \\boxed{{{gold}}}, but", False),
         ]
         for kind, text, label in rows:
             items.append((text, gold))

@@ -78,8 +78,10 @@ def test_original_published_answer_values_also_grade_correct(problems, pool):
     assert all(g["correct"] for g in graded), [g["gold"] for g in graded if not g["correct"]][:5]
 
 
-def test_completions_without_boxed_answer_score_zero(problems, pool):
-    recs = records({"aime24": problems["aime24"]}, lambda p: f"The answer is {p.answer}.", n=2)
+def test_completions_without_a_final_answer_score_zero(problems, pool):
+    """An unfinished completion has no answer, even when the gold value appears in it (the last number of a
+    truncated completion is not an answer)."""
+    recs = records({"aime24": problems["aime24"]}, lambda p: f"Let me work towards {p.answer} step by step and then", n=2)
     graded = grade_completions(recs, pool=pool)
     res = summarize(graded)["aime24"]
     assert (res["pass@1"], res["pass@2"], res["maj@2"]) == (0.0, 0.0, 0.0)

@@ -3,7 +3,9 @@
 Both graders run in :class:`areal_cli.reward.pool.RewardPool` worker processes with a hard timeout per
 call (a worker that overruns is killed and replaced), one pool per kind because their budgets differ:
 
-- math: ``areal_cli.reward.math_grader:grade(completion, gold) -> (extracted, correct)``, hard timeout
+- math: ``areal_cli.reward.math_grader:grade(completion, gold, True, problem) -> (extracted, correct)`` (the
+  problem text enables the grader's problem-aware rules: multiple-choice options, a unit the problem fixes,
+  restating the problem), hard timeout
   ``grader_timeout_s`` (default 10 s; AReaL uses 3 s in a Pebble pool).
 - code: ``areal_cli.reward.code_grader:grade_code(completion, tests) -> (code, passed, detail)`` through
   :func:`grade_code_sample`, which reorders it to ``(code, detail, passed)`` so the pool's score is the
@@ -55,6 +57,12 @@ def grade_code_sample(completion: str, tests: dict) -> tuple[str | None, dict, b
     code, passed, detail = grade_code(completion, tests, per_test_timeout_s=CODE_PER_TEST_TIMEOUT_S,
                                       total_timeout_s=CODE_TOTAL_TIMEOUT_S)
     return code, dict(detail), bool(passed)
+
+
+def problem_text(problem: Problem) -> str | None:
+    """A math problem's statement for the grader (``Problem.problem``), or None when there is none."""
+    text = getattr(problem, "problem", None)
+    return text if isinstance(text, str) and text else None
 
 
 def verdict_fields(result: RewardResult, kind: str = "math") -> dict[str, Any]:
@@ -136,11 +144,13 @@ class Graders:
         if kind == "code":
             res = await self.pool("code").call(CODE_GRADE_FN, shown, problem_tests(problem))
         else:
-            res = await self.pool("math").call(GRADE_FN, shown, problem.answer)
+            res = await self.pool("math").call(GRADE_FN, shown, problem.answer, True, problem_text(problem))
         return verdict_fields(res, kind)
 
-    def grade_math_batch(self, items: list[tuple[str, str, bool]]) -> list[dict[str, Any]]:
-        """Grade many math completions at once (``(text, gold, think_open)`` each), batched through the pool
+    def grade_math_batch(self, items: list[tuple[str, str, bool]] | list[tuple[str, str, bool, str | None]]
+                         ) -> list[dict[str, Any]]:
+        """Grade many math completions at once (``(text, gold, think_open)`` or ``(text, gold, think_open,
+        problem text)`` each), batched through the pool
         with :func:`areal_cli.reward.math_grader.grade_in_pool` (32 answers per call, soft limit per
         answer, hangs re-graded one by one under the hard timeout). Blocking; returns
         :func:`verdict_fields`-shaped dicts in order. Used by ``--regrade``, where all completions are
@@ -148,7 +158,7 @@ class Graders:
         """
         from areal_cli.reward.math_grader import grade_in_pool
 
-        shown = [(("<think>" + t) if think_open else t, gold) for t, gold, think_open in items]
+        shown = [(("<think>" + it[0]) if it[2] else it[0], it[1], it[3] if len(it) > 3 else None) for it in items]
         out = []
         for g in grade_in_pool(self.pool("math"), shown):
             out.append({"extracted": g.extracted, "correct": bool(g.correct) and g.status == "ok",
@@ -181,8 +191,9 @@ def grade_completions(
     """Grade math completions with the math grader in a process pool (hard timeout per answer).
 
     Args:
-        records: dicts with at least ``text`` (the completion) and ``gold`` (the gold answer); other
-            keys (dataset, problem_id, sample_index, output_ids, ...) are passed through.
+        records: dicts with at least ``text`` (the completion) and ``gold`` (the gold answer), optionally
+            ``problem`` (the problem text, a string, for the grader's problem-aware rules); other keys (dataset,
+            problem_id, sample_index, output_ids, ...) are passed through.
         pool: an open pool running ``areal_cli.reward.math_grader:grade``; if None, one is created with
             ``n_workers`` workers and ``timeout_s`` and closed afterwards.
 
@@ -201,7 +212,8 @@ def grade_completions(
     if own:
         pool = RewardPool(GRADE_FN, n_workers=n_workers, timeout_s=timeout_s)
     try:
-        results = pool.score_many([(r["text"], r["gold"]) for r in items], fn=GRADE_FN)
+        results = pool.score_many([(r["text"], r["gold"], True, r["problem"]) if isinstance(r.get("problem"), str)
+                                   else (r["text"], r["gold"]) for r in items], fn=GRADE_FN)
     finally:
         if own:
             pool.close()

@@ -67,6 +67,7 @@ from areal_cli.eval.grading import (
     grade_completions,
     problem_kind,
     problem_tests,
+    problem_text,
 )
 from areal_cli.eval.report import render_table, write_outputs
 from areal_cli.eval.resume import PartialRun, canonical_json, config_hash, sample_key
@@ -628,8 +629,9 @@ def run_regrade(
 
             async def math_chunk(chunk: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 # Math is graded in batches (much faster than one pool call per answer).
-                items = [(r["text"], problem_of[(r["dataset"], r["problem_id"])].answer, bool(r.get("think_open")))
-                         for r in chunk]
+                problems = [problem_of[(r["dataset"], r["problem_id"])] for r in chunk]
+                items = [(r["text"], p.answer, bool(r.get("think_open")), problem_text(p))  # the problem: unit,
+                         for r, p in zip(chunk, problems)]  # multiple-choice and restatement rules
                 verdicts = await asyncio.to_thread(graders.grade_math_batch, items)
                 for r in chunk:
                     progress.advance(r["dataset"], r["pass"])

@@ -66,7 +66,8 @@ def reward(prompt: str, completion: str, prompt_ids: list[int], completion_ids: 
     from areal_cli.reward.math_grader import grade
 
     shown = ("<think>" + completion) if opens_think(prompt) else completion
-    return 1.0 if any(grade(shown, gold)[1] for gold in gold_answers(solutions)) else 0.0
+    # the rendered prompt holds the problem: the grader refuses an answer that restates it, or changes a unit it fixes
+    return 1.0 if any(grade(shown, gold, problem=prompt)[1] for gold in gold_answers(solutions)) else 0.0
 
 
 def sft_target(prompt: str, fields: dict) -> str:
