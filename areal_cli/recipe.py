@@ -445,8 +445,9 @@ class PublishedTrainSpec:
         from areal_cli.eval.protocols import PROTOCOLS
         from areal_cli.tasks.registry import PRESETS
 
-        if self.task not in PRESETS or self.task in ("custom", "tiny-arith"):
-            raise bad("task", f"must be a built-in data task ({', '.join(t for t in PRESETS if t not in ('custom', 'tiny-arith'))})")
+        synthetic = ("custom", "tiny-arith", "tiny-arith-multiturn")  # no data set to train a GPU recipe on
+        if self.task not in PRESETS or self.task in synthetic:
+            raise bad("task", f"must be a built-in data task ({', '.join(t for t in PRESETS if t not in synthetic)})")
         if self.prompt_template not in PROTOCOLS and self.prompt_template not in ("chat", "none"):
             raise bad("prompt_template", f"must be chat, none or an areal eval protocol ({', '.join(PROTOCOLS)})")
         if kind == "async-ppo" and self.max_head_offpolicyness == 0:

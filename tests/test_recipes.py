@@ -30,7 +30,7 @@ from areal_cli.recipe import (
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = REPO / "recipes"
 PUBLISHED = ["boba2-8b-code", "boba2-14b-code", "boba2-8b-code-open", "boba2-14b-code-open", "boba-rl-7b-math",
-             "boba-sft-32b", "async-1.5b-math", "async-7b-math"]
+             "boba-sft-32b", "async-1.5b-math", "async-7b-math", "boba2-math-multiturn"]
 
 
 def values(name: str) -> dict[str, float]:
@@ -40,7 +40,7 @@ def values(name: str) -> dict[str, float]:
 # --- the shipped files ---------------------------------------------------------------------------------
 
 
-CPU = ["tiny-arith", "mini-math", "mini-code"]
+CPU = ["tiny-arith", "mini-math", "mini-code", "tiny-arith-multiturn"]
 
 
 def test_the_catalogue_holds_the_eight_published_recipes_and_the_cpu_ones():
@@ -258,7 +258,7 @@ def test_a_gpqa_number_claimed_as_evaluated_is_rejected(tmp_path):
 
 
 def test_an_unknown_recipe_lists_the_known_ones():
-    with pytest.raises(UserError, match="unknown recipe 'boba3' \\(known: async-1.5b-math, .*tiny-arith\\)"):
+    with pytest.raises(UserError, match="unknown recipe 'boba3' \\(known: async-1.5b-math, .*tiny-arith, tiny-arith-multiturn\\)"):
         load_recipe("boba3")
 
 

@@ -12,7 +12,8 @@
 
 Names exported here (imported lazily: ``import areal_cli.api`` costs nothing): :class:`Item`,
 :class:`Trajectory`, :class:`Group`, :class:`RewardFailed`, :class:`EpisodeClient`,
-:class:`RolloutWorkflow`, :class:`RLVRWorkflow`, :class:`Record`. The built-in tasks use the same API.
+:class:`RolloutWorkflow`, :class:`RLVRWorkflow`, :class:`MultiTurnWorkflow` and its token-exact
+:class:`Conversation`, :class:`Record`. The built-in tasks use the same API.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ _EXPORTS = {
     "RewardFailed": "areal_cli.api.types", "WorkflowError": "areal_cli.api.types",
     "Record": "areal_cli.api.records", "RolloutWorkflow": "areal_cli.api.workflow",
     "EpisodeClient": "areal_cli.rollout.episode", "RLVRWorkflow": "areal_cli.workflows.rlvr",
+    "MultiTurnWorkflow": "areal_cli.workflows.multi_turn", "Conversation": "areal_cli.workflows.multi_turn",
 }
 
 __all__ = sorted(_EXPORTS)

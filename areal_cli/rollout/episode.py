@@ -23,6 +23,10 @@ from areal_cli.rollout.client import Completion
 from areal_cli.rollout.protocol import SamplingParams
 
 
+#: Request-id prefix of the held-out evaluation's episode clients (``areal train``; :attr:`EpisodeClient.evaluating`).
+EVAL_RID_PREFIX = "eval-"
+
+
 @dataclass
 class EpisodeStats:
     """Counters shared by the EpisodeClients of one controller (reported in metrics)."""
@@ -63,6 +67,13 @@ class EpisodeClient:
         self.episode_id = episode_id
         self.rid_prefix = rid_prefix
         self._calls = itertools.count()
+
+    @property
+    def evaluating(self) -> bool:
+        """True for the clients of a held-out evaluation (request ids prefixed :data:`EVAL_RID_PREFIX`, as
+        ``areal train`` makes them): a workflow may then shape its Group for scoring rather than training
+        (e.g. one sample per multi-turn conversation, :mod:`areal_cli.workflows.multi_turn`)."""
+        return self.rid_prefix.startswith(EVAL_RID_PREFIX)
 
     def for_episode(self, episode_id: int) -> "EpisodeClient":
         """A client for another episode, sharing everything but the id."""

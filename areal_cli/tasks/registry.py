@@ -11,6 +11,11 @@ sets them all itself. The built-in tasks go through the same API as user code (:
                 sandboxed code grader of ``areal eval`` (:mod:`areal_cli.tasks.code_rl`)
 ``custom``      nothing preset: ``dataset`` and ``reward`` are required
 =============  ===========================================================================================
+
+``tiny-arith-multiturn``: tiny-arith's problems as a conversation -- after a wrong answer a feedback turn and
+another try (:mod:`areal_cli.tasks.tiny_arith_multiturn`, :mod:`areal_cli.workflows.multi_turn`).
+``math-multi-turn``: ``math-rl``'s records and reward with boba²'s multi-turn math agent
+(:class:`areal_cli.workflows.multi_turn.Boba2MathMultiTurnAgent`).
 """
 
 from __future__ import annotations
@@ -57,10 +62,20 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
            id_field="id", corpus="areal_cli.tasks.tiny_arith:tokenizer_corpus", sft_target_field="answer",
            required_fields=("prompt", "answer"),
            doc="reverse a 3-4 digit string (generated), the CPU recipe"),
+    Preset("tiny-arith-multiturn", dataset="areal_cli.tasks.tiny_arith_multiturn:records",
+           reward="areal_cli.tasks.tiny_arith:reward", workflow="areal_cli.workflows.multi_turn:MultiTurnWorkflow",
+           id_field="id", corpus="areal_cli.tasks.tiny_arith_multiturn:tokenizer_corpus", sft_target_field="answer",
+           required_fields=("prompt", "answer"),
+           doc="tiny-arith as a conversation: a wrong answer gets feedback and another try (multi-turn workflow)"),
     Preset("math-rl", kind="math", reward="areal_cli.tasks.math_rl:reward", id_field="query_id",
            prompt_template="chat-template", required_fields=("prompt", "solutions"),
            record_check="areal_cli.tasks.math_rl:check_record", sft_target="areal_cli.tasks.math_rl:sft_target",
            doc="AReaL-boba-106k math records, graded by the areal eval math grader"),
+    Preset("math-multi-turn", kind="math", reward="areal_cli.tasks.math_rl:reward", id_field="query_id",
+           workflow="areal_cli.workflows.multi_turn:Boba2MathMultiTurnAgent",
+           prompt_template="chat-template", required_fields=("prompt", "solutions"),
+           record_check="areal_cli.tasks.math_rl:check_record", sft_target="areal_cli.tasks.math_rl:sft_target",
+           doc="math-rl records with boba2's multi-turn math agent: 5 turns, feedback, per-turn returns"),
     Preset("code-rl", kind="code", reward="areal_cli.tasks.code_rl:reward", id_field="query_id",
            required_fields=("prompt", "input_output"), record_check="areal_cli.tasks.code_rl:check_record",
            sft_target="areal_cli.tasks.code_rl:sft_target",
