@@ -10,7 +10,6 @@ This module imports no torch.
 from __future__ import annotations
 
 import dataclasses
-import os
 import types
 import typing
 from dataclasses import dataclass, field

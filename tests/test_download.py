@@ -120,7 +120,7 @@ def test_datasets_are_named_by_prefix_or_flag(hub):
 
 
 def test_bad_targets_are_one_line_errors():
-    with pytest.raises(UserError, match="unknown recipe 'boba3' \\(known: .*tiny-arith\\)"):
+    with pytest.raises(UserError, match="unknown recipe 'boba3' \\(known: .*tiny-arith, tiny-arith-multiturn\\)"):
         plan("boba3")
     with pytest.raises(UserError, match="neither a recipe .* nor a Hub repo id"):
         plan("not a/repo id!")
@@ -142,7 +142,7 @@ def test_a_checksum_mismatch_removes_the_file_and_fails(tmp_path, monkeypatch, h
     recipe_with_checksum(tmp_path, monkeypatch, "a" * 64)
     with pytest.raises(UserError) as e:
         download("async-1.5b-math", local_dir=tmp_path / "dl", roles=("data",))
-    assert f"sha256 mismatch for 'data/boba_106k_0319.jsonl'" in str(e.value)
+    assert "sha256 mismatch for 'data/boba_106k_0319.jsonl'" in str(e.value)
     assert f"got {hashlib.sha256(CONTENT).hexdigest()}" in str(e.value) and "was removed" in str(e.value)
     assert not (tmp_path / "dl" / "data" / "data" / "boba_106k_0319.jsonl").exists()
 

@@ -22,6 +22,7 @@ def test_short_async_run_learns_well_beyond_chance(tmp_path):
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 26 and all(REQUIRED <= set(r) for r in rows)
     first, last = rows[0], rows[-1]
+    assert last["phase"] == "rl" and last["step"] == 25 and last["evaluated"]  # the last policy is measured
     assert first["phase"] == "warm_start_end" and first["step"] == 0 and first["version"] == 0
     assert first["accuracy"] <= 0.5  # the warm start stops at or below 0.5
     assert [r["version"] for r in rows] == list(range(26))

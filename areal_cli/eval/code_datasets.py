@@ -27,7 +27,6 @@ statement alone.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 from pathlib import Path
 from typing import Any, Iterator
 
