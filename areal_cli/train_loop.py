@@ -487,7 +487,7 @@ async def evaluate(ctx: RunContext) -> float | None:
     n = ctx.cfg.eval_n_samples
     correct = sum(sum(s.reward > 0 for s in g.samples) for g in groups if g is not None)
     total = sum(max(len(g.samples), n) if g is not None else n for g in groups)
-    versions = {v for g in groups if g is not None for s in g.samples for v in s.versions}
+    versions = {v for g in groups if g is not None for s in g.samples for v in s.versions if v >= 0}
     if versions - {ctx.version}:
         raise RuntimeError(f"held-out evaluation mixed policy versions {sorted(versions)} (expected {ctx.version})")
     return correct / max(total, 1)
@@ -692,7 +692,7 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                 train_s = time.monotonic() - t_batch - train_stats.pop("batch_s")  # the PPO update
                 trained_tokens += n_tokens
                 samples = [s for g in groups for s in g.samples]
-                stale = [version - s.head_version for s in samples if s.versions]
+                stale = [version - s.head_version for s in samples if s.head_version >= 0]  # -1: nothing generated
                 version += 1
                 t_sync = time.monotonic()
                 if loading is not None:  # the servers finish loading the previous version first
@@ -821,6 +821,12 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                 tl.cpu["rl_end"] = tl.steps[-1]["cpu"] if tl.steps else _cpu_snapshot(ctx)
                 tl.marks["controller"] = controller.stats.as_dict()
             await controller.stop()
+            aclose = getattr(ctx.task.workflow, "aclose", None)  # a workflow's own servers (the agent proxy)
+            if aclose is not None and asyncio.iscoroutinefunction(aclose):
+                try:
+                    await aclose()
+                except Exception as e:  # noqa: BLE001 - closing must not hide the run's outcome
+                    ctx.status.warn(f"workflow aclose failed: {type(e).__name__}: {e}")
             # also after Ctrl-C: the curve of the steps that were completed
             from areal_cli.plots import plot_learning_curve
 

@@ -48,6 +48,10 @@ class Trajectory:
         group_id: the episode (group) it belongs to.
         finish_reason: ``"stop"`` (an end token) or ``"length"`` (budget exhausted).
         n_interruptions: times a weight update interrupted it (each resumed with its prefix).
+        loss_mask: optional list[int] of 0/1, length R (the *concatenated* layout of a multi-turn or agent
+            trajectory, AReaL's ``export_interactions(style="concat")``): 0 on environment, tool and chat-template
+            tokens inside the response, which must then carry behaviour logprob 0.0 and version -1 (DESIGN §4);
+            None = every output token is trained (the single-turn layout).
     """
 
     prompt_ids: list[int]
@@ -58,11 +62,13 @@ class Trajectory:
     group_id: int
     finish_reason: str
     n_interruptions: int = 0
+    loss_mask: list[int] | None = None
 
     @property
     def head_version(self) -> int:
-        """Version of the first generated token (-1 when nothing was generated)."""
-        return min(self.versions) if self.versions else -1
+        """The oldest policy version that generated a token (-1 when nothing was generated). Tokens with
+        version -1 (environment / template tokens of the concatenated layout) are not generated and are skipped."""
+        return min((v for v in self.versions if v >= 0), default=-1)
 
     def check(self) -> str | None:
         """Why this trajectory cannot be trained on (one phrase), or None when it is well formed."""
@@ -72,10 +78,33 @@ class Trajectory:
         if len(self.behaviour_logprobs) != n or len(self.versions) != n:
             return (f"{n} output_ids but {len(self.behaviour_logprobs)} behaviour_logprobs and "
                     f"{len(self.versions)} versions")
+        if self.loss_mask is not None:
+            why = loss_mask_problem(self.loss_mask, self.behaviour_logprobs, self.versions)
+            if why:
+                return why
         if not isinstance(self.reward, (int, float)) or isinstance(self.reward, bool) or self.reward != self.reward \
                 or self.reward in (float("inf"), float("-inf")):
             return f"reward {self.reward!r} is not a finite number"
         return None
+
+
+def loss_mask_problem(loss_mask: Any, logprobs: Any, versions: Any) -> str | None:
+    """Why a per-output-token ``loss_mask`` is unusable with these behaviour ``logprobs`` and ``versions`` (one
+    phrase), or None. Rules (DESIGN §4; AReaL's concatenated trajectory dict): one entry per output token, each 0
+    or 1; a masked token (0) is not generated, so its logprob is 0.0 and its version -1."""
+    try:
+        n_mask = len(loss_mask)
+    except TypeError:
+        return f"loss_mask is a {type(loss_mask).__name__}, not a list of 0/1"
+    if n_mask != len(logprobs):
+        return f"loss_mask has {n_mask} entries for {len(logprobs)} output tokens (one per output token)"
+    for i, (m, lp, v) in enumerate(zip(loss_mask, logprobs, versions)):
+        if isinstance(m, bool) or m not in (0, 1):
+            return f"loss_mask[{i}] = {m!r} is not 0 or 1"
+        if m == 0 and (int(v) != -1 or float(lp) != 0.0):
+            return (f"output token {i} is masked (loss_mask 0: an environment/template token) but has version "
+                    f"{v} and logprob {lp} (a masked token must have version -1 and logprob 0.0)")
+    return None
 
 
 @dataclass

@@ -66,8 +66,10 @@ class ControllerStats(EpisodeStats):
 
 
 def _head_version(group: Group) -> int:
-    """The oldest policy version that generated a token of ``group`` (a large number when none was generated)."""
-    return min((min(s.versions) for s in group.samples if s.versions), default=1 << 62)
+    """The oldest policy version that generated a token of ``group`` (a large number when none was generated).
+    Version -1 marks tokens that were not generated (environment / template tokens of the concatenated layout,
+    :attr:`Trajectory.loss_mask`): they are skipped."""
+    return min((v for s in group.samples for v in s.versions if v >= 0), default=1 << 62)
 
 
 class RolloutController:

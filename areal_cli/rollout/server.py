@@ -29,6 +29,11 @@ Endpoints (shapes as recorded from SGLang 0.5.23, ``shared/fixtures/sglang`` of 
   them like ``/update_weights_from_disk`` (same abort/drain/hold rules, same reply shapes). A failed
   receive drops the group.
 - ``POST /destroy_weights_update_group`` ``{group_name}``. See :mod:`areal_cli.rollout.weight_sync`.
+- ``POST /v1/chat/completions``: OpenAI Chat Completions (messages, tools, temperature, top_p,
+  max_tokens / max_completion_tokens, single-token stop strings, n=1, logprobs; :mod:`areal_cli.agents.openai_schema`),
+  rendered with the model's chat template, Qwen/Hermes ``<tool_call>`` blocks parsed into ``tool_calls``; bad
+  input -> 400 with an OpenAI error body. Training does not use it (it returns no token ids): the agent proxy
+  (:mod:`areal_cli.agents.proxy`) records token ids by talking /generate.
 - ``GET /health``, ``/health_generate``: 200 at once, also while paused (unlike SGLang 0.5.23, whose
   /health blocks while paused). ``GET /ready``: 503 while paused.
 - ``GET /model_info`` (alias ``/get_model_info``), ``GET /server_info`` (alias ``/get_server_info``; its
@@ -45,6 +50,7 @@ import argparse
 import asyncio
 import atexit
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -202,6 +208,7 @@ class ServerState:
         self.started = time.time()
         self.held_requests = 0  # /generate requests waiting for a pause (or a draining update) to end
         self.health_requests = 0  # GET /health calls received (the kit's own clients never make any)
+        self.chat_tokenizer = None  # Hugging Face tokenizer with the chat template (/v1/chat/completions)
 
     # results arrive on the engine thread
     def _on_result(self, res) -> None:
@@ -304,17 +311,9 @@ def build_app(state: ServerState):
             num_retractions=res.num_retractions, sent_ts=time.time(),
         )
 
-    @app.post("/generate")
-    async def generate(request: Request):
-        t_recv = time.monotonic()
-        try:
-            body = await read_json(request)
-            reqs, is_batch = parse_generate_request(body, vocab_size=eng.vocab_size,
-                                                    context_length=eng.context_length)
-            for r in reqs:
-                eng.validate(r.input_ids, r.sampling_params)  # pure checks; safe off the engine thread
-        except (ProtocolError, EngineError) as e:
-            return _error(400, str(e))
+    async def submit(reqs, t_recv: float):
+        """Run validated requests on the engine (held while paused) -> their EngineResults, or an error
+        response (shared by /generate and /v1/chat/completions)."""
         for r in reqs:
             if r.rid is None:
                 r.rid = uuid.uuid4().hex
@@ -356,9 +355,103 @@ def build_app(state: ServerState):
             for r in reqs:
                 state.waiters.pop(r.rid, None)
             return _error(400, errors[0][1])
-        results = await asyncio.gather(*futs)
+        return list(await asyncio.gather(*futs))
+
+    @app.post("/generate")
+    async def generate(request: Request):
+        t_recv = time.monotonic()
+        try:
+            body = await read_json(request)
+            reqs, is_batch = parse_generate_request(body, vocab_size=eng.vocab_size,
+                                                    context_length=eng.context_length)
+            for r in reqs:
+                eng.validate(r.input_ids, r.sampling_params)  # pure checks; safe off the engine thread
+        except (ProtocolError, EngineError) as e:
+            return _error(400, str(e))
+        results = await submit(reqs, t_recv)
+        if not isinstance(results, list):
+            return results  # an error response
         out = [to_json(res, r, t_recv) for res, r in zip(results, reqs)]
         return JSONResponse(out if is_batch else out[0])
+
+    async def chat_tokenizer():
+        """The Hugging Face tokenizer (with its chat template) of the served model, loaded on first use."""
+        if state.chat_tokenizer is None:
+            from transformers import AutoTokenizer
+
+            state.chat_tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, state.args.model_path)
+        return state.chat_tokenizer
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        """OpenAI Chat Completions (:mod:`areal_cli.agents.openai_schema`): the messages are rendered with the
+        model's chat template and generated like one /generate request; a request aborted by a pause or a weight
+        update is resumed here with its prefix (the answer then mixes policy versions, as /generate's do). Bad
+        input: 400 with an OpenAI error body."""
+        from areal_cli.agents.openai_schema import (
+            OpenAIError, assistant_message, chat_completion_body, logprobs_content, parse_chat_request,
+            render_prompt_ids, stop_token_ids,
+        )
+        from areal_cli.rollout.protocol import GenerateRequest, SamplingParams
+
+        def oai_error(e: OpenAIError):
+            return JSONResponse(e.body(), status_code=e.status)
+
+        t_recv = time.monotonic()
+        try:
+            raw = await request.body()
+            try:
+                body = json.loads(raw) if raw else None
+            except json.JSONDecodeError as e:
+                raise OpenAIError(f"the request body is not valid JSON: {e}") from None
+            req = parse_chat_request(body)
+            try:
+                tok = await chat_tokenizer()
+            except Exception as e:  # noqa: BLE001 - no usable tokenizer in the model directory
+                raise OpenAIError(f"the model has no usable tokenizer for chat: {type(e).__name__}: {e}") from None
+            prompt = render_prompt_ids(tok, req.messages, req.tools)
+            stops = sorted(set(stop_token_ids(tok, req.stop)) | set(eng.spec.eos_token_ids))
+            room = min(eng.context_length, eng.max_total_tokens) - len(prompt)
+            if room < 1:
+                raise OpenAIError(f"the prompt is {len(prompt)} tokens: no room left in the context of "
+                                  f"{eng.context_length} tokens", param="messages", code="context_length_exceeded")
+            budget = min(req.max_tokens, room) if req.max_tokens is not None else room
+            sp = SamplingParams(max_new_tokens=budget, temperature=req.temperature, top_p=req.top_p,
+                                top_k=req.top_k, stop_token_ids=stops, seed=req.seed)
+            try:
+                eng.validate(prompt, sp)
+            except EngineError as e:
+                raise OpenAIError(str(e), param="messages") from None
+        except OpenAIError as e:
+            return oai_error(e)
+        rid = f"chat-{uuid.uuid4().hex}"
+        out_ids, out_lps, attempt = [], [], 0
+        while True:
+            sp_now = dataclasses.replace(sp, max_new_tokens=budget - len(out_ids))
+            gen = GenerateRequest(prompt + out_ids, sp_now, return_logprob=True,
+                                  rid=rid if attempt == 0 else f"{rid}.r{attempt}")
+            results = await submit([gen], t_recv)
+            if not isinstance(results, list):
+                return results
+            res = results[0]
+            out_ids += list(res.output_ids)
+            out_lps += list(res.output_logprobs)
+            if res.finish_reason != "abort":
+                finish = res.finish_reason
+                break
+            if len(out_ids) >= budget:
+                finish = "length"
+                break
+            if not (state.held() or res.output_ids):  # aborted for good (abort_request), not by a pause
+                return oai_error(OpenAIError("the request was aborted", status=503))
+            attempt += 1
+        text_ids = out_ids[:-1] if (finish == "stop" and out_ids and out_ids[-1] in stops) else out_ids
+        text = tok.decode(text_ids, skip_special_tokens=True)
+        message, finish = assistant_message(text, bool(req.tools), finish)
+        return chat_completion_body(
+            message=message, finish_reason=finish, prompt_tokens=len(prompt), completion_tokens=len(out_ids),
+            model=req.model, logprobs=logprobs_content(tok, out_ids, out_lps) if req.logprobs else None,
+            fingerprint=f"areal-weights-{eng.weight_version}")
 
     async def abort_all_and_wait() -> int:
         results = await asyncio.wrap_future(state.worker.call(lambda e: e.abort_all()))

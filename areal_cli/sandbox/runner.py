@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Literal, Sequence
 
-from areal_cli.sandbox import host
+import areal_cli.sandbox.host as host
 from areal_cli.sandbox.limits import Limits
 
 Isolation = Literal["auto", "strict", "namespaces", "none"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from areal_cli.sandbox import host
+import areal_cli.sandbox.host as host
 from areal_cli.sandbox.runner import SandboxError, network_isolation
 
 SETTINGS = ("auto", "strict")

@@ -6,6 +6,11 @@ with prompt length ``P`` and ``R`` response tokens (real length ``n = P + R``), 
 ``t = P-1 .. n-2`` carry ``loss_mask = 1``, the behaviour logprob of response token ``t+1-P`` and its
 policy version; every other position (prompt, padding) carries ``loss_mask = 0``,
 ``behaviour_logprobs = 0`` and ``versions = -1``.
+
+Concatenated layout (a multi-turn / agent conversation as ONE sequence, AReaL's
+``export_interactions(style="concat")``): a sample may carry a per-output-token loss mask; its zeros (tool
+output, feedback and chat-template tokens between two assistant turns, which have logprob 0 and version -1)
+are written as ``loss_mask = 0`` at their positions, so those tokens are read (attended to) but never trained.
 """
 
 from __future__ import annotations
@@ -210,17 +215,21 @@ def _desc(t) -> str:
 
 
 def build_train_batch(
-    samples: Sequence[tuple[Sequence[int], Sequence[int], Sequence[float], Sequence[int]]],
+    samples: Sequence[tuple],
     *,
     pad_id: int = 0,
     pad_to: int | None = None,
     advantages: Sequence[float | Sequence[float]] | None = None,
 ) -> TrainBatch:
-    """Build a right-padded :class:`TrainBatch` from ``(prompt_ids, output_ids, behaviour_logprobs, versions)``.
+    """Build a right-padded :class:`TrainBatch` from ``(prompt_ids, output_ids, behaviour_logprobs, versions)``
+    or ``(prompt_ids, output_ids, behaviour_logprobs, versions, loss_mask)`` tuples.
 
     Args:
         samples: per sequence: prompt token ids (>= 1 token), output token ids, the behaviour logprob of each
-            output token (nats, same length as output_ids) and the policy version of each output token.
+            output token (nats, same length as output_ids) and the policy version of each output token;
+            optionally a per-output-token loss mask (list of 0/1, same length, or None = all 1): 0 marks an
+            environment/template token inside the response (concatenated layout), which must have logprob 0.0
+            and version -1 (:func:`areal_cli.api.types.loss_mask_problem`).
         pad_id: token id written on padding positions (ignored by the model thanks to causal attention).
         pad_to: pad to this length L instead of the longest sequence (must be >= the longest).
         advantages: optional, per sequence either one scalar (broadcast over its response tokens) or one
@@ -228,20 +237,34 @@ def build_train_batch(
     Returns:
         TrainBatch with L = max(prompt + output length) (or ``pad_to``), float32 per-token tensors.
     Raises:
-        ValueError: empty batch, empty prompt, length mismatches, ``pad_to`` too small.
+        ValueError: empty batch, empty prompt, length mismatches (also of a loss mask), a masked token with a
+            version other than -1 or a non-zero logprob, ``pad_to`` too small.
     """
+    from areal_cli.api.types import loss_mask_problem
+
     if len(samples) == 0:
         raise ValueError("samples is empty")
     if advantages is not None and len(advantages) != len(samples):
         raise ValueError(f"advantages has {len(advantages)} entries for {len(samples)} samples")
     lens = []
-    for j, (p, o, lp, v) in enumerate(samples):
+    masks = []
+    for j, sample in enumerate(samples):
+        if len(sample) not in (4, 5):
+            raise ValueError(f"sample {j}: expected (prompt_ids, output_ids, logprobs, versions[, loss_mask]), "
+                             f"got {len(sample)} fields")
+        p, o, lp, v = sample[:4]
+        mask = sample[4] if len(sample) == 5 else None
         if len(p) < 1:
             raise ValueError(f"sample {j}: empty prompt")
         if len(lp) != len(o) or len(v) != len(o):
             raise ValueError(
                 f"sample {j}: {len(o)} output ids but {len(lp)} logprobs and {len(v)} versions"
             )
+        if mask is not None:
+            why = loss_mask_problem(mask, lp, v)
+            if why:
+                raise ValueError(f"sample {j}: {why}")
+        masks.append(mask)
         lens.append(len(p) + len(o))
     length = max(max(lens), 2)
     if pad_to is not None:
@@ -255,21 +278,26 @@ def build_train_batch(
     blp = torch.zeros((b, length - 1), dtype=torch.float32)
     ver = torch.full((b, length - 1), -1, dtype=torch.long)
     adv = torch.zeros((b, length - 1), dtype=torch.float32) if advantages is not None else None
-    for j, (p, o, lp, v) in enumerate(samples):
+    for j, sample in enumerate(samples):
+        p, o, lp, v = sample[:4]
         n_p, n = len(p), len(p) + len(o)
         ids[j, :n] = torch.tensor(list(p) + list(o), dtype=torch.long)
         am[j, :n] = True
         if len(o):
-            lm[j, n_p - 1 : n - 1] = 1.0
+            if masks[j] is None:
+                lm[j, n_p - 1 : n - 1] = 1.0
+            else:
+                lm[j, n_p - 1 : n - 1] = torch.tensor([float(m) for m in masks[j]], dtype=torch.float32)
             blp[j, n_p - 1 : n - 1] = torch.tensor([float(x) for x in lp], dtype=torch.float32)
             ver[j, n_p - 1 : n - 1] = torch.tensor([int(x) for x in v], dtype=torch.long)
             if adv is not None:
                 a = advantages[j]
                 if not hasattr(a, "__len__"):
-                    adv[j, n_p - 1 : n - 1] = float(a)
+                    adv[j, n_p - 1 : n - 1] = float(a) * lm[j, n_p - 1 : n - 1]  # 0 on masked tokens
                 else:
                     if len(a) != len(o):
                         raise ValueError(f"sample {j}: {len(a)} advantages for {len(o)} output tokens")
-                    adv[j, n_p - 1 : n - 1] = torch.tensor([float(x) for x in a], dtype=torch.float32)
+                    adv[j, n_p - 1 : n - 1] = torch.tensor([float(x) for x in a], dtype=torch.float32) \
+                        * lm[j, n_p - 1 : n - 1]
     return TrainBatch(input_ids=ids, attention_mask=am, loss_mask=lm, behaviour_logprobs=blp,
                       versions=ver, advantages=adv)

@@ -83,11 +83,13 @@ def make_train_batch(groups: list[Group], cfg, pad_id: int) -> TrainBatch:
     Advantages: group normalisation (GRPO) of the shaped rewards (:func:`shaped_rewards`), or rewards
     broadcast to tokens and normalised over all valid tokens of the batch (``adv_norm = global``).
     Groups may differ in size (a workflow decides how many samples an episode has); group normalisation
-    is then per group.
+    is then per group. A sample's own ``loss_mask`` (the concatenated multi-turn / agent layout) is written
+    into the batch, so its environment and template tokens get loss mask 0 and advantage 0.
     """
     samples = [s for g in groups for s in g.samples]
     batch = build_train_batch(
-        [(s.prompt_ids, s.output_ids, s.behaviour_logprobs, s.versions) for s in samples], pad_id=pad_id
+        [(s.prompt_ids, s.output_ids, s.behaviour_logprobs, s.versions, getattr(s, "loss_mask", None))
+         for s in samples], pad_id=pad_id
     )
     sizes = {len(g.samples) for g in groups}
     if cfg.adv_norm == "group":

@@ -44,8 +44,9 @@ sequence with a loss mask over every assistant turn, so the loss (a sum over the
 to the advantage statistics -- group normalisation runs over turns, not conversations -- and to the
 sequence-level off-policy corrections (``behav_imp_weight_mode: sequence_*`` see a turn as the sequence); it
 costs a re-read of the earlier turns per turn.
-(The concatenated form, :meth:`Conversation.export`, needs the trainer to take a per-token loss mask with
-zeros inside the response; see README "Multi-turn".)
+(The concatenated form, ``layout: concat``: one sample per conversation, :meth:`Conversation.concat_trajectory`,
+with a per-token loss mask whose zeros cover the feedback and template tokens inside the response; only with
+``reward_mode: final``, where every turn has the same reward.)
 
 Scoring (held-out evaluation, :attr:`EpisodeClient.evaluating`): one trajectory per conversation -- its last
 turn -- with reward :func:`success_reward` (> 0 iff some turn succeeded), so the loop's held-out accuracy is
@@ -73,6 +74,8 @@ FEEDBACK = "Wrong. Try again."
 SUCCESS_FEEDBACK = "Correct."
 REWARD_MODES = ("final", "per_turn")
 EVAL_EXPORTS = ("episode", "turns")
+#: Training layouts: one sample per turn (boba²) or one concatenated sample per conversation (AReaL).
+LAYOUTS = ("per_turn", "concat")
 
 # Stub contents of the conversation whose render gives the template ids of a new turn (never sent to a model).
 _STUB_USER = "AREAL_STUB_QUESTION"
@@ -274,6 +277,26 @@ class Conversation:
                           versions=self.versions[rec.start:rec.end], reward=float(reward), group_id=group_id,
                           finish_reason=rec.finish_reason, n_interruptions=rec.n_interruptions)
 
+    def concat_trajectory(self, reward: float, group_id: int = 0, upto: int | None = None) -> Trajectory:
+        """The whole conversation as ONE trainer sample (AReaL's concatenated layout): prompt = the first
+        prompt (``ids[:turns[0].start]``), output = everything from the first generated token to the end of turn
+        ``upto`` (default the last), with :attr:`Trajectory.loss_mask` 1 on generated tokens and 0 on the
+        feedback / tool / template tokens between turns (logprob 0, version -1 there); ids after the last turn
+        are left out. ``finish_reason`` and ``n_interruptions`` are the last turn's and the sum over turns.
+
+        Raises:
+            ValueError: no turn.
+        """
+        if not self.turns:
+            raise ValueError("a conversation without a turn has nothing to train on")
+        last = self.turns[-1 if upto is None else upto]
+        turns = self.turns[: (len(self.turns) if upto is None else upto + 1)]
+        a, b = self.turns[0].start, last.end
+        return Trajectory(prompt_ids=self.ids[:a], output_ids=self.ids[a:b], behaviour_logprobs=self.logprobs[a:b],
+                          versions=self.versions[a:b], reward=float(reward), group_id=group_id,
+                          finish_reason=last.finish_reason, n_interruptions=sum(t.n_interruptions for t in turns),
+                          loss_mask=self.loss_mask[a:b])
+
     def export(self) -> dict[str, list]:
         """AReaL's concatenated form (``export_interactions(style="concat")`` / ``MultiTurnWorkflow``): the
         whole conversation with ``input_ids``, ``loss_mask``, ``logprobs``, ``versions``, ``turn_ids`` (length
@@ -386,6 +409,9 @@ class MultiTurnWorkflow:
             template token when a turn ends without it (budget exhausted), as AReaL does.
         eval_export: what a held-out evaluation gets: ``"episode"`` (one sample per conversation, reward
             :func:`success_reward`: accuracy within ``max_turns``) or ``"turns"`` (as in training).
+        layout: ``"per_turn"`` (default; one sample per turn, boba²) or ``"concat"`` (one sample per conversation
+            with a per-token loss mask, AReaL's ``MultiTurnWorkflow`` / ``export_interactions(style="concat")``;
+            needs ``reward_mode: final``).
     Raises:
         UserError: one line naming the bad argument (``field 'workflow_args.max_turns': ...``).
     """
@@ -394,7 +420,8 @@ class MultiTurnWorkflow:
                  reward_mode: str = "final", stop_on_success: bool = True, success_feedback: str = SUCCESS_FEEDBACK,
                  turn_reward_bias: float = 0.0, turn_reward_scaling: float = 1.0, n_samples: int | None = None,
                  max_new_tokens: int | None = None, turn_end_token: str | None = None,
-                 eval_export: str = "episode", max_total_tokens: int | None = None) -> None:
+                 eval_export: str = "episode", max_total_tokens: int | None = None,
+                 layout: str = "per_turn") -> None:
         self.max_turns = _positive_int("max_turns", max_turns)
         self.turn_discount = _number("turn_discount", turn_discount)
         if not 0.0 < self.turn_discount <= 1.0:
@@ -421,6 +448,12 @@ class MultiTurnWorkflow:
         if eval_export not in EVAL_EXPORTS:
             raise _bad("eval_export", f"must be one of {', '.join(EVAL_EXPORTS)}", eval_export)
         self.eval_export = eval_export
+        if layout not in LAYOUTS:
+            raise _bad("layout", f"must be one of {', '.join(LAYOUTS)}", layout)
+        if layout == "concat" and reward_mode != "final":
+            raise _bad("layout", "'concat' trains one sample per conversation with one reward, so it needs "
+                                 "reward_mode 'final'", layout)
+        self.layout = layout
         self._suffixes: dict[tuple[int, str], tuple[list[int], int]] = {}
 
     # ---------------------------------------------------------------------------------- pieces
@@ -493,6 +526,8 @@ class MultiTurnWorkflow:
         for conv in convs:
             if getattr(client, "evaluating", False) and self.eval_export == "episode":
                 samples.append(conv.trajectory(len(conv.turns) - 1, success_reward(conv, self.turn_discount), gid))
+            elif self.layout == "concat":
+                samples.append(conv.concat_trajectory(self.rewards(conv)[-1], gid))
             else:
                 samples.extend(conv.trajectory(t, r, gid) for t, r in enumerate(self.rewards(conv)))
         return Group(gid, item, samples)
