@@ -271,7 +271,7 @@ def _run_parent(model: Path, tmp_path: Path, mode: str) -> tuple[subprocess.Pope
 @pytest.mark.slow
 def test_ctrl_c_in_the_parent_stops_every_server(dirs, tmp_path):
     proc, pids = _run_parent(dirs[0], tmp_path, "sigint")
-    proc.wait(timeout=60)
+    proc.wait(timeout=180)  # ~15 s on a quiet machine; over 60 s once under a load of 6 (the claim is not speed)
     assert "KeyboardInterrupt" in proc.stderr.read()
     assert wait_groups_gone(pids[:2], timeout_s=0) == []  # stopped by atexit before the parent exited
 
