@@ -284,8 +284,9 @@ def _sandbox_in_force(cfg: TrainConfig, task: Task, status: RunStatus) -> dict |
 
     try:
         state = isolation_in_force(cfg.sandbox_isolation)
-    except SandboxError as exc:
-        raise UserError(f"field 'sandbox_isolation': code sandbox: {exc}") from None
+    except SandboxError as exc:  # the key is named only when its value is what refused
+        where = "field 'sandbox_isolation': " if cfg.sandbox_isolation == "strict" and "strict" in str(exc) else ""
+        raise UserError(f"{where}code sandbox: {exc}") from None
     warning = reduced_warning(state)
     if warning:
         status.warn(warning)
@@ -892,7 +893,7 @@ async def _get_batch_watched(ctx: RunContext, controller: Any, step: int, every_
                            f"{delta['groups_rejected']} rejected by the workflow, "
                            f"{delta['groups_dropped_reward_failure']} dropped by reward failures"
                            + ("; almost every group is all-correct or all-wrong: a longer warm start (sft_max_steps), "
-                              "a wider [success_rate_lb, success_rate_ub] or a larger group_size gives the trainer "
+                              "a wider success_rate_lb..success_rate_ub range or a larger group_size gives the trainer "
                               "batches" if delta["groups_dropped_filter"] > 10 * max(delta["groups_accepted"], 1)
                               else ""))
     finally:

@@ -349,3 +349,15 @@ def test_read_generations_supplies_the_data_benchmark_and_reads_completion(tmp_p
         read_generations(write_jsonl(tmp_path / "g2.jsonl", [{"problem_id": 1, "text": "a"},
                                                              {"dataset": "aime24", "problem_id": 2, "text": "b"}]),
                          datasets="amc23")
+
+
+def test_a_lone_surrogate_in_a_record_is_one_line_with_its_place_and_nothing_is_written(tmp_path, problems):
+    recs = own_answers(problems, ["aime24"])
+    lines = [json.dumps(r) for r in recs]
+    lines[3] = lines[3][:-1] + ', "note": "x\\ud800"}'  # JSON's escape of a lone surrogate
+    lines[4] = lines[4].replace('"text": "', '"text": "\\ud800')
+    gens = write_jsonl(tmp_path / "gens.jsonl", lines)
+    out = tmp_path / "out"
+    code, text = regrade(gens, out)
+    assert code == 2 and text.count("\n") == 1 and "gens.jsonl:4: field 'note'" in text and "surrogate" in text, text
+    assert not out.exists()

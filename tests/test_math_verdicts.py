@@ -302,3 +302,13 @@ def test_math_verify_suite_benchmark_bad_input(tmp_path):
         assert proc.returncode == 2
         assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: "), proc.stderr
         assert not out.exists()
+
+
+def test_a_long_completion_keeps_its_stated_answer_wherever_the_text_window_starts():
+    """The stated answer is looked for in the completion's tail; a window cut inside ``$...$`` once left a stray
+    ``$`` that made the completion look unfinished, and the verdict flipped with one character of padding."""
+    from areal_cli.reward.math_grader import grade
+
+    body = "We compute $x$.\n" * 1000
+    verdicts = {k: grade(body + "Now" + "w" * k + ".\nTherefore the answer is $12$.", "12")[1] for k in range(17)}
+    assert all(verdicts.values()), verdicts

@@ -226,6 +226,16 @@ def test_bad_requests_name_the_parameter(body, param):
     assert e.value.status == 400 and e.value.param == param and e.value.body()["error"]["type"] == "invalid_request_error"
 
 
+#: Bodies that once gave 500s with tracebacks: invalid UTF-8, an integer past Python's 4300-digit limit, nesting too
+#: deep to parse, and a lone surrogate (which no tokenizer can encode).
+HOSTILE_BODIES = (
+    b'{"messages": "\xff"}',
+    b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": ' + b"9" * 5000 + b"}",
+    b"[" * 100_000,
+    b'{"messages": [{"role": "user", "content": "\\ud800"}]}',
+)
+
+
 def test_bad_input_is_a_400_with_an_openai_error_body_never_a_traceback(tok):
     engine = Scripted([[tok.eos_token_id]])
 
@@ -239,6 +249,9 @@ def test_bad_input_is_a_400_with_an_openai_error_body_never_a_traceback(tok):
         async with httpx.AsyncClient(trust_env=False) as h:
             r = await h.post(sess.base_url + "/chat/completions", content=b"{not json")
             assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
+            for raw in HOSTILE_BODIES:
+                r = await h.post(sess.base_url + "/chat/completions", content=raw)
+                assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error", (raw[:40], r.text)
             r = await h.post(sess.base_url.replace(sess.id, "nope") + "/chat/completions", json={})
             assert r.status_code == 404 and r.json()["error"]["message"]
         return None
@@ -374,6 +387,10 @@ def test_embedded_server_serves_v1_chat_completions_to_the_openai_client(server,
                                                      logprobs=True)
             with pytest.raises(openai.BadRequestError) as e:
                 await client.chat.completions.create(model="tiny", messages=msgs, n=3)
+            async with httpx.AsyncClient(trust_env=False) as h:
+                for raw in HOSTILE_BODIES:
+                    bad = await h.post(server.url + "/v1/chat/completions", content=raw)
+                    assert bad.status_code == 400 and bad.json()["error"]["type"] == "invalid_request_error", bad.text
             return r, e.value
         finally:
             await client.close()
@@ -472,3 +489,23 @@ def test_proxy_in_front_of_the_sglang_stand_in(dirs, tmp_path):
         os.killpg(proc.pid, 15)
         proc.wait(timeout=10)
         log.close()
+
+
+def test_a_request_the_server_refuses_as_too_long_is_the_clients_400_not_a_502(tok):
+    """The rollout server answers HTTP 400 for a prompt or budget beyond its context: the agent gets an OpenAI
+    400 ``context_length_exceeded`` (so it can shorten its history), not a 502 server error."""
+    from areal_cli.rollout.protocol import ServerError
+
+    class TooLong(Scripted):
+        async def generate(self, prompt_ids, params, rid=None):
+            raise ServerError(400, "Requested token count exceeds the model's maximum context length of 2048 tokens",
+                              "http://127.0.0.1:1")
+
+    async def agent(client, sess):
+        with pytest.raises(openai.BadRequestError) as e:
+            await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}],
+                                                 max_tokens=10**12)
+        assert e.value.status_code == 400 and e.value.body["code"] == "context_length_exceeded"
+        return None
+
+    asyncio.run(with_session(TooLong([[tok.eos_token_id]]), tok, agent))

@@ -629,3 +629,16 @@ def test_operating_system_layers_alone_contain_hostile_programs(canary_factory, 
             run_tests("print(1)", [""], limits=FAST, isolation="strict")
         return
     _run_suite(canary_factory, "strict", audit_hook=False, only_os_layer=True)
+
+
+def test_a_uid_range_over_real_accounts_is_refused(monkeypatch, reduced_mode):
+    """A program must never run as a real user (``nobody`` included): such a range is one line, nothing runs."""
+    import pwd
+
+    from areal_cli.sandbox import SandboxError
+
+    uid = pwd.getpwnam("nobody").pw_uid if "nobody" in {p.pw_name for p in pwd.getpwall()} else os.getuid()
+    monkeypatch.setenv("AREAL_SANDBOX_UID_RANGE", f"{uid}-{uid}")
+    with pytest.raises(SandboxError, match="belong to accounts of this machine") as err:
+        run_tests("print(1)", [""], limits=FAST)
+    assert "\n" not in str(err.value)

@@ -155,6 +155,30 @@ def _tool_calls(m: dict, i: int) -> list[dict] | None:
     return out
 
 
+def parse_json_body(raw: bytes) -> Any:
+    """The JSON value of a request body, or an :class:`OpenAIError` (400) for anything that is not valid JSON of
+    valid Unicode text: malformed JSON or UTF-8, integers beyond Python's 4300-digit limit, nesting too deep to
+    parse, and lone surrogates (``"\\ud800"``, which no tokenizer can encode)."""
+    try:
+        body = json.loads(raw) if raw else None
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:  # JSONDecodeError is a ValueError
+        raise OpenAIError(f"the request body is not valid JSON: {type(e).__name__}: {str(e)[:200]}") from None
+    stack = [body]
+    while stack:  # iterative: a deeply nested body cannot exhaust the recursion limit here
+        v = stack.pop()
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                raise OpenAIError("the request holds a lone surrogate such as \\ud800: not valid Unicode text") from None
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return body
+
+
 def parse_chat_request(body: Any) -> ChatRequest:
     """Validate a ``/v1/chat/completions`` body (module docstring: rules and their source).
 

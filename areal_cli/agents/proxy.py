@@ -54,7 +54,7 @@ from aiohttp import web
 
 from areal_cli.agents.openai_schema import (
     ChatRequest, OpenAIError, assistant_message, chat_completion_body, logprobs_content, message_key,
-    parse_chat_request, render_prompt_ids, stop_token_ids,
+    parse_chat_request, parse_json_body, render_prompt_ids, stop_token_ids,
 )
 from areal_cli.api.types import Trajectory
 from areal_cli.workflows.multi_turn import Conversation, template_suffix_ids, turn_end_token_of
@@ -401,15 +401,16 @@ class OpenAIProxy:
         if sess is None:
             return self._error(OpenAIError("unknown or closed session", status=404))
         try:
-            raw = await request.read()
-            try:
-                body = json.loads(raw) if raw else None
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise OpenAIError(f"the request body is not valid JSON: {e}") from None
+            body = parse_json_body(await request.read())
             return web.json_response(await sess.chat(body))
         except OpenAIError as e:
             return self._error(e)
-        except (ServerError, ProtocolError) as e:
+        except ServerError as e:
+            if e.status == 400:  # the request does not fit the server (context length ...): the client's error
+                return self._error(OpenAIError(f"{e.message}", type="invalid_request_error",
+                                               code="context_length_exceeded" if "context" in e.message else None))
+            return self._error(OpenAIError(f"rollout server error: {e}", status=502))
+        except ProtocolError as e:
             return self._error(OpenAIError(f"rollout server error: {e}", status=502))
         except ValueError as e:  # ids out of range, bad sampling values (from the rollout client's checks)
             return self._error(OpenAIError(str(e)))

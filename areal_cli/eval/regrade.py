@@ -98,6 +98,21 @@ def _selected(datasets: Sequence[str] | str | None) -> list[str]:
     return [n.strip() for n in names if isinstance(n, str) and n.strip()]
 
 
+def _encodable(value) -> bool:
+    """True when every string in ``value`` (nested lists and dicts included) can be written as UTF-8."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
+    if isinstance(value, dict):
+        return all(_encodable(k) and _encodable(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_encodable(v) for v in value)
+    return True
+
+
 def _parse_record(rec: dict[str, Any], path: Path, lineno: int, selected: list[str] | None = None) -> SavedCompletion:
     def field_error(field: str, what: str) -> UserError:
         return UserError(f"{where(path, lineno, field)} {what}")
@@ -128,6 +143,9 @@ def _parse_record(rec: dict[str, Any], path: Path, lineno: int, selected: list[s
     if len(given) == 2 and rec["text"] != rec["completion"]:
         raise UserError(f"{where(path, lineno)}: fields 'text' and 'completion' differ (they are aliases: give one)")
     text = rec[given[0]]
+    for key, value in rec.items():  # results are written as UTF-8: a lone surrogate (JSON "\ud800") cannot be
+        if not _encodable(value):
+            raise field_error(key, "holds a lone surrogate such as \\ud800: not valid Unicode text")
     idx = rec.get("sample_index")
     if idx is not None and (isinstance(idx, bool) or not isinstance(idx, int) or idx < 0):
         raise field_error("sample_index", f"must be an integer >= 0, got {idx!r}")

@@ -656,6 +656,16 @@ def _copula_value(statement: str) -> str | None:
     return value if value is not None and value.split() == tail.split() else None
 
 
+def _tail_from_a_line_start(text: str) -> str:
+    """The last ``_STATED_TAIL_CHARS`` characters, starting at a line start so that the cut never lands inside
+    a ``$...$`` span (a stray ``$`` would make the completion look cut off): the partial first line is dropped."""
+    if len(text) <= _STATED_TAIL_CHARS:
+        return text
+    tail = text[-_STATED_TAIL_CHARS:]
+    newline = tail.find("\n")
+    return tail[newline + 1 :] if newline >= 0 else tail
+
+
 def stated_answer(text: str) -> str | None:
     """The clearly stated final answer of a completion without a box (module docstring, "No box"): the last
     answer statement; else, in a finished completion, a bold value at the end or a concluding last
@@ -665,7 +675,7 @@ def stated_answer(text: str) -> str | None:
     Args:
         text: the final-answer region (:func:`final_answer_region`), with no complete box in it.
     """
-    text = text[-_STATED_TAIL_CHARS:]
+    text = _tail_from_a_line_start(text)
     spans = _math_spans(text)
     masked = _masked(text, spans)
     text, masked = _strip_boilerplate(text, masked)

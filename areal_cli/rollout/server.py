@@ -389,7 +389,7 @@ def build_app(state: ServerState):
         update is resumed here with its prefix (the answer then mixes policy versions, as /generate's do). Bad
         input: 400 with an OpenAI error body."""
         from areal_cli.agents.openai_schema import (
-            OpenAIError, assistant_message, chat_completion_body, logprobs_content, parse_chat_request,
+            OpenAIError, assistant_message, chat_completion_body, logprobs_content, parse_chat_request, parse_json_body,
             render_prompt_ids, stop_token_ids,
         )
         from areal_cli.rollout.protocol import GenerateRequest, SamplingParams
@@ -399,12 +399,7 @@ def build_app(state: ServerState):
 
         t_recv = time.monotonic()
         try:
-            raw = await request.body()
-            try:
-                body = json.loads(raw) if raw else None
-            except json.JSONDecodeError as e:
-                raise OpenAIError(f"the request body is not valid JSON: {e}") from None
-            req = parse_chat_request(body)
+            req = parse_chat_request(parse_json_body(await request.body()))
             try:
                 tok = await chat_tokenizer()
             except Exception as e:  # noqa: BLE001 - no usable tokenizer in the model directory

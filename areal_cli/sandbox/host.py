@@ -58,14 +58,18 @@ def interpreter() -> Interpreter:
 @functools.lru_cache(maxsize=8)
 def _query(executable: str) -> Interpreter:
     where = f"AREAL_SANDBOX_PYTHON={executable}"
-    if not os.path.isabs(executable) or not os.access(executable, os.X_OK):
-        raise HostConfigError(f"{where}: not an absolute path to an executable file")
+    if not os.path.isabs(executable) or not os.path.isfile(executable) or not os.access(executable, os.X_OK):
+        raise HostConfigError(f"{where}: not an absolute path to an executable file (e.g. /usr/bin/python3.11)")
     code = "import sys, json; print(json.dumps([list(sys.version_info[:2]), sys.base_prefix, sys.base_exec_prefix, sys.path]))"
     try:
         out = subprocess.run([executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=30, check=True)
         version, base, base_exec, path = json.loads(out.stdout)
-    except (OSError, subprocess.SubprocessError, ValueError) as exc:
-        raise HostConfigError(f"{where}: cannot run it as Python ({type(exc).__name__})") from None
+    except subprocess.CalledProcessError as exc:
+        raise HostConfigError(f"{where}: cannot run it as Python (exit status {exc.returncode})") from None
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise HostConfigError(f"{where}: cannot run it as Python ({type(exc).__name__}: {exc})") from None
+    except ValueError:
+        raise HostConfigError(f"{where}: cannot run it as Python (it printed no interpreter information)") from None
     if tuple(version) != tuple(sys.version_info[:2]):
         raise HostConfigError(
             f"{where}: Python {version[0]}.{version[1]}, but the grader runs {sys.version_info[0]}.{sys.version_info[1]} "

@@ -209,6 +209,26 @@ def describe_isolation(info: dict) -> str:
     return "reduced: " + "; ".join(missing) + "; " + ", ".join(layers)
 
 
+def _free_uid(lo: int, hi: int) -> int:
+    """A random uid in ``lo..hi`` that no account of this machine has (a program run as a real user, ``nobody``
+    included, could reach that user's files and processes).
+
+    Raises:
+        SandboxError: the draws kept hitting accounts (a narrow ``AREAL_SANDBOX_UID_RANGE`` over real users).
+    """
+    import pwd
+
+    rng = random.SystemRandom()
+    for _ in range(32):
+        uid = rng.randint(lo, hi)
+        try:
+            pwd.getpwuid(uid)
+        except KeyError:
+            return uid
+    raise SandboxError(f"AREAL_SANDBOX_UID_RANGE={lo}-{hi}: its uids belong to accounts of this machine "
+                       f"(e.g. {pwd.getpwuid(uid).pw_name}); give a range no account uses")
+
+
 def _sweep_session(sid: int) -> None:
     """SIGKILL every process still in session ``sid`` (stragglers that left the harness's process group)."""
     for name in os.listdir("/proc"):
@@ -304,8 +324,8 @@ def run_tests(
     except host.HostConfigError as exc:
         raise SandboxError(str(exc)) from None
     roots = host.read_roots(interp)
+    uid = _free_uid(lo, hi)
     tmp = tempfile.mkdtemp(prefix="areal-sandbox-")
-    uid = random.SystemRandom().randint(lo, hi)
     job = {
         "code": source,
         "mode": "stdin" if fn_name is None else "call",
