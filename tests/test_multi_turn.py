@@ -360,6 +360,7 @@ def test_a_group_holds_every_conversations_turns_and_evaluation_gets_one_sample_
 @pytest.mark.parametrize("args,match", [
     ({"max_turns": 0}, r"workflow_args.max_turns': must be an integer >= 1 \(got 0\)"),
     ({"max_turns": 2.5}, "workflow_args.max_turns"),
+    ({"max_turns": 1_000_000}, r"workflow_args.max_turns': must be <= 64"),  # once stalled a run silently
     ({"turn_discount": 0}, r"workflow_args.turn_discount': must be in \(0, 1\]"),
     ({"turn_discount": 1.5}, "workflow_args.turn_discount"),
     ({"turn_discount": "high"}, "workflow_args.turn_discount': must be a finite number"),

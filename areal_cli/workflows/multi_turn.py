@@ -372,6 +372,10 @@ def _number(name: str, value: Any) -> float:
     return float(value)
 
 
+#: Turns per conversation accepted (each one appends feedback and an answer to the context; boba2 used 5).
+MAX_TURNS_LIMIT = 64
+
+
 def _positive_int(name: str, value: Any, *, allow_none: bool = False) -> int | None:
     if value is None and allow_none:
         return None
@@ -423,6 +427,8 @@ class MultiTurnWorkflow:
                  eval_export: str = "episode", max_total_tokens: int | None = None,
                  layout: str = "per_turn") -> None:
         self.max_turns = _positive_int("max_turns", max_turns)
+        if self.max_turns > MAX_TURNS_LIMIT:  # every turn adds feedback and an answer to the context: a run with
+            raise _bad("max_turns", f"must be <= {MAX_TURNS_LIMIT} (boba2's agent used 5)", max_turns)  # more stalls
         self.turn_discount = _number("turn_discount", turn_discount)
         if not 0.0 < self.turn_discount <= 1.0:
             raise _bad("turn_discount", "must be in (0, 1]", turn_discount)
