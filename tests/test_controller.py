@@ -262,4 +262,4 @@ def test_a_starving_trainer_is_told_why_and_what_to_change():
 
     asyncio.run(go())
     assert logged and "step 3: waiting" in logged[0] and "dropped by the success-rate filter [0.01, 0.99]" in logged[0]
-    assert "a longer warm start (sft_max_steps), a wider [success_rate_lb, success_rate_ub]" in logged[0]
+    assert "a longer warm start (sft_max_steps), a wider success_rate_lb..success_rate_ub range" in logged[0]
