@@ -34,7 +34,7 @@ from typing import Any
 
 from areal_cli.agents.proxy import EXPORT_STYLES, AgentSession, OpenAIProxy
 from areal_cli.api.loading import load_object
-from areal_cli.api.types import Group, Item, RewardFailed, Trajectory, WorkflowError
+from areal_cli.api.types import Group, Item, Trajectory, WorkflowError, gather_runs
 from areal_cli.errors import UserError
 
 
@@ -192,13 +192,6 @@ class AgentWorkflow:
         run made a request. A failed reward is raised after every run finished (each outcome counted)."""
         n = self.n_samples or client.group_size
         style = "concat" if getattr(client, "evaluating", False) else None
-        results = await asyncio.gather(*(self.run_session(client, item, style) for _ in range(n)),
-                                       return_exceptions=True)
-        for r in results:
-            if isinstance(r, RewardFailed):
-                raise r
-        for r in results:
-            if isinstance(r, BaseException):
-                raise r
+        results = await gather_runs([self.run_session(client, item, style) for _ in range(n)])
         samples = [s for r in results for s in r]
         return Group(client.episode_id, item, samples) if samples else None

@@ -10,7 +10,7 @@ scalar reward per sample.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Awaitable
 
 from areal_cli.errors import UserError
 
@@ -140,3 +140,19 @@ class WorkflowError(UserError):
 def describe(obj: Any) -> str:
     """Short type description for error messages."""
     return type(obj).__name__
+
+
+async def gather_runs(runs: list[Awaitable[Any]]) -> list[Any]:
+    """Await ``runs`` concurrently and return their results in order; when any failed, raise after all finished
+    (so every outcome is counted): a :class:`RewardFailed` first (the episode is dropped as a reward failure),
+    else the first other exception."""
+    import asyncio
+
+    results = await asyncio.gather(*runs, return_exceptions=True)
+    failed = [r for r in results if isinstance(r, BaseException)]
+    for r in failed:
+        if isinstance(r, RewardFailed):
+            raise r
+    if failed:
+        raise failed[0]
+    return list(results)

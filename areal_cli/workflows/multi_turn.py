@@ -65,7 +65,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from areal_cli.api.types import Group, Item, RewardFailed, Trajectory
+from areal_cli.api.types import Group, Item, RewardFailed, Trajectory, gather_runs
 from areal_cli.errors import UserError
 
 #: Default feedback after a wrong answer (a workflow argument, ``feedback``).
@@ -512,15 +512,7 @@ class MultiTurnWorkflow:
     async def run_conversations(self, client: Any, item: Item, n: int) -> list[Conversation]:
         """``n`` concurrent conversations on ``item``; a failed reward is raised after all of them finished (so
         every outcome is counted)."""
-        results = await asyncio.gather(*(self.run_conversation(client, item) for _ in range(n)),
-                                       return_exceptions=True)
-        for r in results:
-            if isinstance(r, RewardFailed):
-                raise r
-        for r in results:
-            if isinstance(r, BaseException):
-                raise r
-        return list(results)
+        return await gather_runs([self.run_conversation(client, item) for _ in range(n)])
 
     async def arun_episode(self, client: Any, item: Item) -> Group:
         """The episode's :class:`Group`: per conversation, one trajectory per turn (training), or one per
