@@ -201,6 +201,7 @@ def bench() -> None:
 def _register() -> None:
     """Commands defined in their own modules (each imports only click at load time)."""
     from areal_cli.bench.simulate_cmd import simulate
+    from areal_cli.bench.staleness_cmd import staleness
     from areal_cli.bench.throughput_cmd import throughput
     from areal_cli.catalog_cmd import download, ls
     from areal_cli.launch_cmd import launch
@@ -212,6 +213,7 @@ def _register() -> None:
     main.add_command(launch)
     bench.add_command(throughput)
     bench.add_command(simulate)
+    bench.add_command(staleness)
 
 
 _register()

@@ -52,7 +52,7 @@ from areal_cli.resources import shipped_dir
 #: Benchmarks with published numbers that ``areal eval`` cannot run yet: entries must say ``evaluated: false``.
 UNSUPPORTED_BENCHMARKS = {"gpqa_diamond": "not yet supported by areal eval"}
 #: Held-out sets measured inside a training run (not by ``areal eval``).
-TRAINING_BENCHMARKS = ("tiny-arith", "mini-math", "mini-code")
+TRAINING_BENCHMARKS = ("tiny-arith", "mini-math", "mini-code", "tiny-longtail")
 #: Pseudo-benchmark for wall-clock figures of a training run.
 TRAINING_FIGURES = "training"
 #: The data card (``data_cards/``) of every benchmark a recipe may name.
@@ -60,7 +60,7 @@ BENCHMARK_CARDS = {
     "aime24": "math-eval.md", "aime25": "math-eval.md", "amc23": "math-eval.md", "math_500": "math-eval.md",
     "lcb_v5": "lcb_v5.md", "codecontests": "codecontests.md", "codeforces": "codeforces.md",
     "gpqa_diamond": "gpqa-diamond.md", "tiny-arith": "tiny-arith.md", "mini-math": "boba-106k-mini.md",
-    "mini-code": "boba2-rl-code-mini.md",
+    "mini-code": "boba2-rl-code-mini.md", "tiny-longtail": "tiny-longtail.md",
 }
 
 
@@ -445,7 +445,7 @@ class PublishedTrainSpec:
         from areal_cli.eval.protocols import PROTOCOLS
         from areal_cli.tasks.registry import PRESETS
 
-        synthetic = ("custom", "tiny-arith", "tiny-arith-multiturn")  # no data set to train a GPU recipe on
+        synthetic = ("custom", "tiny-arith", "tiny-arith-multiturn", "tiny-longtail")  # no data set to train a GPU recipe on
         if self.task not in PRESETS or self.task in synthetic:
             raise bad("task", f"must be a built-in data task ({', '.join(t for t in PRESETS if t not in synthetic)})")
         if self.prompt_template not in PROTOCOLS and self.prompt_template not in ("chat", "none"):

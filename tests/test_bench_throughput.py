@@ -296,9 +296,14 @@ def test_client_records_generation_activity_and_update_windows(interruptible):
         await c.aclose()
 
     asyncio.run(run())
-    kinds = [(u, k) for u, k, _, _ in events]
+    kinds = [(u, k) for u, k, _, _ in events if k != "request"]
     assert kinds == [("http://a:1", "generate"), ("http://a:1", "update")]
-    assert all(b >= a for _, _, a, b in events) and events[0][3] - events[0][2] >= 0.04
+    assert all(b >= a for _, _, a, b in events)
+    union = next(e for e in events if e[1] == "generate")
+    assert union[3] - union[2] >= 0.04
+    # and each request on its own (the servers' occupancy): two, inside the union
+    requests = [e for e in events if e[1] == "request"]
+    assert len(requests) == 2 and all(union[2] <= a <= b <= union[3] for _, _, a, b in requests)
     paths = [p for p, _ in fake.calls]
     update = next(b for p, b in fake.calls if p == "/update_weights_from_disk")
     if interruptible:  # pause (abort) -> load -> continue
@@ -405,3 +410,108 @@ def test_seed_per_repeat_is_on_by_default_and_must_be_a_bool(tmp_path):
     f.write_text("seed_per_repeat: 3\n")
     with pytest.raises(UserError, match=r"s.yaml:1: field 'seed_per_repeat'"):
         tp.load_scenario(f)
+
+
+# ------------------------------------------------------------------------------------------------ long tail
+
+
+def test_request_events_are_occupancy_not_activity():
+    tl = _timeline()
+    base = tp.activity(tl)
+    tl["events"].append({"lane": "server0", "kind": "request", "start": 2.0, "end": 2.9})
+    assert tp.activity(tl) == base  # a single request is not an activity of its own
+    assert tp.request_intervals(tl) == [(2.0, 2.9)]
+
+
+def test_straggler_of_a_sync_batch_by_hand():
+    # 4 requests (groups) submitted together at t=10, answered at 11, 11, 12 and 16
+    iv = [(10.0, 11.0), (10.0, 11.0), (10.0, 12.0), (10.0, 16.0)]
+    assert tp.occupancy_curve(iv) == [(10.0, 4), (11.0, 2), (12.0, 1), (16.0, 0)]
+    b = tp.batch_straggler(iv)
+    # span 6 s; at full occupancy the 10 request-seconds take 10/4 = 2.5 s; the rest, 3.5 s, is the integral of
+    # (1 - n(t)/4): 0 on [10, 11], 0.5 x 1 on [11, 12], 0.75 x 4 on [12, 16] = 3.5 = last finish - mean finish
+    assert b == {"requests": 4, "span_s": 6.0, "full_occupancy_s": 2.5, "straggler_s": 3.5}
+    assert tp.mean_occupancy(iv, (10.0, 16.0)) == pytest.approx(10 / 6)
+    assert tp.batch_straggler([]) is None
+
+
+def _sync_timeline() -> dict:
+    """Two synchronous steps: wait (batch generated), train, publish; step 1 waits 1.0 s for requests answered at
+    +0.2, +0.2, +0.9 (straggler 0.9 - 0.4333 = 0.4667 s after the first submission); step 2 waits 0.8 s for
+    requests answered at +0.3, +0.3, +0.3, +0.7 (straggler 0.7 - 0.4 = 0.3 s)."""
+    events, steps, t = [], [], 0.0
+    for i, (wait, ends) in enumerate(((1.0, (0.2, 0.2, 0.9)), (0.8, (0.3, 0.3, 0.3, 0.7))), 1):
+        sub = t + 0.1  # weights loaded, the batch is submitted
+        events += [{"lane": "server0", "kind": "request", "start": sub, "end": sub + e} for e in ends]
+        events += [{"lane": "trainer", "kind": "wait", "start": t, "end": t + wait},
+                   {"lane": "trainer", "kind": "train", "start": t + wait, "end": t + wait + 0.5},
+                   {"lane": "trainer", "kind": "publish", "start": t + wait + 0.5, "end": t + wait + 0.6}]
+        steps.append({"step": i, "start": t, "end": t + wait + 0.6, "tokens": 600, "response_tokens": 300,
+                      "n_samples": 8, "staleness": {"0": 8}, "wait_s": wait, "train_s": 0.5, "train_cpu_s": 0.5,
+                      "publish_s": 0.1, "eval_s": 0.0, "accuracy": 0.5, "cpu": None, "generated_tokens": 300 * i})
+        t += wait + 0.6
+    return {"marks": {"rl_start": 0.0, "rl_end": t}, "events": events, "steps": steps, "cpu": {}}
+
+
+def test_sync_stragglers_and_the_decomposition_by_hand():
+    tl = _sync_timeline()
+    s = tp.sync_stragglers(tl)
+    assert s["steps"] == 2 and s["requests"] == pytest.approx(3.5)
+    assert s["straggler_s"] == pytest.approx(((0.9 - 1.3 / 3) + (0.7 - 1.6 / 4)) / 2)
+    sync = tp.summarize_run(tl, _summary(0.6), label="s", mode="sync", repeat=0, eta=0, interruptible=True,
+                            eval_n_prompts=128)
+    assert sync["straggler"]["straggler_s"] == pytest.approx(s["straggler_s"])
+    assert sync["step_s_mean"] == pytest.approx((1.6 + 1.4) / 2) and sync["tokens_per_step"] == 600
+    # an async run of the same tokens per step at 0.75 s per step
+    atl = _timeline(steps=((600, 0.75), (600, 1.5)))
+    asy = tp.summarize_run(atl, _summary(0.6), label="a", mode="async", repeat=0, eta=4, interruptible=True,
+                           eval_n_prompts=128)
+    assert asy["straggler"] is None  # only synchronous batches have a straggler figure
+    d = tp.decompose_ratio([sync, asy])
+    G, S, T, P = 0.9, s["straggler_s"], 0.5, 0.1
+    Gf = G - S
+    assert d["phases_s"] == {"generate": pytest.approx(G), "straggler": pytest.approx(S),
+                             "generate_full_occupancy": pytest.approx(Gf), "train": T, "publish": P}
+    assert d["overlap"] == pytest.approx((Gf + T + P) / max(Gf, T + P))
+    assert d["straggler"] == pytest.approx((G + T + P) / (Gf + T + P))
+    assert d["ceiling"] == pytest.approx((G + T + P) / max(Gf, T + P)) and d["bound_by"] == "training"
+    m = d["measured"]
+    assert m["step_rate"] == pytest.approx(1.5 / 0.75) and m["tokens_per_step"] == pytest.approx(1.0)
+    assert m["effective"] == pytest.approx(2.0) and m["step_rate_fraction_of_ceiling"] == pytest.approx(2.0 / d["ceiling"])
+    assert tp.decompose_ratio([asy]) is None
+
+
+def test_the_step_after_an_evaluation_can_count_the_runs_mean_step_time():
+    # steps of 1 s, 2 s, then an evaluation whose rollouts pre-generated step 3's batch (0.2 s), then 1.5 s
+    steps = [{"step": 1, "end": 1.0, "tokens": 10}, {"step": 2, "end": 3.0, "tokens": 10, "evaluated": True,
+                                                      "eval_s": 4.0},
+             {"step": 3, "end": 7.2, "tokens": 10}, {"step": 4, "end": 8.7, "tokens": 10}]
+    assert tp.step_durations(steps, 0.0) == [1.0, 2.0, pytest.approx(0.2), pytest.approx(1.5)]
+    assert tp.step_durations(steps, 0.0, impute_after_eval=True) == [1.0, 2.0, pytest.approx(1.75),
+                                                                      pytest.approx(1.5)]
+    assert tp.effective_throughput(steps, 0.0, impute_after_eval=True)["seconds"] == pytest.approx(6.25)
+    assert tp.after_eval(steps) == [False, False, True, False]
+
+
+def test_long_tail_scenario_file():
+    sc = tp.load_scenario("throughput-tiny-longtail")  # a shipped scenario, by name
+    assert sc.source.endswith("benchmarks/scenarios/throughput-tiny-longtail.yaml")
+    assert (sc.recipe, sc.eta_sync, sc.target_async_over_sync, sc.impute_post_eval_steps) == ("tiny-longtail", 0, 2.5,
+                                                                                              True)
+    assert sc.sync_overrides == {"recompute_proximal": False} and sc.compare_interruptible
+    apply_overrides(TrainConfig(), [f"{k}={v}" for k, v in {**sc.overrides, **sc.sync_overrides}.items()])
+    builtin = tp.default_scenario()
+    assert (builtin.target_async_over_sync, builtin.sync_overrides, builtin.impute_post_eval_steps) == (1.8, {}, False)
+
+
+def test_bad_long_tail_keys_are_reported_with_file_and_line(tmp_path):
+    p = tmp_path / "s.yaml"
+    p.write_text("name: x\ntarget_async_over_sync: -1\n")
+    with pytest.raises(UserError, match=r"s\.yaml:2: field 'target_async_over_sync'"):
+        tp.load_scenario(p)
+    p.write_text("name: x\n\nsync_overrides: [recompute_proximal]\n")
+    with pytest.raises(UserError, match=r"s\.yaml:3: field 'sync_overrides'"):
+        tp.load_scenario(p)
+    p.write_text("impute_post_eval_steps: 1\n")
+    with pytest.raises(UserError, match=r"s\.yaml:1: field 'impute_post_eval_steps'"):
+        tp.load_scenario(p)

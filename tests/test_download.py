@@ -120,7 +120,7 @@ def test_datasets_are_named_by_prefix_or_flag(hub):
 
 
 def test_bad_targets_are_one_line_errors():
-    with pytest.raises(UserError, match="unknown recipe 'boba3' \\(known: .*tiny-arith, tiny-arith-multiturn\\)"):
+    with pytest.raises(UserError, match="unknown recipe 'boba3' \\(known: .*tiny-arith, tiny-arith-multiturn, tiny-longtail\\)"):
         plan("boba3")
     with pytest.raises(UserError, match="neither a recipe .* nor a Hub repo id"):
         plan("not a/repo id!")

@@ -40,7 +40,7 @@ def values(name: str) -> dict[str, float]:
 # --- the shipped files ---------------------------------------------------------------------------------
 
 
-CPU = ["tiny-arith", "mini-math", "mini-code", "tiny-arith-multiturn"]
+CPU = ["tiny-arith", "mini-math", "mini-code", "tiny-arith-multiturn", "tiny-longtail"]
 
 
 def test_the_catalogue_holds_the_eight_published_recipes_and_the_cpu_ones():
@@ -258,7 +258,7 @@ def test_a_gpqa_number_claimed_as_evaluated_is_rejected(tmp_path):
 
 
 def test_an_unknown_recipe_lists_the_known_ones():
-    with pytest.raises(UserError, match="unknown recipe 'boba3' \\(known: async-1.5b-math, .*tiny-arith, tiny-arith-multiturn\\)"):
+    with pytest.raises(UserError, match="unknown recipe 'boba3' \\(known: async-1.5b-math, .*tiny-arith, tiny-arith-multiturn, tiny-longtail\\)"):
         load_recipe("boba3")
 
 

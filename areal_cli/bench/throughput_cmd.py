@@ -2,7 +2,8 @@
 
 Importing this module imports only click and the standard library; the benchmark (torch, the trainer,
 matplotlib, rich) is imported when the command runs. Writes ``DIR/results.json``, ``DIR/timeline.png``,
-``DIR/throughput.png`` and one folder per run under ``DIR/runs/``.
+``DIR/throughput.png``, ``DIR/accuracy.png`` (with accuracy curves), ``DIR/decomposition.png`` (server occupancy and
+the overlap x straggler split of the ratio) and one folder per run under ``DIR/runs/``.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from areal_cli.cli_errors import one_line_errors
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
               help="Output folder. Default: runs/bench-throughput-<date>-<time>.")
 @click.option("--scenario", "scenario_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help="Scenario YAML (e.g. benchmarks/scenarios/throughput-tiny-arith.yaml). Default: the built-in "
-                   "tiny-arith scenario (the same values).")
+              help="Scenario YAML (e.g. benchmarks/scenarios/throughput-tiny-arith.yaml) or the name of a shipped "
+                   "one (throughput-tiny-longtail: long-tailed generation lengths). Default: the built-in tiny-arith "
+                   "scenario (the same values).")
 @click.option("--steps", type=click.IntRange(min=1), default=None, help="RL steps per run (overrides the scenario).")
 @click.option("--repeats", type=click.IntRange(min=1), default=None,
               help="Runs per mode, interleaved (overrides the scenario).")
@@ -73,4 +75,5 @@ def _run(recipe, out_dir, scenario_path, steps, repeats, no_interruptible, no_ge
         f"eta {sc.eta_sync} vs {sc.eta_async}, cpus {sc.cpus}, out {out_dir}")
     results = run_benchmark(sc, out_dir, extra_overrides=overrides, log=log)
     console.print(results_table(results))
-    console.print(f"wrote {out_dir}/results.json, {out_dir}/timeline.png, {out_dir}/throughput.png")
+    extra = "".join(f", {out_dir}/{results['plots'][k]}" for k in ("accuracy", "decomposition") if k in results["plots"])
+    console.print(f"wrote {out_dir}/results.json, {out_dir}/timeline.png, {out_dir}/throughput.png{extra}")

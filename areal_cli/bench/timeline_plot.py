@@ -57,6 +57,8 @@ def plot_timelines(runs: list[tuple[str, dict]], path: Path, *, window_s: float 
         for row, lane in enumerate(lanes):
             by_kind: dict[str, list[tuple[float, float]]] = {}
             for e in tl["events"]:
+                if e["kind"] == "request":  # single requests: drawn by plot_decomposition
+                    continue
                 if e["lane"] == lane and e["end"] > t0 and e["start"] - t0 < x1:
                     by_kind.setdefault(e["kind"], []).append((e["start"] - t0, e["end"] - e["start"]))
             # generation underneath, updates on top, so a drain during an update stays visible
@@ -171,6 +173,89 @@ def plot_accuracy_curves(results: dict, path: Path) -> None:
     ax.set_ylabel("held-out accuracy (greedy)")
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
+    fig.tight_layout()
+    _save(fig, path)
+    plt.close(fig)
+
+
+def plot_decomposition(results: dict, timelines: list[tuple[str, dict]], path: Path, *,
+                       window_s: float = 6.0) -> None:
+    """Server occupancy against time for the first run of each mode (requests in flight; the trainer's training
+    and publishing shaded underneath), the sync steps' straggler seconds hatched, and the async/sync ratio split
+    into its overlap and straggler terms next to the measured ratios (:func:`areal_cli.bench.throughput.
+    decompose_ratio`).
+
+    Args:
+        results: the ``results.json`` dict of :func:`areal_cli.bench.throughput.run_benchmark`.
+        timelines: ``(mode, timeline)`` pairs whose timelines hold ``request`` events.
+        window_s: seconds of RL shown per run, starting one step in (the first step carries start-up costs).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from areal_cli.bench.throughput import batch_straggler, occupancy_curve, request_intervals
+
+    runs = [(m, tl) for m, tl in timelines if request_intervals(tl)]
+    dc = results.get("decomposition")
+    fig, axes = plt.subplots(len(runs) + (1 if dc else 0), 1, figsize=(11, 2.3 * len(runs) + (2.6 if dc else 0)),
+                             squeeze=False)
+    for ax, (mode, tl) in zip(axes[:, 0], runs):
+        steps = tl["steps"]
+        t0 = steps[0]["end"] if len(steps) > 2 else tl["marks"]["rl_start"]
+        t1 = t0 + window_s
+        iv = request_intervals(tl, exclude_eval=False)
+        curve = occupancy_curve(iv)
+        xs, ys = [], []
+        for (t, n), nxt in zip(curve, curve[1:] + [(curve[-1][0], 0)]):
+            xs += [t - t0, nxt[0] - t0]
+            ys += [n, n]
+        ax.plot(xs, ys, color="#2ca02c", lw=1, drawstyle="default", label="requests in flight")
+        top = max((n for _, n in occupancy_curve(request_intervals(tl, (t0, t1)))), default=1)
+        for e in tl["events"]:
+            if e["lane"] == "trainer" and e["kind"] in ("train", "publish") and e["end"] > t0 and e["start"] < t1:
+                ax.axvspan(e["start"] - t0, e["end"] - t0, ymax=0.06, color=COLOURS[e["kind"]], lw=0)
+            if e["lane"] == "trainer" and e["kind"] == "eval" and e["end"] > t0 and e["start"] < t1:
+                ax.axvspan(e["start"] - t0, e["end"] - t0, color="#dddddd", alpha=0.6, lw=0)
+                ax.text(max(e["start"] - t0, 0) + 0.02, top * 1.02, "held-out eval (cut)", fontsize=7, va="bottom")
+        if mode == "sync":
+            for s in steps:
+                b_iv = request_intervals(tl, (s["start"], s["start"] + s["wait_s"]))
+                b = batch_straggler(b_iv)
+                if b is None or s["start"] > t1 or s["start"] + s["wait_s"] < t0:
+                    continue
+                end = max(e for _, e in b_iv)
+                ax.axvspan(end - b["straggler_s"] - t0, end - t0, color="#d62728", alpha=0.15, lw=0)
+        for s in steps:
+            if t0 < s["end"] < t1:
+                ax.axvline(s["end"] - t0, color="black", lw=0.4, alpha=0.4)
+        ax.set_xlim(0, window_s)
+        ax.set_ylim(0, top * 1.25 + 0.5)
+        ax.set_ylabel("requests\nin flight")
+        title = TITLES.get(mode, mode) + ": server occupancy (bottom strip: trainer training / publishing"
+        title += "; red: straggler seconds of each sync batch)" if mode == "sync" else ")"
+        ax.set_title(title, fontsize=9, loc="left")
+    if runs:
+        axes[len(runs) - 1, 0].set_xlabel("seconds (from the end of the first RL step)")
+    if dc:
+        ax = axes[-1, 0]
+        me = dc.get("measured") or {}
+        bars = [("overlap", dc["overlap"], "#1f77b4"), ("straggler", dc["straggler"], "#d62728"),
+                ("ceiling =\noverlap x straggler", dc["ceiling"], "#7f7f7f")]
+        if me.get("step_rate"):
+            bars.append(("measured:\nsteps per second", me["step_rate"], "#2ca02c"))
+        if me.get("effective"):
+            bars.append(("measured:\neffective tok/s", me["effective"], "#98df8a"))
+        ax.bar(range(len(bars)), [b[1] for b in bars], color=[b[2] for b in bars])
+        for i, (_, v, _) in enumerate(bars):
+            ax.text(i, v, f"{v:.2f}x", ha="center", va="bottom", fontsize=8)
+        ax.axhline(1.0, color="black", lw=0.5)
+        ax.set_xticks(range(len(bars)), [b[0] for b in bars], fontsize=8)
+        ph = dc["phases_s"]
+        ax.set_title(f"async / sync: sync step = G {ph['generate']:.3f} s (of which straggler {ph['straggler']:.3f}) "
+                     f"+ T {ph['train']:.3f} + P {ph['publish']:.3f}", fontsize=9, loc="left")
+        ax.set_ylabel("x")
     fig.tight_layout()
     _save(fig, path)
     plt.close(fig)

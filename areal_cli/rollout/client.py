@@ -33,8 +33,10 @@
   with the current weights) to the rotation. With every server down, generation waits up to
   ``server_down_timeout_s`` for one to come back, then raises :class:`ServerError`.
 - (added) ``on_activity(url, kind, start, end)`` receives, on ``time.monotonic()`` seconds, each interval in
-  which a server had at least one ``/generate`` in flight (kind ``"generate"``) and each weight-update
-  window (kind ``"update"``), for throughput timelines. It is called on the event loop; keep it cheap.
+  which a server had at least one ``/generate`` in flight (kind ``"generate"``), each weight-update
+  window (kind ``"update"``) and each ``/generate`` request on its own, from submission to answer (kind
+  ``"request"``: one group, or the resumed part of one, per request; the servers' occupancy over time), for
+  throughput timelines. It is called on the event loop; keep it cheap.
 """
 
 from __future__ import annotations
@@ -302,6 +304,7 @@ class RolloutClient:
         stop = asyncio.ensure_future(closing.wait())
         down = asyncio.ensure_future(self._down_event(url).wait())
         self._activity_enter(url)
+        t_request = time.monotonic()
         try:
             await asyncio.wait({post, stop, down}, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
@@ -310,7 +313,10 @@ class RolloutClient:
         finally:
             stop.cancel()
             down.cancel()
+            t_answer = time.monotonic()
             self._activity_exit(url)
+            if self.on_activity is not None:  # each /generate on its own: the servers' occupancy over time
+                self.on_activity(url, "request", t_request, t_answer)
         if post.done():
             if path == "/generate" and post.exception() is None:
                 self.last_answer[url] = time.monotonic()

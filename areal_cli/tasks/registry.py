@@ -14,6 +14,9 @@ sets them all itself. The built-in tasks go through the same API as user code (:
 
 ``tiny-arith-multiturn``: tiny-arith's problems as a conversation -- after a wrong answer a feedback turn and
 another try (:mod:`areal_cli.tasks.tiny_arith_multiturn`, :mod:`areal_cli.workflows.multi_turn`).
+``tiny-longtail``: count down to the previous hundred; the answer's length (6-384 tokens, lognormal) is set by the
+problem, like a reasoning model's trace (:mod:`areal_cli.tasks.tiny_longtail`; ``areal bench throughput`` /
+``areal bench staleness`` scenarios).
 ``math-multi-turn``: ``math-rl``'s records and reward with boba²'s multi-turn math agent
 (:class:`areal_cli.workflows.multi_turn.Boba2MathMultiTurnAgent`).
 """
@@ -67,6 +70,11 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
            id_field="id", corpus="areal_cli.tasks.tiny_arith_multiturn:tokenizer_corpus", sft_target_field="answer",
            required_fields=("prompt", "answer"),
            doc="tiny-arith as a conversation: a wrong answer gets feedback and another try (multi-turn workflow)"),
+    Preset("tiny-longtail", dataset="areal_cli.tasks.tiny_longtail:records",
+           reward="areal_cli.tasks.tiny_longtail:reward", id_field="id",
+           corpus="areal_cli.tasks.tiny_longtail:tokenizer_corpus", sft_target_field="answer",
+           required_fields=("prompt", "answer"),
+           doc="count down to the previous hundred: answer lengths heavy-tailed (lognormal, 6-384 tokens)"),
     Preset("math-rl", kind="math", reward="areal_cli.tasks.math_rl:reward", id_field="query_id",
            prompt_template="chat-template", required_fields=("prompt", "solutions"),
            record_check="areal_cli.tasks.math_rl:check_record", sft_target="areal_cli.tasks.math_rl:sft_target",
