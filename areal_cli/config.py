@@ -80,6 +80,11 @@ class TrainConfig:
     group_size: int = 8  # samples per prompt (n)
     max_head_offpolicyness: int = 4  # eta; 0 = synchronous PPO
     max_concurrent_rollouts: int = 0  # 0: batch_size * (eta + 1)
+    # a group finished after later ones (a long answer, a re-issued straggler) may be older than eta when the
+    # trainer takes it: "drop" it (staleness_max <= eta for every trained batch; counted, its slot goes back to
+    # admission) or "train" on it (AReaL's rule: staleness bounded at admission only; no selection against long
+    # answers, realised staleness in staleness_hist)
+    stale_groups: str = "drop"
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 8
@@ -225,6 +230,8 @@ class TrainConfig:
             raise bad("top_p", "training samples must come from the untruncated policy: with top_p < 1 the rollout "
                                "servers report logprobs of the untruncated distribution (as SGLang does), so "
                                "pi_prox/pi_behav would ignore the truncation; use 1.0")
+        if self.stale_groups not in ("drop", "train"):
+            raise bad("stale_groups", "must be 'drop' or 'train'")
         if self.sandbox_isolation not in ("auto", "strict"):
             raise bad("sandbox_isolation", "must be 'auto' or 'strict'")
         if self.weight_update_mode not in ("disk", "xccl"):

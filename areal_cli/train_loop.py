@@ -678,7 +678,8 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
 
                     await ctx.train("engine.set_lr", lr_at(step - 1, cfg.max_steps, cfg))
                 t_wait = time.monotonic()
-                groups = await _get_batch_watched(ctx, controller, step, consumer_version=version)
+                groups = await _get_batch_watched(
+                    ctx, controller, step, consumer_version=version if cfg.stale_groups == "drop" else None)
                 t_batch = time.monotonic()
                 wait_s = t_batch - t_wait
                 train_stats = await ctx.train(f"{STEPS}:train_on_groups", groups, cfg,

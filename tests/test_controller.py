@@ -263,3 +263,48 @@ def test_a_starving_trainer_is_told_why_and_what_to_change():
     asyncio.run(go())
     assert logged and "step 3: waiting" in logged[0] and "dropped by the success-rate filter [0.01, 0.99]" in logged[0]
     assert "a longer warm start (sft_max_steps), a wider success_rate_lb..success_rate_ub range" in logged[0]
+
+
+def test_stale_groups_drop_or_train_at_consumption():
+    """``stale_groups: drop`` (consumer_version given) drops groups whose head is more than eta versions older
+    than the trainer, counts them and gives their slots back; ``train`` (no consumer_version) returns them."""
+    async def go(drop):
+        client, ctl = make(eta=1, batch=2)
+        ctl.start()
+        await settle()
+        assert ctl.stats.groups_submitted == 4  # (eta + 1) * batch at version 0
+        client.version = 3
+        ctl.notify_version(3)
+        await settle()
+        batch = await ctl.get_batch(2, consumer_version=3 if drop else None)
+        heads = sorted(min(s.versions) for g in batch for s in g.samples)
+        if drop:
+            assert ctl.stats.groups_dropped_stale == 4 and set(heads) == {3}  # head 0 < 3 - 1: dropped
+        else:
+            assert ctl.stats.groups_dropped_stale == 0 and set(heads) == {0}
+        await ctl.stop()
+
+    asyncio.run(go(True))
+    asyncio.run(go(False))
+
+
+def test_the_rollout_process_drops_at_consumption_like_the_in_process_controller():
+    """The parent side of ``rollout_process: true`` applies the same rule and tells the child to free the slot."""
+    from areal_cli.api.types import Group, Trajectory
+    from areal_cli.rollout.remote_controller import RolloutProcess
+
+    def group(gid, head):
+        t = Trajectory(prompt_ids=[1], output_ids=[2, 3], behaviour_logprobs=[-0.1, -0.2],
+                       versions=[head, head + 1], reward=1.0, group_id=gid, finish_reason="stop")
+        return Group(gid, Item(str(gid), [1], "p", {}), [t])
+
+    async def go():
+        rc = RolloutProcess.__new__(RolloutProcess)  # the parent side only: no child process
+        sent = []
+        rc._send, rc._error, rc._eta, rc._groups = sent.append, None, 2, asyncio.Queue()
+        for gid, head in enumerate([0, 3, 1, 4]):
+            rc._groups.put_nowait(group(gid, head))
+        out = await rc.get_batch(2, consumer_version=4)
+        assert [g.group_id for g in out] == [1, 3] and sent == [("stale",), ("stale",)]
+
+    asyncio.run(go())

@@ -88,7 +88,8 @@ DEFAULT_SCENARIO: dict[str, Any] = {
     "accuracy_every": 5,
     "target_accuracy": None,
     "cpus": {"trainer": "0", "server": "1", "controller": "1"},
-    "overrides": {"success_rate_lb": 0.0, "success_rate_ub": 1.0, "rollout_process": True},
+    "overrides": {"success_rate_lb": 0.0, "success_rate_ub": 1.0, "rollout_process": True,
+                  "stale_groups": "train"},
 }
 
 

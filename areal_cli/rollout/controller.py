@@ -72,6 +72,12 @@ def _head_version(group: Group) -> int:
     return min((v for s in group.samples for v in s.versions if v >= 0), default=1 << 62)
 
 
+def too_stale(group: Group, consumer_version: int, eta: int) -> bool:
+    """Whether ``group``'s head is more than ``eta`` versions older than ``consumer_version`` (the trainer's
+    version when it takes the group): the staleness bound of AReaL's Section 5.1 (max_head_offpolicyness)."""
+    return _head_version(group) < consumer_version - eta
+
+
 class RolloutController:
     """Admits episodes under the staleness rule, runs the workflow, collects scored, filtered groups.
 
@@ -133,10 +139,11 @@ class RolloutController:
     async def get_batch(self, n_groups: int, consumer_version: int | None = None) -> list[Group]:
         """Wait for and return ``n_groups`` accepted groups, oldest first.
 
-        With ``consumer_version`` (the policy version the trainer will update from), a group whose head (its
-        oldest generated token) is more than ``max_head_offpolicyness`` versions older is dropped instead
-        (``groups_dropped_stale``; its slot is given back): admission control bounds staleness for groups that
-        finish in order, this keeps the bound for stragglers too (samples re-issued after their server died).
+        With ``consumer_version`` (the policy version the trainer will update from; config ``stale_groups:
+        drop``), a group whose head (its oldest generated token) is more than ``max_head_offpolicyness`` versions
+        older is dropped instead (:meth:`release_stale`): admission control bounds staleness for groups that
+        finish in order, this keeps the bound for stragglers too (long answers, samples re-issued after their
+        server died). Without it (``stale_groups: train``) staleness is bounded at admission only, as in AReaL.
 
         Raises:
             UserError (WorkflowError, RewardBroken, bad data met mid-run) / ServerError: as raised.
@@ -153,14 +160,19 @@ class RolloutController:
             except asyncio.TimeoutError:
                 continue
             self._pending.discard(group.group_id)
-            if consumer_version is not None and _head_version(group) < \
-                    consumer_version - self.staleness.max_head_offpolicyness:
-                self.stats.groups_dropped_stale += 1
-                self.staleness.on_stale()
-                self._wake.set()
+            if consumer_version is not None and too_stale(group, consumer_version,
+                                                          self.staleness.max_head_offpolicyness):
+                self.release_stale()
                 continue
             out.append(group)
         return out
+
+    def release_stale(self) -> None:
+        """An accepted group was dropped at consumption as too stale: count it (``groups_dropped_stale``) and
+        give its slot back to admission."""
+        self.stats.groups_dropped_stale += 1
+        self.staleness.on_stale()
+        self._wake.set()
 
     def pending_group_ids(self) -> list[int]:
         """Ids of the episodes admitted but neither dropped nor handed to the trainer yet (generating, being

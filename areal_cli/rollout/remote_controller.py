@@ -16,7 +16,7 @@ updates and evaluation.
 
 Pipe messages, child -> parent: ``("ready",)``, ``("group", Group, stats)``, ``("activity", url, kind, a, b)``,
 ``("error", message)``, ``("stopped", stats, reward_failure_examples)``. Parent -> child: ``("start",)``,
-``("version", v)``, ``("stop",)``. The child exits when the pipe closes (parent gone).
+``("version", v)``, ``("stale",)`` (a group was dropped at consumption: give its slot back), ``("stop",)``. The child exits when the pipe closes (parent gone).
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+from areal_cli.rollout.controller import too_stale
 
 
 @dataclass
@@ -73,6 +75,7 @@ class RolloutProcess:
         child.close()
         self.stats = RemoteStats()
         self._on_activity = on_activity
+        self._eta = spec.cfg.max_head_offpolicyness
         self._groups: asyncio.Queue | None = None
         self._ready: asyncio.Event | None = None
         self._stopped: asyncio.Event | None = None
@@ -151,8 +154,8 @@ class RolloutProcess:
         self._send(("version", int(version)))
 
     async def get_batch(self, n_groups: int, consumer_version: int | None = None) -> list:
-        """Wait for ``n_groups`` accepted groups, oldest first (``consumer_version`` is not used here: the
-        child admits under the same staleness rule but does not drop stragglers at consumption).
+        """Wait for ``n_groups`` accepted groups, oldest first; with ``consumer_version`` a group more than eta
+        versions older is dropped and the child gives its slot back, as :meth:`RolloutController.get_batch`.
 
         Raises:
             RuntimeError: the child reported an error or exited.
@@ -162,9 +165,13 @@ class RolloutProcess:
             if self._error is not None:
                 raise RuntimeError(f"rollout failed: {self._error}")
             try:
-                out.append(await asyncio.wait_for(self._groups.get(), timeout=0.5))
+                group = await asyncio.wait_for(self._groups.get(), timeout=0.5)
             except asyncio.TimeoutError:
                 continue
+            if consumer_version is not None and too_stale(group, consumer_version, self._eta):
+                self._send(("stale",))
+                continue
+            out.append(group)
         return out
 
     async def stop(self, timeout_s: float = 15.0) -> None:
@@ -269,6 +276,8 @@ async def _child(conn, spec: RolloutSpec) -> None:
                 forward = asyncio.create_task(forward_groups())
             elif msg[0] == "version":
                 controller.notify_version(msg[1])
+            elif msg[0] == "stale":
+                controller.release_stale()
             elif msg[0] == "stop":
                 break
     finally:
