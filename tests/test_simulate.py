@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from areal_cli.bench import simulate as sim
+from areal_cli.bench import sim
 from areal_cli.bench.simulate_cmd import simulate as simulate_cmd
 from areal_cli.errors import UserError
 

@@ -87,7 +87,7 @@ def test_the_installed_cli_works_outside_the_checkout(venv, tmp_path, shared_dir
     for name in ("tiny-arith", "mini-math", "mini-code", "boba2-14b-code", "async-7b-math"):
         assert name in listing
     run(areal, "reproduce", "tiny-arith", "--dry-run")
-    assert "published-1.5b-16node" in run(py, "-c", "from areal_cli.bench.simulate import known_scenarios; "
+    assert "published-1.5b-16node" in run(py, "-c", "from areal_cli.bench.sim import known_scenarios; "
                                                     "print(known_scenarios())")
 
     # a user's own recipe folder, next to the shipped ones

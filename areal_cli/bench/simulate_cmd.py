@@ -145,7 +145,7 @@ def run_simulation(sc, out: Path | None, *, gpus: list[int] | None, scale: int, 
     import dataclasses
 
     from areal_cli.atomic import write_atomic_many, write_json_atomic
-    from areal_cli.bench import simulate as sim
+    from areal_cli.bench import sim
 
     t0 = time.perf_counter()
     results: dict = {"machine": _machine(), "command": " ".join(["areal", "bench", "simulate", *sys.argv[3:]])
@@ -305,7 +305,7 @@ def simulate(scenario: str, out_dir: Path | None, gpus: str | None, overrides: t
     """
     from rich.console import Console
 
-    from areal_cli.bench import simulate as sim
+    from areal_cli.bench import sim
     from areal_cli.errors import UserError
 
     console = Console() if sys.stdout.isatty() else Console(width=130)

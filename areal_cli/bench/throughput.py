@@ -191,7 +191,7 @@ def resolve_scenario_path(path: str | Path) -> Path:
     p = Path(path)
     if p.exists() or len(p.parts) != 1:
         return p
-    from areal_cli.bench.simulate import scenarios_dir
+    from areal_cli.bench.sim.scenario import scenarios_dir
 
     named = scenarios_dir() / (p.name if p.suffix == ".yaml" else f"{p.name}.yaml")
     return named if named.is_file() else p

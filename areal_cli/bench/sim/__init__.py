@@ -1,0 +1,26 @@
+"""``areal bench simulate``'s discrete-event model of an RL cluster: sync vs overlap vs async throughput.
+
+Modules:
+    scenario:  the cluster, workload and cost constants (:class:`Scenario`) and its YAML files.
+    costs:     per-operation costs, given or derived from hardware and model size (:func:`derive_costs`).
+    modes:     sync / overlap / async / async_nointerrupt (:func:`mode_spec`) and shrinking a cluster (:func:`scaled`).
+    lengths:   the response-length distribution (lognormal or empirical).
+    events:    the event loop and its steady-state figures (:func:`simulate`).
+    analysis:  modes compared, the async/sync ratio, sensitivity, scaling and eta sweeps.
+    calibrate: fitting constants to published step times or to a measured run.
+
+This package's names below are what the command (:mod:`areal_cli.bench.simulate_cmd`) and the tests use.
+"""
+
+from areal_cli.bench.sim.analysis import (SENSITIVITY_INPUTS, async_sync_ratio, compare_modes, eta_sweep, scaling,
+                                          sensitivity, split_gpus)
+from areal_cli.bench.sim.calibrate import calibrate_from_run, fit_constants, fit_to_published
+from areal_cli.bench.sim.costs import derive_costs
+from areal_cli.bench.sim.events import simulate
+from areal_cli.bench.sim.lengths import length_stats
+from areal_cli.bench.sim.modes import MODES
+from areal_cli.bench.sim.scenario import Scenario, apply_overrides, known_scenarios, load_scenario, scenario_yaml
+
+__all__ = ["MODES", "SENSITIVITY_INPUTS", "Scenario", "apply_overrides", "async_sync_ratio", "calibrate_from_run",
+           "compare_modes", "derive_costs", "eta_sweep", "fit_constants", "fit_to_published", "known_scenarios",
+           "length_stats", "load_scenario", "scaling", "scenario_yaml", "sensitivity", "simulate", "split_gpus"]

@@ -1,0 +1,291 @@
+"""A simulation scenario: a cluster, a workload and the cost constants, and its YAML files.
+
+Every field of :class:`Scenario` is a key of a ``benchmarks/scenarios/*.yaml`` file with ``kind: simulate``;
+:func:`load_scenario` reads one (errors name ``file:line: field``), :func:`apply_overrides` applies ``-o key=value``
+and :func:`scenario_yaml` writes one back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from areal_cli.errors import UserError
+
+
+@dataclass
+class Scenario:
+    """A cluster, a workload and the cost constants. Every field is a key of a scenario YAML file."""
+
+    kind: str = "simulate"  # scenario files of other benchmarks share benchmarks/scenarios/
+    name: str = "unnamed"
+    description: str = ""
+    # --- cluster ------------------------------------------------------------------------------------
+    gen_gpus: int = 64  # GPUs running generation servers
+    gen_tp: int = 1  # GPUs per generation server (tensor parallel); servers = gen_gpus // gen_tp
+    train_gpus: int = 64
+    # --- workload -----------------------------------------------------------------------------------
+    batch_size: int = 512  # prompts (groups) per training step, B
+    group_size: int = 16  # samples per prompt
+    prompt_tokens: int = 256
+    max_new_tokens: int = 8192
+    response_median_tokens: float = 1300.0
+    response_sigma: float = 1.0  # log-sd of the (untruncated) lognormal response length
+    response_prompt_corr: float = 0.5  # share of log-length variance common to a prompt's samples
+    response_lengths_file: str | None = None  # empirical lengths (one integer per line); overrides lognormal
+    accept_fraction: float = 1.0  # fraction of finished groups kept for training (success-rate filter)
+    # --- model and GPU (for derived costs) ------------------------------------------------------------
+    model_params_b: float = 1.78  # parameters, billions
+    model_layers: int = 28
+    model_hidden: int = 1536
+    model_kv_bytes_per_token: float = 28672.0  # layers * 2 * kv_heads * head_dim * 2 bytes
+    gpu_tflops: float = 989.0  # dense fp16/bf16 TFLOP/s per GPU
+    gpu_hbm_tb_s: float = 3.35  # memory bandwidth per GPU, TB/s
+    # --- efficiency constants (calibrated) ------------------------------------------------------------
+    decode_overhead_s: float = 0.004  # per decode step: scheduling, sampling, kernel launches
+    decode_bw_efficiency: float = 0.6  # achieved / peak memory bandwidth when decoding
+    decode_flops_efficiency: float = 0.3  # achieved / peak FLOP/s for the per-sequence decode work
+    prefill_flops_efficiency: float = 0.5
+    train_mfu: float = 0.3  # model FLOP utilisation of training (incl. pipeline bubbles, packing)
+    train_fixed_s: float = 5.0  # per training step: optimizer, all-reduce, data movement
+    weight_io_gb_s: float = 2.0  # weight save/load bandwidth (disk or network), GB/s
+    sync_overhead_s: float = 2.0  # fixed part of a server's weight load (cache flush, ...)
+    # --- explicit costs (null: derived, see derive_costs) ---------------------------------------------
+    decode_step_fixed_s: float | None = None  # a
+    decode_step_per_seq_s: float | None = None  # b
+    decode_step_per_ctx_token_s: float | None = None  # c
+    prefill_s_per_token: float | None = None  # p
+    train_gpu_s_per_token: float | None = None  # GPU-seconds per trained token (fwd+bwd)
+    train_gpu_s_per_token_sq: float | None = None  # GPU-seconds per squared sequence length (attention)
+    sync_save_s: float | None = None  # trainer blocked per update
+    sync_load_s: float | None = None  # each server blocked per update
+    # --- servers and rollout control ------------------------------------------------------------------
+    max_running_per_server: int = 1024
+    eta: int = 4  # max_head_offpolicyness of the async modes; -1 = unbounded
+    max_concurrent_groups: int = 0  # 0: batch_size (AReaL's default max_concurrent_rollouts)
+    chunk_tokens: int = 0  # non-interruptible ablation: new tokens per request chunk; 0 = whole request
+    decoupled_recompute: bool = True  # async/overlap: extra forward pass for proximal logprobs
+    trainer_overhead_s: float = 0.0  # per step, trainer blocked after publishing (evaluation, logging)
+    weight_poll_s: float = 0.0  # servers learn of new weights at the next multiple of this (AReaL polls)
+    # --- simulation -----------------------------------------------------------------------------------
+    steps: int = 1000  # steps the hours are reported for
+    sim_steps: int = 30  # steps simulated
+    warmup_steps: int = 10  # steps excluded from the steady-state averages
+    seed: int = 0
+    # --- reference figures (for comparison only; never read by the model) ------------------------------
+    published: dict = field(default_factory=dict)
+    eta_sweep: list = field(default_factory=list)  # etas for the staleness sweep (-1 = unbounded)
+    scaling_gpus: list = field(default_factory=lambda: [32, 64, 128, 256, 512, 1024])
+    scaling_gen_fraction: float = 0.0  # 0: gen_gpus / (gen_gpus + train_gpus)
+    scaling_reference: dict = field(default_factory=dict)  # label -> {gpus: [...], tokens_per_s: [...]}
+
+    source: str = field(default="", repr=False, compare=False)  # file it was loaded from
+    lines: dict = field(default_factory=dict, repr=False, compare=False)  # field -> line in source
+
+    @property
+    def n_servers(self) -> int:
+        return max(1, self.gen_gpus // self.gen_tp)
+
+    def validate(self) -> None:
+        """Check ranges. Raises: UserError ``file:line: field 'x': ...``."""
+        def bad(name: str, why: str) -> UserError:
+            loc = f"{self.source or 'scenario'}"
+            if name in self.lines:
+                loc += f":{self.lines[name]}"
+            return UserError(f"{loc}: field '{name}': {why} (got {getattr(self, name)!r})")
+
+        if self.kind != "simulate":
+            raise bad("kind", "not a simulation scenario (expected kind: simulate)")
+        for name in ("gen_gpus", "gen_tp", "train_gpus", "batch_size", "group_size", "max_new_tokens",
+                     "max_running_per_server", "steps", "sim_steps"):
+            if getattr(self, name) <= 0:
+                raise bad(name, "must be > 0")
+        if self.gen_gpus < self.gen_tp:
+            raise bad("gen_gpus", f"need at least gen_tp={self.gen_tp} GPUs")
+        for name in ("prompt_tokens", "max_concurrent_groups", "chunk_tokens", "warmup_steps",
+                     "train_fixed_s", "sync_overhead_s", "trainer_overhead_s", "decode_overhead_s",
+                     "weight_poll_s"):
+            if getattr(self, name) < 0:
+                raise bad(name, "must be >= 0")
+        for name in ("response_median_tokens", "model_params_b", "gpu_tflops", "gpu_hbm_tb_s",
+                     "model_kv_bytes_per_token", "weight_io_gb_s", "model_layers", "model_hidden"):
+            if not getattr(self, name) > 0:
+                raise bad(name, "must be > 0")
+        for name in ("decode_bw_efficiency", "decode_flops_efficiency", "prefill_flops_efficiency", "train_mfu"):
+            if not 0 < getattr(self, name) <= 1:
+                raise bad(name, "must be in (0, 1]")
+        if self.response_sigma < 0:
+            raise bad("response_sigma", "must be >= 0")
+        if not 0 <= self.response_prompt_corr <= 1:
+            raise bad("response_prompt_corr", "must be in [0, 1]")
+        if not 0 < self.accept_fraction <= 1:
+            raise bad("accept_fraction", "must be in (0, 1]")
+        if self.eta < -1:
+            raise bad("eta", "must be >= 0, or -1 for unbounded")
+        if self.warmup_steps >= self.sim_steps:
+            raise bad("warmup_steps", f"must be < sim_steps={self.sim_steps}")
+        if not 0 <= self.scaling_gen_fraction < 1:
+            raise bad("scaling_gen_fraction", "must be in [0, 1)")
+        for name in ("decode_step_fixed_s", "decode_step_per_seq_s", "decode_step_per_ctx_token_s",
+                     "prefill_s_per_token", "train_gpu_s_per_token", "train_gpu_s_per_token_sq",
+                     "sync_save_s", "sync_load_s"):
+            v = getattr(self, name)
+            if v is not None and v < 0:
+                raise bad(name, "must be >= 0 or null (derived)")
+        if any((not isinstance(g, int)) or isinstance(g, bool) or g < 2 for g in self.scaling_gpus):
+            raise bad("scaling_gpus", "must be a list of integers >= 2")
+        if any((not isinstance(e, int)) or isinstance(e, bool) or e < -1 for e in self.eta_sweep):
+            raise bad("eta_sweep", "must be a list of integers >= 0 (-1 = unbounded)")
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d.pop("lines")
+        return d
+
+
+# --------------------------------------------------------------------------------------------------------
+# scenario files
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Scenario) if f.name not in ("source", "lines")}
+_TYPES = typing.get_type_hints(Scenario)
+
+
+def scenarios_dir() -> Path:
+    """``$AREAL_SCENARIOS_DIR`` or the shipped ``benchmarks/scenarios/`` (:mod:`areal_cli.resources`)."""
+    import os
+
+    from areal_cli.resources import shipped_dir
+
+    env = os.environ.get("AREAL_SCENARIOS_DIR")
+    return Path(env) if env else shipped_dir("scenarios")
+
+
+def known_scenarios() -> list[str]:
+    """Names of the simulation scenarios in :func:`scenarios_dir` (files with ``kind: simulate``)."""
+    import yaml
+
+    d = scenarios_dir()
+    out = []
+    for p in sorted(d.glob("*.yaml")) if d.is_dir() else []:
+        try:
+            data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue
+        if isinstance(data, dict) and data.get("kind") == "simulate":
+            out.append(p.stem)
+    return out
+
+
+def _coerce(name: str, value: object, where: str) -> object:
+    """Value of the declared type of field ``name``, or UserError ``where: field 'name': ...``."""
+    tp = _TYPES[name]
+    args = typing.get_args(tp)
+    allowed = [a for a in args if a is not type(None)] if args and typing.get_origin(tp) is not list \
+        and typing.get_origin(tp) is not dict else [tp]
+    if value is None:
+        if type(None) in args:
+            return None
+        raise UserError(f"{where}: field '{name}': must not be null")
+    for t in allowed:
+        t = typing.get_origin(t) or t
+        if t is bool:
+            if isinstance(value, bool):
+                return value
+            continue
+        if isinstance(value, bool):
+            continue
+        if t is float and isinstance(value, (int, float)):
+            return float(value)
+        if t is int and isinstance(value, int):
+            return value
+        if t in (str, list, dict) and isinstance(value, t):
+            return value
+    names = "/".join(getattr(typing.get_origin(t) or t, "__name__", str(t)) for t in allowed)
+    raise UserError(f"{where}: field '{name}': expected {names}, got {value!r}")
+
+
+def load_scenario(name_or_path: str) -> Scenario:
+    """A scenario by name (``benchmarks/scenarios/NAME.yaml``) or path.
+
+    Raises:
+        UserError: unknown name, unreadable/invalid YAML, unknown key, wrong type or bad value (``file:line:
+        field 'x': ...``).
+    """
+    import yaml
+
+    p = Path(name_or_path)
+    if p.suffix not in (".yaml", ".yml"):
+        p = scenarios_dir() / f"{name_or_path}.yaml"
+        if not p.is_file():
+            raise UserError(f"unknown scenario '{name_or_path}' (known: {', '.join(known_scenarios()) or 'none'})")
+    if not p.is_file():
+        raise UserError(f"{p}: scenario file not found")
+    try:
+        text = p.read_text(encoding="utf-8")
+        node = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except UnicodeDecodeError as e:
+        raise UserError(f"{p}: not a UTF-8 text file (byte {e.start})") from None
+    except OSError as e:
+        raise UserError(f"{p}: cannot read scenario: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise UserError(f"{p}{f':{mark.line + 1}' if mark else ''}: invalid YAML: {getattr(e, 'problem', e)}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict) or (node is not None and not isinstance(node, yaml.MappingNode)):
+        raise UserError(f"{p}:1: a scenario must be a mapping of key: value")
+    lines: dict[str, int] = {}
+    for k, _ in (node.value if node is not None else []):
+        if k.value in lines:
+            raise UserError(f"{p}:{k.start_mark.line + 1}: field '{k.value}': duplicate key (first at line {lines[k.value]})")
+        lines[k.value] = k.start_mark.line + 1
+    sc = Scenario(source=str(p), lines=lines)
+    for key, value in data.items():
+        where = f"{p}:{lines.get(str(key), 1)}"
+        if key not in _FIELDS:
+            raise UserError(f"{where}: field '{key}': unknown key")
+        setattr(sc, key, _coerce(key, value, where))
+    if "name" not in data:
+        sc.name = p.stem
+    sc.validate()
+    return sc
+
+
+def apply_overrides(sc: Scenario, overrides: typing.Sequence[str]) -> Scenario:
+    """``key=value`` overrides (value parsed as YAML). Raises: UserError naming the override."""
+    import yaml
+
+    sc = dataclasses.replace(sc, lines=dict(sc.lines))
+    for item in overrides:
+        where = f"-o {item}"
+        if "=" not in item:
+            raise UserError(f"{where}: expected key=value")
+        key, raw = (x.strip() for x in item.split("=", 1))
+        if key not in _FIELDS:
+            raise UserError(f"{where}: field '{key}': unknown key")
+        try:
+            value = yaml.safe_load(raw) if raw else ""
+        except yaml.YAMLError:
+            value = raw
+        setattr(sc, key, _coerce(key, value, where))
+        sc.lines.pop(key, None)
+    src = sc.source
+    sc.source = f"{src} with overrides" if overrides and src else (src or "overrides")
+    sc.validate()
+    sc.source = src
+    return sc
+
+
+def scenario_yaml(sc: Scenario, header: str = "") -> str:
+    """The scenario as YAML text (fields that differ from the defaults, plus the identity fields)."""
+    import yaml
+
+    base = Scenario()
+    d = {k: v for k, v in sc.to_dict().items()
+         if k != "source" and (k in ("kind", "name", "description") or v != getattr(base, k))}
+    head = "".join(f"# {line}\n" for line in header.splitlines())
+    return head + yaml.safe_dump(d, sort_keys=False, width=110)
