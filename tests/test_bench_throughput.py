@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from areal_cli.bench import throughput as tp
 from areal_cli.bench.throughput_cmd import throughput
-from areal_cli.bench.timeline_plot import plot_throughput_bars, plot_timelines
+from areal_cli.bench.throughput.plots import plot_throughput_bars, plot_timelines
 from areal_cli.config import TrainConfig, apply_overrides, parse_cpu_list
 from areal_cli.errors import UserError
 from areal_cli.rollout.client import RolloutClient
@@ -135,7 +135,7 @@ def test_time_to_equal_accuracy_uses_the_accuracy_both_modes_reach_and_pairs_rep
 
 
 def test_accuracy_curves_plot(tmp_path):
-    from areal_cli.bench.timeline_plot import plot_accuracy_curves
+    from areal_cli.bench.throughput.plots import plot_accuracy_curves
 
     runs = [_curve_run("sync", 0, [(10, 20.0, 0.5), (20, 40.0, 0.62)]), _curve_run("async", 0, [(10, 10.0, 0.55), (20, 20.0, 0.63)])]
     plot_accuracy_curves({"runs": runs, "time_to_accuracy": tp.time_to_accuracy(runs)}, tmp_path / "a.png")

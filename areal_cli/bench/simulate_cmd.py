@@ -13,6 +13,8 @@ from pathlib import Path
 
 import click
 
+from areal_cli.bench.figures import save_png
+
 
 def _machine() -> dict:
     """Where the simulation ran (it is single-threaded Python)."""
@@ -23,22 +25,6 @@ def _machine() -> dict:
 
     return {"python": platform.python_version(), "platform": platform.platform(), "cpu": cpu_model(),
             "cpu_count": os.cpu_count()}
-
-
-def _savefig(fig, path: Path) -> None:
-    import os
-    import tempfile
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".png", dir=path.parent)
-    os.close(fd)
-    os.chmod(tmp, 0o644)
-    try:
-        fig.savefig(tmp, dpi=110, bbox_inches="tight")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def plot_scaling(scaling: dict, reference: dict, title: str, path: Path) -> None:
@@ -70,7 +56,7 @@ def plot_scaling(scaling: dict, reference: dict, title: str, path: Path) -> None
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    _savefig(fig, path)
+    save_png(fig, path)
     plt.close(fig)
 
 
@@ -93,7 +79,7 @@ def plot_sensitivity(sens: dict, title: str, path: Path) -> None:
     ax.set_xlabel(f"predicted async/sync speed-up (base {base:.2f}x)")
     ax.set_title(title)
     ax.legend(fontsize=8, loc="lower right")
-    _savefig(fig, path)
+    save_png(fig, path)
     plt.close(fig)
 
 
@@ -118,7 +104,7 @@ def plot_eta_sweep(sweep: dict, published: dict, title: str, path: Path) -> None
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    _savefig(fig, path)
+    save_png(fig, path)
     plt.close(fig)
 
 

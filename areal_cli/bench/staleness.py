@@ -201,7 +201,7 @@ def load_scenario(path: str | Path) -> Scenario:
     Raises:
         UserError: unreadable file, invalid YAML, unknown key or bad value (``file:line: field 'x': ...``).
     """
-    from areal_cli.bench.throughput import resolve_scenario_path
+    from areal_cli.bench.throughput.scenario import resolve_scenario_path
 
     p = resolve_scenario_path(path)
     try:
@@ -250,7 +250,7 @@ def summarize_run(timeline: dict, metrics: list[dict], summary: dict, *, label: 
     """One run's figures (a ``runs[]`` entry of results.json) from its timeline.json, metrics.jsonl lines and
     summary.json: accuracy curve against RL seconds (:func:`areal_cli.bench.throughput.step_durations`, the step
     after an evaluation imputed), final and best accuracy, realised staleness, off-policy statistics."""
-    from areal_cli.bench.throughput import effective_throughput, step_durations
+    from areal_cli.bench.throughput.accounting import effective_throughput, step_durations
 
     steps = timeline["steps"]
     rl_start = timeline["marks"]["rl_start"]
@@ -304,7 +304,7 @@ def aggregate(runs: list[dict], target: float | None = None) -> dict:
     at which that curve first reaches the target (interpolated; None when it never does), the runs that reached
     it on their own, the mean realised staleness and the mean off-policy statistics. The eta-0 (``sync``) cell
     is listed under every variant. ``target`` None: the sync runs' mean final accuracy."""
-    from areal_cli.bench.throughput import first_crossing, mean_accuracy_curve
+    from areal_cli.bench.throughput.analysis import first_crossing, mean_accuracy_curve
 
     sync = [r for r in runs if r["variant"] == SYNC]
     source = "scenario target_accuracy"
@@ -437,7 +437,7 @@ def plot_staleness(results: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from areal_cli.bench.timeline_plot import _save
+    from areal_cli.bench.figures import save_png
 
     grid = results["grid"]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
@@ -470,7 +470,7 @@ def plot_staleness(results: dict, path: Path) -> None:
     axes[0].legend(fontsize=8)
     fig.suptitle(f"staleness ablation: {results['scenario']['name']}", x=0.01, ha="left", fontsize=11)
     fig.tight_layout()
-    _save(fig, path)
+    save_png(fig, path)
     plt.close(fig)
 
 
@@ -498,7 +498,7 @@ def run_ablation(scenario: Scenario, out: Path, *, extra_overrides: list[str] | 
         UserError: ``out`` already holds results, bad recipe / overrides / variant fields, unavailable cpus.
     """
     from areal_cli.atomic import write_atomic_many, write_json_atomic
-    from areal_cli.bench.throughput import _output_to, machine_description
+    from areal_cli.bench.runs import machine_description, output_to
     from areal_cli.train_loop import run_training
 
     extra = list(extra_overrides or [])
@@ -519,7 +519,7 @@ def run_ablation(scenario: Scenario, out: Path, *, extra_overrides: list[str] | 
     t_bench = time.monotonic()
 
     log(f"warm start ({scenario.recipe})")
-    with _output_to(out / "warm" / "console.log"):
+    with output_to(out / "warm" / "console.log"):
         warm_summary = run_training(_run_cfg(scenario, extra, cpu_items + ["max_steps=0"]), out / "warm", live=False)
     weights = sorted((out / "warm" / "weights").glob("sft-step*"))
     if not weights:
@@ -539,7 +539,7 @@ def run_ablation(scenario: Scenario, out: Path, *, extra_overrides: list[str] | 
             f"max_head_offpolicyness={eta}"]
         cfg = _run_cfg(scenario, extra, items)
         run_dir = out / "runs" / label
-        with _output_to(out / "runs" / f"{label}.console.log"):
+        with output_to(out / "runs" / f"{label}.console.log"):
             summary = run_training(cfg, run_dir, live=False, record_timeline=True)
         tl = json.loads((run_dir / "timeline.json").read_text())
         metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]

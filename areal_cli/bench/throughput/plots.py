@@ -5,27 +5,15 @@ Both functions write a PNG atomically (temporary file in the same folder, then r
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
+
+from areal_cli.bench.figures import save_png
+from areal_cli.bench.throughput.accounting import batch_straggler, occupancy_curve, request_intervals
 
 # kind -> colour; lanes: "trainer" then "server<i>" (see areal_cli.train_loop.Timeline)
 COLOURS = {"train": "#1f77b4", "publish": "#ff7f0e", "wait": "#dddddd", "eval": "#9467bd",
            "generate": "#2ca02c", "update": "#d62728"}
 TITLES = {"sync": "sync (eta = 0)", "async": "async", "async_noninterruptible": "async, non-interruptible updates"}
-
-
-def _save(fig, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=110, bbox_inches="tight")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def plot_timelines(runs: list[tuple[str, dict]], path: Path, *, window_s: float | None = 12.0) -> None:
@@ -81,7 +69,7 @@ def plot_timelines(runs: list[tuple[str, dict]], path: Path, *, window_s: float 
     fig.legend(handles=handles, loc="upper right", ncol=len(handles), fontsize=8, frameon=False)
     fig.suptitle("Generation and training activity per worker", x=0.01, ha="left", fontsize=11)
     fig.tight_layout(rect=(0, 0, 1, 0.95))
-    _save(fig, path)
+    save_png(fig, path)
     plt.close(fig)
 
 
@@ -131,7 +119,7 @@ def plot_throughput_bars(results: dict, path: Path) -> None:
         ax.set_title(f"{w['n_prompts']} prompts, {w['budgets'][0]}-{w['budgets'][1]} new tokens "
                      f"({gen['continuous_over_static']:.2f}x)", fontsize=10)
     fig.tight_layout()
-    _save(fig, path)
+    save_png(fig, path)
     plt.close(fig)
 
 
@@ -174,7 +162,7 @@ def plot_accuracy_curves(results: dict, path: Path) -> None:
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    _save(fig, path)
+    save_png(fig, path)
     plt.close(fig)
 
 
@@ -194,8 +182,6 @@ def plot_decomposition(results: dict, timelines: list[tuple[str, dict]], path: P
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from areal_cli.bench.throughput import batch_straggler, occupancy_curve, request_intervals
 
     runs = [(m, tl) for m, tl in timelines if request_intervals(tl)]
     dc = results.get("decomposition")
@@ -257,5 +243,5 @@ def plot_decomposition(results: dict, timelines: list[tuple[str, dict]], path: P
                      f"+ T {ph['train']:.3f} + P {ph['publish']:.3f}", fontsize=9, loc="left")
         ax.set_ylabel("x")
     fig.tight_layout()
-    _save(fig, path)
+    save_png(fig, path)
     plt.close(fig)

@@ -1,0 +1,46 @@
+"""What every measured benchmark needs around its recipe runs: the machine it ran on, each run's console to a
+file, and a scenario's recipe overrides as ``key=value`` items."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+
+def machine_description() -> dict:
+    """CPU model, core counts, load average, memory, Python/torch versions of this machine."""
+    from areal_cli.manifest import cpu_model, memory_bytes
+
+    cpu = cpu_model()
+    mem = memory_bytes()
+    mem_gib = round(mem / 2**30, 1) if mem is not None else None
+    try:
+        import torch
+
+        torch_version = torch.__version__
+    except ImportError:
+        torch_version = None
+    return {
+        "cpu": cpu, "cpu_count": os.cpu_count(),
+        "cpus_usable": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+        "memory_gib": mem_gib, "python": platform.python_version(), "platform": platform.platform(),
+        "torch": torch_version,
+    }
+
+
+def override_items(overrides: dict[str, Any]) -> list[str]:
+    """``key=value`` items of ``overrides`` (strings as they are, other values as JSON) for ``apply_overrides``."""
+    return [f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in overrides.items()]
+
+
+@contextlib.contextmanager
+def output_to(path: Path):
+    """Send this process's stdout (the run's status lines and summary table) to ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f, contextlib.redirect_stdout(f):
+        yield

@@ -1,0 +1,188 @@
+"""Running ``areal bench throughput``: the warm start, the interleaved runs, and the results document.
+
+Runs: one shared supervised warm start (reported separately, excluded from throughput), then for each repeat
+the modes sync (eta = ``eta_sync``), async (eta = ``eta_async``) and, optionally, async with
+non-interruptible weight updates, in ABBA order (sync, async | async, sync | ...), so that a linear drift of
+the machine's speed cancels in the ratios. Every run uses the same recipe + scenario overrides; only eta
+(and the interruptible switch, and a scenario's ``sync_overrides`` for the sync runs) differ. The scenario pins
+the trainer thread to one core and the rollout side (server, controller, reward workers) to the other.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from areal_cli.bench.runs import machine_description, output_to, override_items
+from areal_cli.bench.throughput.analysis import (accuracy_comparison, aggregate_modes, decompose_ratio, overlap_ceiling,
+                                                 paired_ratio, summarize_run, time_to_accuracy)
+from areal_cli.bench.throughput.generation import compare_generation
+from areal_cli.bench.throughput.scenario import MODES, Scenario, run_plan
+from areal_cli.errors import UserError
+
+SCHEMA = "areal.bench.throughput/1"
+TARGETS = {"async_over_sync": 1.8, "continuous_over_static": 1.5}
+
+
+def _run_cfg(scenario: Scenario, extra_overrides: list[str], items: list[str], *, sync: bool = False):
+    from areal_cli.config import apply_overrides, load_recipe
+
+    cfg, _ = load_recipe(scenario.recipe)
+    ov = override_items(scenario.overrides) + (override_items(scenario.sync_overrides) if sync else [])
+    return apply_overrides(cfg, ov + list(extra_overrides) + items)
+
+
+
+def run_benchmark(scenario: Scenario, out: Path, *, extra_overrides: list[str] | None = None,
+                  log: Callable[[str], None] = print) -> dict:
+    """Run ``scenario`` into ``out``: warm start, interleaved runs, generate comparison, results.json, plots.
+
+    Args:
+        extra_overrides: ``key=value`` recipe overrides after the scenario's (e.g. from ``-o``).
+        log: receives one line per finished phase.
+    Returns:
+        the results dict (also ``out/results.json``).
+    Raises:
+        UserError: ``out`` already holds results, bad recipe/overrides, unavailable cpus.
+    """
+    from areal_cli.atomic import write_json_atomic
+    from areal_cli.bench.throughput.plots import (plot_accuracy_curves, plot_decomposition, plot_throughput_bars,
+                                                  plot_timelines)
+    from areal_cli.train_loop import run_training
+
+    extra = list(extra_overrides or [])
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out}: --out exists and is not a directory")
+    if (out / "results.json").exists() or (out / "warm").exists():
+        raise UserError(f"{out}: already holds a benchmark; choose another --out")
+    cpu_items = [f"trainer_cpus={scenario.cpus['trainer']}", f"server_cpus={scenario.cpus['server']}",
+                 f"controller_cpus={scenario.cpus['controller']}"]
+    base_cfg = _run_cfg(scenario, extra, cpu_items)  # validates everything before any work
+    _run_cfg(scenario, extra, cpu_items, sync=True)
+    out.mkdir(parents=True, exist_ok=True)
+    machine = {"start": machine_description()}
+    t_bench = time.monotonic()
+
+    # 1. one supervised warm start, shared by every run
+    log(f"warm start ({scenario.recipe})")
+    with output_to(out / "warm" / "console.log"):
+        warm_summary = run_training(_run_cfg(scenario, extra, cpu_items + ["max_steps=0"]), out / "warm", live=False)
+    weights = sorted((out / "warm" / "weights").glob("sft-step*"))
+    if not weights:
+        raise RuntimeError(f"the warm start left no weights in {out / 'warm' / 'weights'}")
+    warm = {**warm_summary["warm_start"], "weights": str(weights[-1])}
+    log(f"warm start: {warm['steps']} steps, {warm['seconds']:.1f} s, accuracy {warm['accuracy']:.3f}")
+
+    # 2. interleaved runs
+    runs: list[dict] = []
+    timelines: dict[str, dict] = {}
+    for i, (rep, mode) in enumerate(run_plan(scenario)):
+        eta = scenario.eta_sync if mode == "sync" else scenario.eta_async
+        interruptible = mode != "async_noninterruptible"
+        label = f"{i:02d}-{mode}-r{rep}"
+        seed = base_cfg.seed + (rep if scenario.seed_per_repeat else 0)
+        items = cpu_items + [f"seed={seed}", f"model_path={weights[-1].resolve()}", "sft_max_steps=0",
+                             f"max_steps={scenario.steps}", f"eval_every={scenario.accuracy_every or scenario.steps}",
+                             "target_accuracy=0",
+                             "time_limit_s=0", f"max_head_offpolicyness={eta}",
+                             f"interruptible={'true' if interruptible else 'false'}"]
+        cfg = _run_cfg(scenario, extra, items, sync=mode == "sync")
+        run_dir = out / "runs" / label
+        with output_to(out / "runs" / f"{label}.console.log"):
+            summary = run_training(cfg, run_dir, live=False, record_timeline=True)
+        tl = json.loads((run_dir / "timeline.json").read_text())
+        r = summarize_run(tl, summary, label=label, mode=mode, repeat=rep, eta=eta, interruptible=interruptible,
+                          eval_n_prompts=cfg.eval_n_prompts, impute_after_eval=scenario.impute_post_eval_steps)
+        r["seed"], r["dir"] = seed, str(run_dir)
+        runs.append(r)
+        timelines.setdefault(mode, tl)  # the first run of each mode is plotted
+        log(f"{label}: {r['effective_tokens_per_s']:.0f} tok/s effective, {r['step_s_mean']:.3f} s per step, "
+            f"{r['rl_seconds']:.1f} s for "
+            f"{r['steps']} steps, seed {seed}, accuracy {r['final_accuracy']:.3f}, idle trainer {r['idle'].get('trainer', 0):.2f} "
+            f"server {r['idle'].get('server0', 0):.2f}")
+
+    # 3. continuous batching vs static generate
+    gen = None
+    if scenario.generate_compare:
+        log("continuous batching vs HF static generate")
+        gen = compare_generation(weights[-1], cpus=scenario.cpus["server"], **scenario.generate_compare)
+        log(f"embedded server {gen['embedded_server']['tokens_per_s']:.0f} tok/s vs HF static batch "
+            f"{gen['hf_static_batch']['tokens_per_s']:.0f} tok/s: {gen['continuous_over_static']:.2f}x")
+
+    machine["end"] = machine_description()
+    results = build_results(scenario, runs, warm=warm, generate=gen, machine=machine, extra_overrides=extra,
+                            recipe_config=base_cfg.to_dict(), seconds=time.monotonic() - t_bench)
+    plot_timelines([(m, timelines[m]) for m in MODES if m in timelines], out / results["plots"]["timeline"])
+    plot_throughput_bars(results, out / results["plots"]["throughput"])
+    if results["plots"].get("accuracy"):
+        plot_accuracy_curves(results, out / results["plots"]["accuracy"])
+    if results["plots"].get("decomposition"):
+        plot_decomposition(results, [(m, timelines[m]) for m in MODES if m in timelines],
+                           out / results["plots"]["decomposition"])
+    write_json_atomic(out / "results.json", results)
+    return results
+
+
+def build_results(scenario: Scenario, runs: list[dict], *, warm: dict, generate: dict | None, machine: dict,
+                  extra_overrides: list[str], recipe_config: dict, seconds: float) -> dict:
+    """The ``results.json`` document (schema :data:`SCHEMA`) from the per-run figures of :func:`summarize_run`.
+
+    Top-level keys: schema, created, command, machine, scenario, extra_overrides, recipe_config, definitions,
+    warm_start, runs, modes (:func:`aggregate_modes`), ratios (``async_over_sync``,
+    ``async_over_sync_generation``, ``interruptible_over_noninterruptible``: :func:`paired_ratio` or None),
+    accuracy (:func:`accuracy_comparison`), generate (:func:`compare_generation` or None), targets (with
+    ``reached``), plots, bench_seconds.
+    """
+    ratios = {"async_over_sync": paired_ratio(runs, "async", "sync"),
+              "async_over_sync_generation": paired_ratio(runs, "async", "sync", "generation_tokens_per_s"),
+              "interruptible_over_noninterruptible": paired_ratio(runs, "async", "async_noninterruptible"),
+              "interruptible_over_noninterruptible_generation": paired_ratio(runs, "async", "async_noninterruptible",
+                                                                             "generation_tokens_per_s")}
+    accuracy = accuracy_comparison(runs)
+    tta = time_to_accuracy(runs)
+    ceiling = overlap_ceiling(runs)
+    if ceiling and ratios["async_over_sync"]:
+        ceiling["async_over_sync_fraction_of_ceiling"] = ratios["async_over_sync"]["mean"] / ceiling["ceiling"]["mean"]
+    target = getattr(scenario, "target_async_over_sync", TARGETS["async_over_sync"])
+    reached = {
+        "async_over_sync_time_to_equal_accuracy": bool(tta and tta["mean_curve_ratio"]
+                                                       and tta["mean_curve_ratio"] >= target),
+        "async_over_sync": bool(ratios["async_over_sync"] and ratios["async_over_sync"]["mean"] >= target
+                                and accuracy and accuracy["equal_within_noise"]),
+        "continuous_over_static": bool(generate and generate["continuous_over_static"] >= TARGETS["continuous_over_static"]),
+    }
+    argv = sys.argv[1:]
+    return {
+        "schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": " ".join(["areal", *argv]) if argv[:2] == ["bench", "throughput"] else None,
+        "machine": machine, "scenario": scenario.to_dict(), "extra_overrides": list(extra_overrides),
+        "recipe_config": dict(recipe_config),
+        "definitions": {
+            "effective_tokens_per_s": "prompt+response tokens of trained samples / RL seconds (warm start and "
+                                      "held-out evaluations excluded)",
+            "generation_tokens_per_s": "all tokens the servers generated / RL wall seconds",
+            "idle": "fraction of the RL window: trainer waiting for a batch; server with nothing in flight and no update",
+            "staleness": "trained samples by versions between their first token and the training step",
+            "overlap_ceiling": "(G + T + P) / max(G, T + P) from the sync runs' mean step phases: wait for the "
+                               "batch G, train T, publish P; the most any overlap could gain",
+            "time_to_accuracy": "RL seconds (evaluations excluded) to first reach the lower of the two modes' mean "
+                                "final accuracies; mean_curve_ratio = sync / async time of the seed-averaged curves "
+                                "(interpolated between evaluations), ratio = per-run times paired per repeat",
+            "decomposition": "sync step = G + T + P; S = straggler seconds of G (per sync batch: span of its "
+                             "requests minus their mean duration = integral of (1 - n(t)/N) dt, n(t) requests in "
+                             "flight of N); G_full = G - S; overlap = (G_full+T+P)/max(G_full,T+P); straggler = "
+                             "(G+T+P)/(G_full+T+P); ceiling = overlap x straggler; measured.step_rate = sync/async "
+                             "RL seconds per step, measured.effective = async/sync effective throughput",
+        },
+        "warm_start": warm, "runs": runs, "modes": aggregate_modes(runs), "ratios": ratios, "accuracy": accuracy,
+        "time_to_accuracy": tta, "overlap_ceiling": ceiling, "decomposition": decompose_ratio(runs),
+        "generate": generate, "targets": {**TARGETS, "async_over_sync": target, "reached": reached},
+        "plots": {"timeline": "timeline.png", "throughput": "throughput.png",
+                  **({"accuracy": "accuracy.png"} if any(r.get("accuracy_curve") for r in runs) else {}),
+                  **({"decomposition": "decomposition.png"} if any(r.get("occupancy") for r in runs) else {})},
+        "bench_seconds": seconds,
+    }
+

@@ -1,0 +1,200 @@
+"""A throughput benchmark scenario: the recipe, the overrides shared by every run, and the run plan.
+
+Read from ``benchmarks/scenarios/*.yaml`` (:func:`load_scenario`; missing keys take the built-in values of
+:data:`DEFAULT_SCENARIO`); :func:`run_plan` orders the runs ABBA so that a linear drift of the machine cancels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from areal_cli.errors import UserError
+
+MODES = ("sync", "async", "async_noninterruptible")
+
+# The built-in scenario; benchmarks/scenarios/throughput-tiny-arith.yaml holds the same values with the
+# reasons for each (a test keeps the two equal).
+DEFAULT_SCENARIO: dict[str, Any] = {
+    "name": "throughput-tiny-arith",
+    "recipe": "tiny-arith",
+    "steps": 40,
+    "repeats": 4,
+    "eta_sync": 0,
+    "eta_async": 1,
+    "compare_interruptible": True,
+    "accuracy_every": 5,
+    "seed_per_repeat": True,
+    "cpus": {"trainer": "0", "server": "1", "controller": "1"},
+    "overrides": {"success_rate_lb": 0.0, "success_rate_ub": 1.0, "batch_size": 48, "group_size": 3,
+                  "rollout_process": True},
+    "generate_compare": {"n_prompts": 32, "min_new_tokens": 16, "max_new_tokens": 256, "seed": 0,
+                         "hf_per_prompt": True},
+    "target_async_over_sync": 1.8,
+    "sync_overrides": {},
+    "impute_post_eval_steps": False,
+}
+
+_GEN_KEYS = {"n_prompts": int, "min_new_tokens": int, "max_new_tokens": int, "seed": int, "hf_per_prompt": bool}
+
+
+@dataclass
+class Scenario:
+    """One throughput benchmark: the recipe, the overrides shared by every run, and the run plan.
+
+    Attributes:
+        steps: RL steps per run (every run trains exactly this many; no early stop).
+        repeats: how many times each mode runs (interleaved, ABBA order).
+        eta_sync, eta_async: ``max_head_offpolicyness`` of the two modes.
+        compare_interruptible: also run async with non-interruptible weight updates.
+        accuracy_every: held-out accuracy every this many steps (0: after the last step only); gives each
+            run's accuracy curve against RL time and the time-to-equal-accuracy ratio.
+        seed_per_repeat: repeat ``r`` runs every mode with ``seed = recipe seed + r`` (training problems and
+            sampling), so the repeats sample the run-to-run spread of accuracy and each sync/async pair shares
+            its seed; False: every run uses the recipe seed (repeats then differ only by timing).
+        cpus: ``trainer`` / ``server`` / ``controller`` Linux cpu lists ("" = no pinning).
+        overrides: recipe fields set for every run (and the warm start).
+        generate_compare: workload of :func:`compare_generation`, or None to skip it.
+        target_async_over_sync: the async/sync target of this workload (effective throughput at equal accuracy,
+            and time to equal accuracy): 1.8 for tiny-arith, 2.5 for the long-tail scenario.
+        sync_overrides: recipe fields set for the sync runs only, after ``overrides`` (e.g. ``recompute_proximal:
+            false``: with eta = 0 every token of a batch comes from the policy being trained, so the proximal pass
+            of decoupled PPO recomputes the behaviour logprobs; AReaL's synchronous baseline is standard PPO).
+        impute_post_eval_steps: a step right after a held-out evaluation counts the mean step time of its run
+            (:func:`step_durations`): the rollout side keeps generating during an evaluation, which otherwise
+            gives a sync run one batch per evaluation for free.
+    """
+
+    name: str
+    recipe: str
+    steps: int
+    repeats: int
+    eta_sync: int
+    eta_async: int
+    compare_interruptible: bool
+    accuracy_every: int
+    seed_per_repeat: bool
+    cpus: dict[str, str]
+    overrides: dict[str, Any]
+    generate_compare: dict[str, Any] | None
+    target_async_over_sync: float = 1.8
+    sync_overrides: dict[str, Any] = field(default_factory=dict)
+    impute_post_eval_steps: bool = False
+    source: str = "built-in"
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def scenario_from_dict(data: Any, where: Callable[[str], str]) -> Scenario:
+    """Validate a scenario mapping; ``where(key)`` names the location of ``key`` for error messages."""
+    if not isinstance(data, dict):
+        raise UserError(f"{where('')}: a scenario must be a mapping")
+    known = {f.name for f in dataclasses.fields(Scenario)} - {"source"}
+    for k in data:
+        if k not in known:
+            raise UserError(f"{where(k)}: field '{k}': unknown key (known: {', '.join(sorted(known))})")
+    merged = {**DEFAULT_SCENARIO, **data}
+
+    def need(key: str, typ: type, ok: Callable[[Any], bool] = lambda v: True, why: str = "") -> Any:
+        v = merged[key]
+        if typ is int and isinstance(v, bool) or not isinstance(v, typ) or not ok(v):
+            raise UserError(f"{where(key)}: field '{key}': expected {why or typ.__name__}, got {v!r}")
+        return v
+
+    name = need("name", str)
+    recipe = need("recipe", str, lambda v: bool(v), "a recipe name or path")
+    steps = need("steps", int, lambda v: v >= 1, "an int >= 1")
+    repeats = need("repeats", int, lambda v: v >= 1, "an int >= 1")
+    eta_sync = need("eta_sync", int, lambda v: v >= 0, "an int >= 0")
+    eta_async = need("eta_async", int, lambda v: v >= 1, "an int >= 1")
+    compare = need("compare_interruptible", bool)
+    acc_every = need("accuracy_every", int, lambda v: v >= 0, "an int >= 0")
+    seed_per_repeat = need("seed_per_repeat", bool)
+    cpus = need("cpus", dict)
+    for k, v in cpus.items():
+        if k not in ("trainer", "server", "controller") or not isinstance(v, (str, int)) or isinstance(v, bool):
+            raise UserError(f"{where('cpus')}: field 'cpus': keys trainer/server/controller with cpu lists, "
+                            f"got {k}: {v!r}")
+    cpus = {k: str(cpus.get(k, "")) for k in ("trainer", "server", "controller")}
+    overrides = need("overrides", dict)
+    gen = merged["generate_compare"]
+    if gen is False or gen is None:
+        gen = None
+    else:
+        if not isinstance(gen, dict):
+            raise UserError(f"{where('generate_compare')}: field 'generate_compare': a mapping or false")
+        gen = {**DEFAULT_SCENARIO["generate_compare"], **gen}
+        for k, v in gen.items():
+            typ = _GEN_KEYS.get(k)
+            if typ is None or not isinstance(v, typ) or (typ is int and (isinstance(v, bool) or v < (k != "seed"))):
+                raise UserError(f"{where('generate_compare')}: field 'generate_compare.{k}': bad value {v!r}")
+        if gen["min_new_tokens"] > gen["max_new_tokens"]:
+            raise UserError(f"{where('generate_compare')}: field 'generate_compare': min_new_tokens > max_new_tokens")
+    target = merged["target_async_over_sync"]
+    if isinstance(target, bool) or not isinstance(target, (int, float)) or not target > 0:
+        raise UserError(f"{where('target_async_over_sync')}: field 'target_async_over_sync': expected a number > 0, "
+                        f"got {target!r}")
+    sync_overrides = need("sync_overrides", dict)
+    impute = need("impute_post_eval_steps", bool)
+    return Scenario(name, recipe, steps, repeats, eta_sync, eta_async, compare, acc_every, seed_per_repeat, cpus,
+                    dict(overrides), gen, float(target), dict(sync_overrides), impute)
+
+
+def resolve_scenario_path(path: str | Path) -> Path:
+    """``path`` itself when it exists; else a bare name (``throughput-tiny-longtail``) is looked up as
+    ``NAME.yaml`` in the shipped scenarios (``benchmarks/scenarios/``, or ``$AREAL_SCENARIOS_DIR``)."""
+    p = Path(path)
+    if p.exists() or len(p.parts) != 1:
+        return p
+    from areal_cli.bench.sim.scenario import scenarios_dir
+
+    named = scenarios_dir() / (p.name if p.suffix == ".yaml" else f"{p.name}.yaml")
+    return named if named.is_file() else p
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read a scenario YAML (keys of :class:`Scenario`; missing keys take the built-in values). A bare name
+    is looked up in the shipped scenarios (:func:`resolve_scenario_path`).
+
+    Raises:
+        UserError: unreadable file, invalid YAML, unknown key or bad value (``file:line: field 'x': ...``).
+    """
+    p = resolve_scenario_path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"{p}: cannot read scenario: {getattr(e, 'strerror', None) or e}") from None
+    try:
+        node = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise UserError(f"{p}{':' + str(mark.line + 1) if mark else ''}: invalid YAML: {getattr(e, 'problem', e)}") from None
+    lines = {k.value: k.start_mark.line + 1 for k, _ in node.value} if isinstance(node, yaml.MappingNode) else {}
+    sc = scenario_from_dict(data if data is not None else {}, lambda k: f"{p}:{lines.get(k, 1)}")
+    sc.source = str(p)
+    return sc
+
+
+def default_scenario(recipe: str | None = None) -> Scenario:
+    """The built-in scenario (tiny-arith), optionally for another ``recipe``."""
+    sc = scenario_from_dict(json.loads(json.dumps(DEFAULT_SCENARIO)), lambda k: "built-in scenario")
+    if recipe:
+        sc.recipe = recipe
+    return sc
+
+
+def run_plan(scenario: Scenario) -> list[tuple[int, str]]:
+    """``(repeat, mode)`` in execution order: ABBA interleaving (odd repeats reversed)."""
+    modes = ["sync", "async"] + (["async_noninterruptible"] if scenario.compare_interruptible else [])
+    plan = []
+    for r in range(scenario.repeats):
+        plan += [(r, m) for m in (modes if r % 2 == 0 else modes[::-1])]
+    return plan
+

@@ -1,0 +1,93 @@
+"""The terminal table of ``areal bench throughput`` results (modes as columns, async/sync last)."""
+
+from __future__ import annotations
+
+from areal_cli.bench.throughput.benchmark import TARGETS
+from areal_cli.bench.throughput.scenario import MODES
+
+
+def results_table(results: dict):
+    """A rich Table of the results (modes as columns, ratio last)."""
+    from rich.table import Table
+
+    modes = results["modes"]
+    cols = [m for m in MODES if m in modes]
+    t = Table(title=f"areal bench throughput: {results['scenario']['name']} "
+                    f"({results['scenario']['steps']} RL steps x {results['scenario']['repeats']} repeats)")
+    t.add_column("metric", style="cyan")
+    names = {"sync": f"sync (eta={results['scenario']['eta_sync']})",
+             "async": f"async (eta={results['scenario']['eta_async']})",
+             "async_noninterruptible": "async, non-interruptible"}
+    for m in cols:
+        t.add_column(names[m], justify="right")
+    t.add_column("async / sync", justify="right", style="bold")
+
+    def ms(d: dict, fmt: str = "{:.0f}") -> str:
+        return (fmt + " ± " + fmt).format(d["mean"], d["std"]) if d["n"] > 1 else fmt.format(d["mean"])
+
+    r = results["ratios"]["async_over_sync"]
+    rg = results["ratios"]["async_over_sync_generation"]
+    t.add_row("effective training throughput (tok/s)", *[ms(modes[m]["effective_tokens_per_s"]) for m in cols],
+              f"{r['mean']:.2f}x [{r['min']:.2f}-{r['max']:.2f}]" if r else "-")
+    t.add_row("generation throughput (tok/s)", *[ms(modes[m]["generation_tokens_per_s"]) for m in cols],
+              f"{rg['mean']:.2f}x" if rg else "-")
+    t.add_row("RL wall time (s)", *[ms(modes[m]["rl_seconds"], "{:.1f}") for m in cols], "")
+    for lane in sorted({lane for m in cols for lane in modes[m]["idle"]}):
+        t.add_row(f"idle fraction: {lane}", *[ms(modes[m]["idle"][lane], "{:.2f}") if lane in modes[m]["idle"]
+                                               else "-" for m in cols], "")
+    t.add_row("staleness (samples by versions behind)",
+              *[" ".join(f"{k}:{n}" for k, n in modes[m]["staleness"].items()) for m in cols], "")
+    acc = results["accuracy"]
+    t.add_row("held-out accuracy after the last step", *[ms(modes[m]["final_accuracy"], "{:.3f}") for m in cols],
+              (f"{acc['difference']:+.3f} ({'equal' if acc['equal_within_noise'] else 'NOT equal'} within "
+               f"±{acc['two_standard_errors']:.3f})") if acc else "")
+    oc = results.get("overlap_ceiling")
+    if oc:
+        ph = oc["phases_s"]
+        t.add_row(f"overlap ceiling (G+T+P)/max(G,T+P): sync step = {ph['generate']:.3f} + {ph['train']:.3f} + "
+                  f"{ph['publish']:.3f} s", *["" for _ in cols],
+                  f"{oc['ceiling']['mean']:.2f}x" + (f" (async reached {oc['async_over_sync_fraction_of_ceiling']:.0%})"
+                                                    if "async_over_sync_fraction_of_ceiling" in oc else ""))
+    dc = results.get("decomposition")
+    if dc:
+        ph = dc["phases_s"]
+        t.add_row(f"decomposition: sync step G {ph['generate']:.3f} (straggler S {ph['straggler']:.3f}) + T "
+                  f"{ph['train']:.3f} + P {ph['publish']:.3f} s", *["" for _ in cols],
+                  f"overlap {dc['overlap']:.2f}x * straggler {dc['straggler']:.2f}x = {dc['ceiling']:.2f}x")
+        me = dc.get("measured")
+        if me and me.get("step_rate"):
+            t.add_row("  measured: sync/async s per step, effective; tokens per step async/sync",
+                      *["" for _ in cols],
+                      f"{me['step_rate']:.2f}x ({me['step_rate_fraction_of_ceiling']:.0%}), "
+                      f"{me['effective']:.2f}x; {me['tokens_per_step']:.2f}")
+    tta = results.get("time_to_accuracy")
+    if tta:
+        secs, mc = tta["seconds"], tta.get("mean_curve_seconds") or {}
+        t.add_row(f"RL time to accuracy {tta['target_accuracy']:.3f} (s), mean curve over seeds",
+                  *[("-" if mc.get(m) is None else f"{mc[m]:.1f}") if m in secs else "" for m in cols],
+                  f"{tta['mean_curve_ratio']:.2f}x" if tta.get("mean_curve_ratio") else "-")
+        t.add_row("  per seed (- = that run never got there)",
+                  *[", ".join("-" if v is None else f"{v:.1f}" for v in secs[m].values()) if m in secs else ""
+                    for m in cols],
+                  f"{[round(p, 2) for p in tta['ratio']['pairs']]}" if tta["ratio"] else "-")
+    ri = results["ratios"]["interruptible_over_noninterruptible"]
+    if ri:
+        t.add_row("interruptible / non-interruptible (effective)", *["" for _ in cols],
+                  f"{ri['mean']:.2f}x [{ri['min']:.2f}-{ri['max']:.2f}]")
+    rig = results["ratios"].get("interruptible_over_noninterruptible_generation")
+    if rig:
+        t.add_row("interruptible / non-interruptible (generation)", *["" for _ in cols],
+                  f"{rig['mean']:.2f}x [{rig['min']:.2f}-{rig['max']:.2f}]")
+    g = results.get("generate")
+    if g:
+        t.add_row(f"continuous batching vs HF static generate: {g['embedded_server']['tokens_per_s']:.0f} vs "
+                  f"{g['hf_static_batch']['tokens_per_s']:.0f} tok/s", *["" for _ in cols],
+                  f"{g['continuous_over_static']:.2f}x")
+    load = results["machine"]["start"]["load_average"]
+    t.caption = (f"{results['machine']['start']['cpu']}, {results['machine']['start']['cpu_count']} cpus, load "
+                 f"{load} at start; targets: async/sync >= {results['targets']['async_over_sync']}x at equal accuracy "
+                 f"({'reached' if results['targets']['reached']['async_over_sync'] else 'not reached'}; in time "
+                 f"to equal accuracy: {'reached' if results['targets']['reached'].get('async_over_sync_time_to_equal_accuracy') else 'not reached'}), "
+                 f"continuous/static >= {TARGETS['continuous_over_static']}x "
+                 f"({'not measured' if not results.get('generate') else 'reached' if results['targets']['reached']['continuous_over_static'] else 'not reached'})")
+    return t
