@@ -58,8 +58,8 @@ def test_bad_scenarios_fail_with_file_line_and_field(tmp_path, text, line, field
 
 
 def test_custom_variants_and_the_plan():
-    sc = st._scenario_from_dict({"etas": [4, 0, 1], "variants": {"mine": {"lr": 1e-4}, "naive": None}, "seeds": 2},
-                                lambda k: "x")
+    sc = st.scenario_from_dict({"etas": [4, 0, 1], "variants": {"mine": {"lr": 1e-4}, "naive": None}, "seeds": 2},
+                               lambda k: "x")
     assert sc.variants == {"mine": {"lr": 1e-4}, "naive": {"recompute_proximal": False}}
     plan = st.run_plan(sc)
     assert plan == [(0, 0, "sync"), (0, 1, "mine"), (0, 1, "naive"), (0, 4, "mine"), (0, 4, "naive"),

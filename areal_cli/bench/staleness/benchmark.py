@@ -1,0 +1,89 @@
+"""Running ``areal bench staleness``: one supervised warm start, then the grid of :func:`run_plan`, each run pinned
+to the cores of ``areal bench throughput``; writes ``results.json``, ``table.md`` and ``staleness.png``."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Callable
+
+from areal_cli.bench.runs import machine_description, output_to, override_items
+from areal_cli.bench.staleness.analysis import build_results, summarize_run
+from areal_cli.bench.staleness.report import plot_staleness, table_markdown
+from areal_cli.bench.staleness.scenario import SYNC, SYNC_OVERRIDES, Scenario, run_plan
+from areal_cli.errors import UserError
+
+
+def _run_cfg(scenario: Scenario, extra: list[str], items: list[str]):
+    from areal_cli.config import apply_overrides, load_recipe
+
+    cfg, _ = load_recipe(scenario.recipe)
+    return apply_overrides(cfg, override_items(scenario.overrides) + list(extra) + items)
+
+
+def run_ablation(scenario: Scenario, out: Path, *, extra_overrides: list[str] | None = None,
+                 log: Callable[[str], None] = print) -> dict:
+    """Run ``scenario`` into ``out``: one warm start, the grid of :func:`run_plan`, results.json, table.md, plot.
+
+    Raises:
+        UserError: ``out`` already holds results, bad recipe / overrides / variant fields, unavailable cpus.
+    """
+    from areal_cli.atomic import write_atomic_many, write_json_atomic
+    from areal_cli.train_loop import run_training
+
+    extra = list(extra_overrides or [])
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out}: --out exists and is not a directory")
+    if (out / "results.json").exists() or (out / "warm").exists():
+        raise UserError(f"{out}: already holds a benchmark; choose another --out")
+    cpu_items = [f"trainer_cpus={scenario.cpus['trainer']}", f"server_cpus={scenario.cpus['server']}",
+                 f"controller_cpus={scenario.cpus['controller']}"]
+    base_cfg = _run_cfg(scenario, extra, cpu_items)  # validates everything before any work
+    for name, ov in [(SYNC, SYNC_OVERRIDES), *scenario.variants.items()]:
+        try:
+            _run_cfg(scenario, extra, cpu_items + override_items(ov))
+        except UserError as e:
+            raise UserError(f"{scenario.source}: variant '{name}': {e}") from None
+    out.mkdir(parents=True, exist_ok=True)
+    machine = {"start": machine_description()}
+    t_bench = time.monotonic()
+
+    log(f"warm start ({scenario.recipe})")
+    with output_to(out / "warm" / "console.log"):
+        warm_summary = run_training(_run_cfg(scenario, extra, cpu_items + ["max_steps=0"]), out / "warm", live=False)
+    weights = sorted((out / "warm" / "weights").glob("sft-step*"))
+    if not weights:
+        raise RuntimeError(f"the warm start left no weights in {out / 'warm' / 'weights'}")
+    warm = {**warm_summary["warm_start"], "weights": str(weights[-1])}
+    log(f"warm start: {warm['steps']} steps, {warm['seconds']:.1f} s, accuracy {warm['accuracy']:.3f}")
+
+    runs: list[dict] = []
+    plan = run_plan(scenario)
+    for i, (rep, eta, variant) in enumerate(plan):
+        seed = base_cfg.seed + rep
+        label = f"{i:03d}-{variant}-eta{eta}-r{rep}"
+        ov = SYNC_OVERRIDES if variant == SYNC else scenario.variants[variant]
+        items = cpu_items + override_items(ov) + [
+            f"seed={seed}", f"model_path={weights[-1].resolve()}", "sft_max_steps=0", f"max_steps={scenario.steps}",
+            f"eval_every={scenario.accuracy_every}", "target_accuracy=0", "time_limit_s=0",
+            f"max_head_offpolicyness={eta}"]
+        cfg = _run_cfg(scenario, extra, items)
+        run_dir = out / "runs" / label
+        with output_to(out / "runs" / f"{label}.console.log"):
+            summary = run_training(cfg, run_dir, live=False, record_timeline=True)
+        tl = json.loads((run_dir / "timeline.json").read_text())
+        metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        r = summarize_run(tl, metrics, summary, label=label, variant=variant, eta=eta, repeat=rep, seed=seed)
+        r["dir"] = str(run_dir)
+        runs.append(r)
+        log(f"[{i + 1}/{len(plan)}] {label}: accuracy {r['final_accuracy']:.3f} (best {r['max_accuracy']:.3f}), "
+            f"{r['rl_seconds']:.1f} RL s, staleness {r['staleness_mean']:.2f}")
+
+    machine["end"] = machine_description()
+    results = build_results(scenario, runs, warm=warm, machine=machine, extra_overrides=extra,
+                            recipe_config=base_cfg.to_dict(), seconds=time.monotonic() - t_bench)
+    plot_staleness(results, out / results["plots"]["staleness"])
+    write_atomic_many({out / results["table"]: table_markdown(results)})
+    write_json_atomic(out / "results.json", results)
+    return results
