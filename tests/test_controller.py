@@ -238,7 +238,7 @@ def test_a_starving_trainer_is_told_why_and_what_to_change():
     minute waiting line says so and names the settings that give the trainer batches."""
     from types import SimpleNamespace
 
-    from areal_cli.train_loop import _get_batch_watched
+    from areal_cli.train_loop.loop import get_batch_watched
 
     logged = []
     counters = {"groups_accepted": 0, "groups_dropped_filter": 0, "groups_rejected": 0,
@@ -258,7 +258,7 @@ def test_a_starving_trainer_is_told_why_and_what_to_change():
 
     async def go():
         with pytest.raises(asyncio.TimeoutError):
-            await asyncio.wait_for(_get_batch_watched(ctx, Starving(), 3, every_s=0.1), timeout=0.35)
+            await asyncio.wait_for(get_batch_watched(ctx, Starving(), 3, every_s=0.1), timeout=0.35)
 
     asyncio.run(go())
     assert logged and "step 3: waiting" in logged[0] and "dropped by the success-rate filter [0.01, 0.99]" in logged[0]

@@ -109,13 +109,13 @@ class _Task:
 def test_train_states_the_level_for_code_tasks_and_refuses_under_strict(reduced_mode):
     from areal_cli.config import TrainConfig
     from areal_cli.errors import UserError
-    from areal_cli.train_loop import _sandbox_in_force
+    from areal_cli.train_loop.setup import sandbox_in_force
 
-    assert _sandbox_in_force(TrainConfig(), _Task("math"), _Status()) is None
+    assert sandbox_in_force(TrainConfig(), _Task("math"), _Status()) is None
     status = _Status()
-    state = _sandbox_in_force(TrainConfig(), _Task("code"), status)
+    state = sandbox_in_force(TrainConfig(), _Task("code"), status)
     assert state["level"] == "reduced" and len(status.warnings) == 1 and "reduced isolation" in status.warnings[0]
     with pytest.raises(UserError, match=r"^field 'sandbox_isolation': code sandbox: .*isolation 'strict' needs namespaces"):
-        _sandbox_in_force(TrainConfig(sandbox_isolation="strict"), _Task("code"), status)
+        sandbox_in_force(TrainConfig(sandbox_isolation="strict"), _Task("code"), status)
     with pytest.raises(UserError, match="sandbox_isolation.*'auto' or 'strict'"):
         TrainConfig(sandbox_isolation="paranoid").validate("cfg.yaml")

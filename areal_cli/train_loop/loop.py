@@ -1,0 +1,326 @@
+"""Phase 2 of a run: the asynchronous RL loop, one step top to bottom.
+
+Each step waits for ``batch_size`` accepted groups, trains on them (proximal logprobs, advantages, one
+decoupled-PPO update per minibatch), publishes version v+1 (the servers load it while the trainer takes its next
+batch), measures held-out accuracy when due, and appends one line to ``metrics.jsonl`` (and, for ``areal bench
+throughput``, one step to the :class:`~areal_cli.timeline.Timeline`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import time
+from collections import Counter
+from typing import Any
+
+
+from areal_cli.api.types import Group
+from areal_cli.checkpoint import Checkpoint, PromptStream, capture_rng, restore_rng, truncate_metrics
+from areal_cli.episodes import make_controller
+from areal_cli.timeline import cpu_snapshot
+from areal_cli.trainer.group import TorchrunTrainer
+from areal_cli.train_loop.context import STEPS, RunContext
+from areal_cli.train_loop.evaluation import evaluate
+from areal_cli.train_loop.resume import controller_state, restore_controller
+from areal_cli.train_loop.weights import load_version, sync_distributed
+
+
+def _rounded(key: str, value):
+    """A trainer statistic for metrics.jsonl: 6 decimals, but 4 significant digits for the logprob mismatch
+    (~1e-6 nats, which 6 decimals would erase); None and bools as they are."""
+    if value is None or isinstance(value, bool):
+        return value
+    if key.startswith("logprob_mismatch_") and key != "logprob_mismatch_tokens":
+        return float(f"{value:.4g}")
+    return round(value, 6)
+
+
+def _cpu_snapshot(ctx: RunContext) -> dict:
+    """CPU seconds of this process, the trainer ranks, the rollout process and the servers (timeline)."""
+    return cpu_snapshot(trainer_pids=list(ctx.trainer.pids) if isinstance(ctx.trainer, TorchrunTrainer) else [],
+                        rollout_pid=ctx.rollout_process.pid if ctx.rollout_process is not None else None,
+                        server_pids=[p.pid for p in ctx.fleet.procs])
+
+
+async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None) -> dict:
+    """Asynchronous RL until ``max_steps``, the target accuracy or the time limit.
+
+    Every ``checkpoint_every`` steps a checkpoint (:func:`save_checkpoint`) is written after the step's
+    metrics line. With ``resume``, the loop continues after the checkpointed step: weights and optimizer are
+    already restored (:func:`~areal_cli.train_loop.setup.run_job`); here the data position, staleness counters, controller counters and
+    RNG states are, ``metrics.jsonl`` is cut back to the checkpointed step, and the next line carries
+    ``"resumed_from"`` (semantics: :mod:`areal_cli.checkpoint`).
+
+    With a :class:`Timeline`, each step adds ``{"step", "start", "end"`` (end = new version published,
+    before any eval), ``"tokens"`` (prompt + response tokens of the batch: what the trainer consumed,
+    AReaL's ``ppo_actor/n_tokens``), ``"response_tokens"``, ``"n_samples"``, ``"staleness"`` (histogram
+    {versions behind at the first token: samples}), ``"wait_s"``, ``"train_s"``, ``"train_cpu_s"``,
+    ``"publish_s"``, ``"eval_s"``, ``"evaluated"`` (held-out accuracy measured after this step), ``"accuracy"``
+    (latest measured), ``"cpu"`` (CPU seconds at ``end``),
+    ``"generated_tokens"`` (all tokens generated since RL start, kept or dropped, at ``end``)}.
+    """
+    cfg = ctx.cfg
+    tl = ctx.timeline
+    rs = resume.state if resume is not None else None
+    stream = PromptStream(ctx.task.train_stream(), lambda item: item, **(rs["data"] if rs else {}))
+    if ctx.rollout_process is not None:
+        controller = ctx.rollout_process
+        await controller.wait_ready()
+    else:
+        controller = make_controller(cfg, ctx.episodes, ctx.task, stream)
+    metrics_path = ctx.out / "metrics.jsonl"
+    resumes: list[dict] = list(rs.get("resumes", [])) if rs else []
+    if rs is None:
+        await ctx.train("engine.set_lr", cfg.lr)
+        await ctx.train("engine.optimizer.state.clear")  # fresh AdamW moments for the RL phase
+        version, acc, first_step = 0, warm["accuracy"], 1
+        time_to_target, trained_tokens, last_tokens = None, 0, 0
+        t_rl = time.monotonic()
+    else:  # optimizer state and its lr were restored with the weights
+        version, acc, first_step = int(rs["version"]), rs["accuracy"], int(rs["step"]) + 1
+        time_to_target, trained_tokens, last_tokens = rs["time_to_target"], rs["trained_tokens"], rs["last_tokens"]
+        resumes.append(restore_controller(controller, cfg, resume, truncate_metrics(metrics_path, resume.step)))
+        now = time.monotonic()  # the run's clocks continue from the checkpoint (the downtime is not counted)
+        ctx.t0 = ctx.status.t0 = now - rs["elapsed_s"]
+        t_rl = now - rs["rl_elapsed_s"]
+        restore_rng(resume.load_rng())
+        ctx.status.log(f"resumed at step {first_step}: {len(rs['data']['pending'])} pending prompt(s) re-issued")
+    if tl is not None:
+        tl.marks["rl_start"] = t_rl
+        tl.cpu["rl_start"] = _cpu_snapshot(ctx)
+    last_bench = None  # the latest in-loop benchmark results
+    with metrics_path.open("a" if rs else "w") as mf:
+        if rs is None:
+            first = {"step": 0, "version": 0, "phase": "warm_start_end", "reward_mean": None, "accuracy": acc,
+                     "staleness_max": 0, "staleness_mean": 0.0, "elapsed_s": round(ctx.elapsed(), 3),
+                     "rl_elapsed_s": 0.0, "warm_start_steps": warm["steps"],
+                     "warm_start_s": round(warm["seconds"], 3), "evaluated": True}
+            if ctx.sandbox is not None:
+                first["sandbox_isolation"] = ctx.sandbox["level"]
+                first["sandbox_isolation_summary"] = ctx.sandbox["summary"]
+            if ctx.bench is not None:
+                first["eval_benchmarks"] = last_bench = await ctx.bench.run(ctx.client, ctx.tokenizer, ctx.version)
+                first.update({f"{b}/pass@1": round(r["pass@1"], 6) for b, r in first["eval_benchmarks"].items()})
+            mf.write(json.dumps(first) + "\n")
+            mf.flush()
+            if ctx.tracker is not None:
+                ctx.tracker.log(first)
+            ctx.status.step(first, controller.stats.as_dict())
+        controller.start()
+        cs0 = controller.stats.as_dict()  # (a rollout process reports its counters with its first group)
+        scored = (cs0.get("reward_sum_scored", 0.0), cs0.get("samples_scored", 0))  # before the group filter
+        loading: asyncio.Task | None = None  # the servers loading the latest version
+        mismatch_warned = False
+        try:
+            last_t = time.monotonic()
+            for step in range(first_step, cfg.max_steps + 1):
+                if cfg.lr_scheduler != "constant" or cfg.warmup_proportion:
+                    from areal_cli.sft import lr_at
+
+                    await ctx.train("engine.set_lr", lr_at(step - 1, cfg.max_steps, cfg))
+                t_wait = time.monotonic()
+                groups = await get_batch_watched(
+                    ctx, controller, step, consumer_version=version if cfg.stale_groups == "drop" else None)
+                t_batch = time.monotonic()
+                wait_s = t_batch - t_wait
+                train_stats = await ctx.train(f"{STEPS}:train_on_groups", groups, cfg,
+                                              ctx.tokenizer.pad_token_id, trainer_version=version)
+                if train_stats.get("logprob_mismatch_flagged") and not mismatch_warned:
+                    mismatch_warned = True
+                    ctx.status.warn(f"step {step}: the servers' logprobs differ from the trainer's on tokens of the "
+                                    f"same policy version by up to {train_stats['logprob_mismatch_max']:.2e} nats "
+                                    f"(> 1e-4 in float32 is a bug: engine and trainer should compute the same model)")
+                train_cpu_s = train_stats.pop("cpu_s")
+                n_tokens, n_response = int(train_stats.pop("tokens")), int(train_stats.pop("response_tokens"))
+                train_s = time.monotonic() - t_batch - train_stats.pop("batch_s")  # the PPO update
+                trained_tokens += n_tokens
+                samples = [s for g in groups for s in g.samples]
+                stale = [version - s.head_version for s in samples if s.head_version >= 0]  # -1: nothing generated
+                version += 1
+                t_sync = time.monotonic()
+                if loading is not None:  # the servers finish loading the previous version first
+                    await loading
+                    loading = None
+                path = ctx.out / "weights" / f"v{version}"
+                # the last step: max_steps, or the time limit (the final policy is then evaluated and kept too)
+                time_up = bool(cfg.time_limit_s) and ctx.elapsed() > cfg.time_limit_s
+                last = step == cfg.max_steps or time_up
+                keep_copy = last or bool(cfg.checkpoint_every and step % cfg.checkpoint_every == 0)
+                if cfg.weight_update_mode == "xccl":  # broadcast from the trainer; servers paused meanwhile
+                    await sync_distributed(ctx, version)
+                    ctx.version = version
+                    controller.notify_version(version)
+                    if keep_copy:  # the final weights and checkpoints still go to disk
+                        await ctx.train("engine.save_hf", path)
+                else:
+                    await ctx.train("engine.save_hf", path)
+                    # The servers load it while the trainer goes on with the next batch (already generated
+                    # under the staleness bound); rollouts of the new version are admitted once it is loaded.
+                    loading = asyncio.create_task(load_version(ctx, controller, path, version))
+                eval_due = bool(cfg.eval_every) and (step % cfg.eval_every == 0 or last)
+                bench_every = cfg.eval_benchmark_every or cfg.eval_every
+                bench_due = ctx.bench is not None and bool(bench_every) and (step % bench_every == 0
+                                                                             or last)
+                if (eval_due or bench_due or last) and loading is not None:
+                    await loading
+                    loading = None
+                old = ctx.out / "weights" / f"v{version - 2}"
+                if old.exists():
+                    shutil.rmtree(old, ignore_errors=True)
+                t_published = time.monotonic()
+                sync_s = t_published - t_sync
+                cpu_now = _cpu_snapshot(ctx) if tl is not None else None
+                generated_now = controller.stats.tokens_generated
+                if eval_due:
+                    acc = await evaluate(ctx)
+                bench = await ctx.bench.run(ctx.client, ctx.tokenizer, ctx.version) if bench_due else None
+                last_bench = bench or last_bench
+                now = time.monotonic()
+                if tl is not None:
+                    for kind, a, b in (("wait", t_wait, t_batch), ("train", t_batch, t_sync),
+                                       ("publish", t_sync, t_published), ("eval", t_published, now)):
+                        if b > a and (kind != "eval" or eval_due or bench_due):
+                            tl.add("trainer", kind, a, b)
+                    tl.steps.append({
+                        "step": step, "start": round(t_wait, 6), "end": round(t_published, 6),
+                        "tokens": n_tokens, "response_tokens": n_response,
+                        "n_samples": len(samples), "staleness": dict(sorted(Counter(stale).items())),
+                        "wait_s": round(wait_s, 6), "train_s": round(t_sync - t_batch, 6),
+                        "train_cpu_s": round(train_cpu_s, 6), "publish_s": round(sync_s, 6),
+                        "eval_s": round(now - t_published, 6), "evaluated": eval_due, "accuracy": acc, "cpu": cpu_now,
+                        "generated_tokens": generated_now,
+                    })
+                cs = controller.stats.as_dict()
+                now_scored = (cs.get("reward_sum_scored", 0.0), cs.get("samples_scored", 0))
+                new_scored = now_scored[1] - scored[1]
+                reward_scored = (now_scored[0] - scored[0]) / new_scored if new_scored else None
+                scored = now_scored
+                line = {
+                    "step": step, "version": version, "phase": "rl",
+                    "reward_mean": sum(s.reward for s in samples) / len(samples),
+                    # every group scored since the last step, before the success-rate filter dropped any
+                    "reward_mean_scored": round(reward_scored, 6) if reward_scored is not None else None,
+                    "reward_positive_frac": sum(s.reward > 0 for s in samples) / len(samples),
+                    "accuracy": acc,
+                    "staleness_max": max(stale, default=0), "staleness_mean": sum(stale) / max(len(stale), 1),
+                    "elapsed_s": round(ctx.elapsed(), 3), "rl_elapsed_s": round(now - t_rl, 3),
+                    "gen_tokens_per_s": (cs["tokens_generated"] - last_tokens) / max(now - last_t, 1e-9),
+                    "train_tokens_per_s": trained_tokens / max(now - t_rl, 1e-9),
+                    "wait_s": round(wait_s, 4), "train_s": round(train_s, 4), "sync_s": round(sync_s, 4),
+                    "groups_dropped": cs["groups_dropped_filter"] + cs["groups_dropped_reward_failure"]
+                    + cs.get("groups_dropped_stale", 0),
+                    "prompts_dropped_too_long": cs["prompts_dropped_too_long"],
+                    "truncated_frac": sum(s.finish_reason == "length" for s in samples) / len(samples),
+                    **(ctx.supervisor.metrics() if ctx.supervisor is not None else {}),
+                    "staleness_hist": {str(k): v for k, v in sorted(Counter(stale).items())},
+                    **{k: _rounded(k, v) for k, v in train_stats.items()}, **cs,
+                }
+                line["evaluated"] = eval_due
+                if eval_due:
+                    line["eval_reward_failures"] = ctx.eval_failures
+                if bench is not None:
+                    line["eval_benchmarks"] = bench
+                    line.update({f"{b}/pass@1": round(r["pass@1"], 6) for b, r in bench.items()})
+                if rs is not None and step == first_step:
+                    line["resumed_from"] = str(resume.path.relative_to(ctx.out))
+                last_tokens, last_t = cs["tokens_generated"], now
+                mf.write(json.dumps(line) + "\n")
+                mf.flush()
+                if ctx.tracker is not None:
+                    ctx.tracker.log(line)
+                ctx.status.step(line, cs)
+                if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+                    if loading is not None:  # the servers must hold this version: the staleness counter is v
+                        await loading
+                        loading = None
+                    engine_steps = await ctx.train("engine.steps")
+                    state = {
+                        "step": step, "version": version, "accuracy": acc, "elapsed_s": line["elapsed_s"],
+                        "rl_elapsed_s": line["rl_elapsed_s"], "trained_tokens": trained_tokens,
+                        "last_tokens": last_tokens, "time_to_target": time_to_target, "warm_start": warm,
+                        **controller_state(controller, stream, cfg, step), "engine_steps": engine_steps,
+                        "resumes": resumes, "config": cfg.to_dict(),
+                    }
+                    rng = capture_rng()
+                    t_ck = time.monotonic()
+                    ck = await ctx.train(f"{STEPS}:save_trainer_checkpoint", ctx.out, step, hf_dir=path,
+                                         rng=rng, state=state, keep=cfg.keep_checkpoints)
+                    ctx.status.log(f"checkpoint {ck.relative_to(ctx.out)} ({time.monotonic() - t_ck:.2f} s)")
+                if time_to_target is None and cfg.target_accuracy and acc is not None and acc >= cfg.target_accuracy:
+                    time_to_target = {"step": step, "elapsed_s": line["elapsed_s"], "rl_elapsed_s": line["rl_elapsed_s"]}
+                    break
+                if time_up:
+                    ctx.status.log(f"time limit {cfg.time_limit_s}s reached: the policy of step {step} is the final one")
+                    break
+            if loading is not None:
+                await loading
+                loading = None
+        finally:
+            if loading is not None:  # an error or Ctrl-C left a weight update running
+                loading.cancel()
+                await asyncio.gather(loading, return_exceptions=True)
+            if tl is not None:
+                tl.marks["rl_end"] = tl.steps[-1]["end"] if tl.steps else time.monotonic()
+                tl.cpu["rl_end"] = tl.steps[-1]["cpu"] if tl.steps else _cpu_snapshot(ctx)
+                tl.marks["controller"] = controller.stats.as_dict()
+            await controller.stop()
+            aclose = getattr(ctx.task.workflow, "aclose", None)  # a workflow's own servers (the agent proxy)
+            if aclose is not None and asyncio.iscoroutinefunction(aclose):
+                try:
+                    await aclose()
+                except Exception as e:  # noqa: BLE001 - closing must not hide the run's outcome
+                    ctx.status.warn(f"workflow aclose failed: {type(e).__name__}: {e}")
+            # also after Ctrl-C: the curve of the steps that were completed
+            from areal_cli.plots import plot_learning_curve
+
+            plot_learning_curve(metrics_path, ctx.out / "learning_curve.png", target=cfg.target_accuracy)
+    final = ctx.out / "weights" / f"v{version}"
+    summary = {
+        "recipe": cfg.recipe, "ok": True, "final_version": version, "final_accuracy": acc,
+        "target_accuracy": cfg.target_accuracy, "target_reached": time_to_target is not None,
+        "warm_start": warm, "time_to_target": time_to_target, "elapsed_s": round(ctx.elapsed(), 3),
+        "final_weights": str(final), "controller": controller.stats.as_dict(),
+        "reward_failures": controller.stats.reward_failure_examples, "task": ctx.task.name,
+    }
+    if ctx.bench is not None:
+        summary["eval_benchmarks"] = ctx.bench.record()
+        summary["last_eval_benchmarks"] = last_bench
+    if resumes:
+        summary["resumes"] = resumes
+    if ctx.sandbox is not None:
+        summary["sandbox_isolation"] = ctx.sandbox
+    return summary
+
+
+async def get_batch_watched(ctx: RunContext, controller: Any, step: int, every_s: float = 60.0,
+                             consumer_version: int | None = None) -> list[Group]:
+    """``controller.get_batch(batch_size)``, saying once a minute why the wait is long when episodes are being
+    dropped or rejected instead of accepted (a success-rate filter that drops every group of a model that
+    always or never succeeds starves the trainer, as in AReaL; the counters say so)."""
+    task = asyncio.ensure_future(controller.get_batch(ctx.cfg.batch_size, consumer_version=consumer_version))
+    start = dict(controller.stats.as_dict())
+    t0 = time.monotonic()
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=every_s)
+            if done:
+                return task.result()
+            now = controller.stats.as_dict()
+            delta = {k: now.get(k, 0) - start.get(k, 0) for k in ("groups_accepted", "groups_dropped_filter",
+                                                                   "groups_rejected", "groups_dropped_reward_failure")}
+            ctx.status.log(f"step {step}: waiting {time.monotonic() - t0:.0f} s for a batch of {ctx.cfg.batch_size} "
+                           f"groups: {delta['groups_accepted']} accepted, {delta['groups_dropped_filter']} dropped by "
+                           f"the success-rate filter [{ctx.cfg.success_rate_lb}, {ctx.cfg.success_rate_ub}], "
+                           f"{delta['groups_rejected']} rejected by the workflow, "
+                           f"{delta['groups_dropped_reward_failure']} dropped by reward failures"
+                           + ("; almost every group is all-correct or all-wrong: a longer warm start (sft_max_steps), "
+                              "a wider success_rate_lb..success_rate_ub range or a larger group_size gives the trainer "
+                              "batches" if delta["groups_dropped_filter"] > 10 * max(delta["groups_accepted"], 1)
+                              else ""))
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+

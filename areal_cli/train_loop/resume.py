@@ -1,0 +1,91 @@
+"""What a checkpoint holds of the run beyond the trainer: its config, its weights folder, and the rollout controller's
+counters and data position, saved every ``checkpoint_every`` steps and restored by ``areal train --resume``
+(semantics: :mod:`areal_cli.checkpoint`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections import Counter
+from dataclasses import fields
+from pathlib import Path
+
+
+from areal_cli.checkpoint import Checkpoint, PromptStream, staleness_capacity
+from areal_cli.config import TrainConfig
+from areal_cli.errors import UserError
+from areal_cli.rollout.controller import RolloutController
+
+
+def config_of_checkpoint(ckpt: Checkpoint) -> TrainConfig:
+    """The run's TrainConfig as stored in the (checksummed) checkpoint state."""
+    stored = ckpt.state.get("config")
+    where = ckpt.path / "state.json"
+    if not isinstance(stored, dict):
+        raise UserError(f"{where}: field 'config': missing")
+    known = {f.name for f in fields(TrainConfig)} - {"extra"}
+    unknown = sorted(set(stored) - known)
+    if unknown:
+        raise UserError(f"{where}: field 'config.{unknown[0]}': unknown key (written by another version?)")
+    cfg = TrainConfig(**stored)
+    cfg.validate(str(where))
+    return cfg
+
+
+def restore_weights_dir(out: Path, ckpt: Checkpoint) -> Path:
+    """Put the checkpoint's weights at ``out/weights/v<version>`` (what the loop expects) and drop weight
+    directories of later versions (those steps are redone). Returns the directory."""
+    version = int(ckpt.state["version"])
+    wdir = out / "weights"
+    for p in wdir.glob("v*"):
+        if p.name[1:].isdigit() and int(p.name[1:]) > version:
+            shutil.rmtree(p, ignore_errors=True)
+    dst = wdir / f"v{version}"
+    tmp = wdir / f".v{version}.restore-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(ckpt.hf_dir, tmp)
+    if dst.exists():
+        shutil.rmtree(dst)
+    os.replace(tmp, dst)
+    return dst
+
+
+def controller_state(controller: RolloutController, stream: PromptStream, cfg: TrainConfig, step: int) -> dict:
+    """The controller's part of a checkpoint, read in one go (no await): staleness counters and their
+    capacity, controller counters, data position (:class:`PromptStream`)."""
+    counters = controller.staleness.state_dict()
+    return {
+        "staleness": counters,
+        "staleness_capacity": staleness_capacity(cfg.max_head_offpolicyness, cfg.batch_size, counters),
+        "trained_groups": step * cfg.batch_size,
+        "controller": {f.name: getattr(controller.stats, f.name) for f in fields(controller.stats)},
+        "data": stream.position(controller.pending_group_ids()),
+    }
+
+
+def restore_controller(controller: RolloutController, cfg: TrainConfig, ckpt: Checkpoint, dropped_lines: int) -> dict:
+    """Set the staleness and controller counters of a resumed run (before the controller starts).
+
+    Staleness: version = the checkpoint's, accepted = groups trained, running = 0, rejected kept; the
+    pending groups are re-admitted first, after which the capacity equals the checkpoint's (see
+    :mod:`areal_cli.checkpoint`). Returns the record of this resume (also in summary.json ``resumes``).
+    """
+    rs = ckpt.state
+    sm = controller.staleness
+    sm.set_version(int(rs["staleness"]["version"]))
+    sm.accepted, sm.running, sm.rejected = int(rs["trained_groups"]), 0, int(rs["staleness"]["rejected"])
+    for name, value in rs["controller"].items():
+        setattr(controller.stats, name, Counter(value) if name == "reward_status" else value)
+    restored = sm.state_dict()
+    n_pending = len(rs["data"]["pending"])
+    eta, b = cfg.max_head_offpolicyness, cfg.batch_size
+    return {
+        "checkpoint": str(ckpt.path.relative_to(ckpt.path.parent.parent)), "step": ckpt.step,
+        "metrics_lines_dropped": dropped_lines, "pending_reissued": n_pending,
+        "staleness_checkpoint": rs["staleness"], "staleness_restored": restored,
+        "capacity_checkpoint": rs["staleness_capacity"],
+        "capacity_restored": staleness_capacity(eta, b, restored),
+        "capacity_after_readmission": staleness_capacity(eta, b, {**restored, "running": n_pending}),
+    }
+

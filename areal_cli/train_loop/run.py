@@ -1,0 +1,158 @@
+"""The entry points of ``areal train``: a new run (:func:`run_training`), a resumed one (:func:`resume_training`), and
+the RL steps of ``epochs`` passes (:func:`steps_for_epochs`). Everything is checked before anything is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+import shutil
+from pathlib import Path
+
+import torch
+
+from areal_cli.atomic import write_json_atomic
+from areal_cli.checkpoint import Checkpoint, load_checkpoint, truncate_metrics
+from areal_cli.config import TrainConfig
+from areal_cli.errors import UserError
+from areal_cli.processes import check_cpus
+from areal_cli.run_status import RunStatus
+from areal_cli.tasks.task import Task
+from areal_cli.timeline import Timeline
+from areal_cli.train_loop.resume import config_of_checkpoint
+from areal_cli.train_loop.setup import run_job
+
+
+def prepare_out_dir(out: Path) -> None:
+    """Refuse to write over an earlier run, finished or interrupted (nothing is overwritten).
+
+    Raises:
+        UserError: ``out`` is a file, cannot be created, or already holds a run (config.json is written
+            first thing, so an interrupted run counts too).
+    """
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out}: --out exists and is not a directory")
+    for marker in ("metrics.jsonl", "config.json"):
+        if (out / marker).exists():
+            raise UserError(f"{out}: already holds a run ({marker}); choose another --out")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"{out}: cannot create the run directory: {e.strerror}") from None
+
+
+def run_training(cfg: TrainConfig, out: Path, *, live: bool = True, record_timeline: bool = False,
+                 resume: Checkpoint | None = None) -> dict:
+    """Run warm start + asynchronous RL for ``cfg``; return the summary (also written to summary.json).
+
+    Args:
+        record_timeline: also write ``timeline.json`` (:class:`~areal_cli.timeline.Timeline`).
+        resume: continue the run in ``out`` from this verified checkpoint (see :func:`resume_training`).
+    Raises:
+        UserError: bad task (unknown preset, unreadable or malformed records, user code that does not load),
+            existing run directory, bad model path, or unavailable pinned cpus -- all before anything is written.
+    """
+    model_dir = None
+    if cfg.model_path is not None:
+        from areal_cli.models.gguf import resolve_model
+        from areal_cli.rollout.engine import ModelSpec
+
+        model_dir = resolve_model(cfg.model_path, log=print)  # a .gguf file: dequantised once into a cache
+        if not (model_dir / "config.json").is_file():
+            raise UserError(f"model_path '{cfg.model_path}': not a model directory (no config.json) or .gguf file")
+        ModelSpec.from_model_dir(model_dir)  # an unsupported family or feature: one line, before anything
+    if cfg.rollout_engine == "sglang":
+        import importlib.util
+
+        if importlib.util.find_spec("sglang") is None:
+            raise UserError(f"rollout_engine: sglang: the 'sglang' package is not installed here (a GPU run: "
+                            f"`areal reproduce {cfg.recipe}` on a machine with its GPUs, or `areal launch slurm "
+                            f"{cfg.recipe} ...` on a cluster; -o rollout_engine=embedded runs the CPU server)")
+    if cfg.model_path is None and cfg.rollout_engine != "embedded" and resume is None:
+        raise UserError(f"field 'model_path': rollout_engine {cfg.rollout_engine} serves a model directory; set "
+                        f"-o model_path=DIR (a published recipe's base model: `areal download {cfg.recipe} "
+                        f"--local-dir DIR`, then -o model_path=DIR/model -o dataset=DIR/data/FILE)")
+    check_cpus(cfg)
+    from areal_cli.tracking import Tracker, parse_loggers
+
+    loggers = parse_loggers(cfg.loggers)  # a missing package: one line, before any work
+    if resume is not None and record_timeline:
+        raise UserError("a resumed run cannot record a timeline (areal bench runs are not resumed)")
+    task = Task(cfg)
+    if cfg.epochs and resume is None:
+        cfg = dataclasses.replace(cfg, max_steps=steps_for_epochs(cfg, task))
+    created = not out.exists()
+    if resume is None:
+        prepare_out_dir(out)
+    torch.set_num_threads(cfg.torch_threads)
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    if resume is None:
+        write_json_atomic(out / "config.json", cfg.to_dict())
+    status = RunStatus(cfg, out, live=live)
+    timeline = Timeline() if record_timeline else None
+    tracker = None
+    try:
+        tracker = Tracker(loggers, out, cfg.to_dict(), project=cfg.wandb_project,
+                          resume_step=resume.step if resume is not None else None, log=status.log)
+        with status:
+            summary = asyncio.run(run_job(cfg, out, task, status, timeline, resume, model_dir, tracker))
+        tracker.summary(summary)
+    except UserError:
+        # bad input found before the first RL step ended (a prompt the tokenizer cannot take, a workflow or reward
+        # that breaks at once, a micro-batch budget too small, ...): nothing worth keeping was made, so leave
+        # nothing behind -- a half-made run directory would block the same --out next time
+        if resume is None and created and not _has_rl_steps(out / "metrics.jsonl"):
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+    finally:
+        if tracker is not None:
+            tracker.close()
+    status.summary(summary)
+    return summary
+
+
+def _has_rl_steps(metrics: Path) -> bool:
+    """Whether ``metrics.jsonl`` holds at least one finished RL step."""
+    try:
+        return any('"phase": "rl"' in line for line in metrics.read_text().splitlines())
+    except OSError:
+        return False
+
+
+def steps_for_epochs(cfg: TrainConfig, task: Task) -> int:
+    """RL steps of ``cfg.epochs`` passes over the training records: ``epochs * (records // batch_size)``
+    (AReaL counts steps per epoch the same way, before any filtering).
+
+    Raises:
+        UserError: a generated (endless) dataset, or fewer records than one batch.
+    """
+    if task.train_records is None:
+        raise UserError(f"field 'epochs': task '{task.name}' streams generated records; set max_steps instead")
+    per_epoch = len(task.train_records) // cfg.batch_size
+    if per_epoch == 0:
+        raise UserError(f"field 'epochs': {len(task.train_records)} training records do not fill one batch of "
+                        f"{cfg.batch_size} prompts")
+    return cfg.epochs * per_epoch
+
+
+def resume_training(path: Path, *, live: bool = True) -> dict:
+    """``areal train --resume PATH``: continue a run killed or stopped after a checkpoint.
+
+    ``PATH`` is the run directory (its newest checkpoint is used) or one ``checkpoints/step-*`` directory.
+    The configuration is the one stored in the checkpoint. Everything is verified before anything is
+    written; see :mod:`areal_cli.checkpoint` for what is restored and what is regenerated.
+    Raises:
+        UserError: no checkpoint, a corrupted one (naming the file), a finished run, a missing base model.
+    """
+    ckpt = load_checkpoint(path)
+    run_dir = ckpt.path.parent.parent
+    if (run_dir / "summary.json").exists():
+        raise UserError(f"{run_dir}: the run already finished (summary.json); nothing to resume")
+    cfg = config_of_checkpoint(ckpt)
+    truncate_metrics(run_dir / "metrics.jsonl", ckpt.step, write=False)  # checked now, cut when the run restarts
+    if cfg.model_path is None and not (run_dir / "model" / "base" / "config.json").is_file():
+        raise UserError(f"{run_dir / 'model' / 'base'}: the run's base model is missing; cannot resume")
+    return run_training(cfg, run_dir, live=live, resume=ckpt)
+
