@@ -49,9 +49,9 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
 
     Every ``checkpoint_every`` steps a checkpoint (:func:`save_checkpoint`) is written after the step's
     metrics line. With ``resume``, the loop continues after the checkpointed step: weights and optimizer are
-    already restored (:func:`~areal_cli.train_loop.setup.run_job`); here the data position, staleness counters, controller counters and
-    RNG states are, ``metrics.jsonl`` is cut back to the checkpointed step, and the next line carries
-    ``"resumed_from"`` (semantics: :mod:`areal_cli.checkpoint`).
+    already restored (:func:`~areal_cli.train_loop.setup.run_job`); here the data position, staleness
+    counters, controller counters and RNG states are, ``metrics.jsonl`` is cut back to the checkpointed step,
+    and the next line carries ``"resumed_from"`` (semantics: :mod:`areal_cli.checkpoint`).
 
     With a :class:`Timeline`, each step adds ``{"step", "start", "end"`` (end = new version published,
     before any eval), ``"tokens"`` (prompt + response tokens of the batch: what the trainer consumed,
