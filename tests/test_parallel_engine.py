@@ -22,7 +22,8 @@ from safetensors.torch import load_file, save_file
 from areal_cli.errors import UserError
 from areal_cli.trainer import hf_mcore
 from areal_cli.trainer import parallel_shard as psh
-from areal_cli.trainer.megatron_engine import MegatronEngine, dp_row_ranges
+from areal_cli.trainer.collectives import dp_row_ranges
+from areal_cli.trainer.megatron_engine import MegatronEngine
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "dist" / "parallel_parity.py"

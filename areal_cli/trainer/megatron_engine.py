@@ -48,11 +48,7 @@ method with the SAME arguments (the full batch):
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import shutil
-import uuid
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -63,60 +59,18 @@ import torch.distributed as dist
 # megatron-core warns at import that the optional CUDA fusions (Transformer Engine, Apex) are absent, and
 # about config defaults (cuda graph scope) the local CPU path never uses: keep the user's terminal clean.
 warnings.filterwarnings("ignore", category=UserWarning, module=r"megatron(\..*)?$")
-from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from areal_cli.errors import UserError
 from areal_cli.trainer import cpu_compat, hf_mcore
 from areal_cli.trainer import parallel_shard as psh
 from areal_cli.trainer.batch import TrainBatch
+from areal_cli.trainer.collectives import (all_gather_dp_rows, allreduce_dp_grads, allreduce_qk_norm_grads,
+                                           clip_grad_norm_model_parallel, dp_group, dp_row_ranges, dp_size,
+                                           gather_pp_state, gather_tp_state)
+from areal_cli.trainer.hf_dir import load_hf_config, read_hf_state_dict, write_hf_dir
 
-__all__ = ["MegatronEngine", "HF_AUX_FILES", "read_hf_state_dict", "dp_row_ranges"]
-
-# Files copied verbatim from the source model directory by save_hf (when present).
-HF_AUX_FILES: tuple[str, ...] = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.json",
-    "merges.txt",
-    "chat_template.jinja",
-    "generation_config.json",
-)
-
-
-def read_hf_state_dict(model_dir: str | Path) -> dict[str, Tensor]:
-    """Read the weights of an HF model directory (``model.safetensors`` or a sharded
-    ``model.safetensors.index.json``) onto the CPU.
-
-    Raises:
-        FileNotFoundError: neither file exists.
-    """
-    d = Path(model_dir)
-    single = d / "model.safetensors"
-    index = d / "model.safetensors.index.json"
-    if single.is_file():
-        return load_file(str(single), device="cpu")
-    if index.is_file():
-        weight_map = json.loads(index.read_text())["weight_map"]
-        out: dict[str, Tensor] = {}
-        for shard in sorted(set(weight_map.values())):
-            out.update(load_file(str(d / shard), device="cpu"))
-        return out
-    raise FileNotFoundError(f"{d}: no model.safetensors or model.safetensors.index.json")
-
-
-def dp_row_ranges(n_rows: int, dp: int) -> list[tuple[int, int]]:
-    """Contiguous ``[start, end)`` row ranges of ``dp`` data-parallel ranks over ``n_rows`` rows: near-equal
-    sizes, the first ``n_rows % dp`` ranks one row more (``TrainBatch.split`` order; sizes may be 0)."""
-    base, extra = divmod(int(n_rows), int(dp))
-    out, start = [], 0
-    for r in range(dp):
-        size = base + (1 if r < extra else 0)
-        out.append((start, start + size))
-        start += size
-    return out
+__all__ = ["MegatronEngine"]
 
 
 def _check_parallel_sizes(hf_config, tp: int, pp: int) -> None:
@@ -132,14 +86,6 @@ def _check_parallel_sizes(hf_config, tp: int, pp: int) -> None:
         if int(getattr(hf_config, field)) % tp != 0:
             raise UserError(f"MegatronEngine: tensor_parallel={tp} does not divide {field}="
                             f"{getattr(hf_config, field)}")
-
-
-def _load_hf_config(model_dir: Path):
-    from transformers import AutoConfig
-
-    if not (model_dir / "config.json").is_file():
-        raise FileNotFoundError(f"{model_dir}: no config.json")
-    return AutoConfig.from_pretrained(str(model_dir))
 
 
 class MegatronEngine:
@@ -188,7 +134,7 @@ class MegatronEngine:
         from megatron.core import parallel_state as ps
 
         self.model_dir = Path(hf_model_dir)
-        self.hf_config = _load_hf_config(self.model_dir)
+        self.hf_config = load_hf_config(self.model_dir)
         hf_mcore.check_supported(self.hf_config)
         self.seed = int(seed)
         self.grad_clip = float(grad_clip)
@@ -426,18 +372,8 @@ class MegatronEngine:
             self.model.train(was_training)
         out = torch.cat(parts, dim=0)
         if self.dp > 1:
-            out = self._dp_all_gather_rows(out, batch.batch_size)
+            out = all_gather_dp_rows(out, batch.batch_size, self.dp)
         return out.cpu()
-
-    def _dp_all_gather_rows(self, local: Tensor, n_rows: int) -> Tensor:
-        """All-gather each DP rank's rows (sizes from :func:`dp_row_ranges`) into the full [n_rows, ...]."""
-        ranges = dp_row_ranges(n_rows, self.dp)
-        width = max(e - s for s, e in ranges)
-        padded = local.new_zeros((width, *local.shape[1:]))
-        padded[: local.shape[0]] = local
-        parts = [torch.empty_like(padded) for _ in range(self.dp)]
-        dist.all_gather(parts, padded.contiguous(), group=self._dp_group())
-        return torch.cat([p[: e - s] for p, (s, e) in zip(parts, ranges)], dim=0)
 
     # ------------------------------------------------------------------ training
     def train_step(
@@ -501,8 +437,8 @@ class MegatronEngine:
             loss.backward()
             total += float(loss.detach().item())
         loss_t = torch.tensor([total], dtype=torch.float64)
-        if self._dp_size() > 1:
-            dist.all_reduce(loss_t, group=self._dp_group())
+        if dp_size() > 1:
+            dist.all_reduce(loss_t, group=dp_group())
         return float(loss_t.item())
 
     def optimizer_step(self) -> dict[str, float]:
@@ -510,14 +446,14 @@ class MegatronEngine:
         norm to ``grad_clip``, AdamW step (unless the norm is not finite), clear gradients.
         Returns ``{"grad_norm", "skipped", "lr"}``."""
         params = [p for p in self.model.parameters()]
-        self._allreduce_grads(params)
+        allreduce_dp_grads(params)
         max_norm = self.grad_clip if self.grad_clip > 0 else math.inf
         if self.tp == 1 and self.pp == 1:
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
         else:
             if self.tp > 1:
-                self._allreduce_tp_partial_grads()
-            grad_norm = self._clip_tp(max_norm)
+                allreduce_qk_norm_grads(self.model)
+            grad_norm = clip_grad_norm_model_parallel(self.model, max_norm, tp_rank=self.tp_rank, device=self.device)
         skipped = not math.isfinite(grad_norm)
         lr = self.lr
         if not skipped:
@@ -525,74 +461,6 @@ class MegatronEngine:
             self.steps += 1
         self.optimizer.zero_grad(set_to_none=True)
         return {"grad_norm": grad_norm, "skipped": float(skipped), "lr": lr}
-
-    def _dp_size(self) -> int:
-        from megatron.core import parallel_state as ps
-
-        return ps.get_data_parallel_world_size()
-
-    def _dp_group(self):
-        from megatron.core import parallel_state as ps
-
-        return ps.get_data_parallel_group()
-
-    def _allreduce_grads(self, params: list[Tensor]) -> None:
-        """Sum gradients over the data-parallel group in one coalesced all-reduce (no-op for DP = 1)."""
-        if self._dp_size() <= 1:
-            return
-        for p in params:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-        self._allreduce_coalesced([p.grad for p in params], self._dp_group())
-
-    @staticmethod
-    def _allreduce_coalesced(tensors: list[Tensor], group) -> None:
-        from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
-
-        if not tensors:
-            return
-        flat = _flatten_dense_tensors(tensors)
-        dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
-        for t, synced in zip(tensors, _unflatten_dense_tensors(flat, tensors)):
-            t.copy_(synced)
-
-    def _allreduce_tp_partial_grads(self) -> None:
-        """Sum the q/k RMSNorm gradients over the TP group: the norm weight is shared by all heads but each
-        TP rank only back-propagates through its own heads (megatron finalize_model_grads.py,
-        ``_allreduce_non_tensor_model_parallel_grads`` with ``qk_layernorm``)."""
-        from megatron.core import parallel_state as ps
-
-        grads = []
-        for name, p in self.model.named_parameters():
-            if "q_layernorm" in name or "k_layernorm" in name:
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-                grads.append(p.grad)
-        self._allreduce_coalesced(grads, ps.get_tensor_model_parallel_group())
-
-    def _clip_tp(self, max_norm: float) -> float:
-        """Global L2 norm under TP / PP: squares of TP-sharded gradients summed over the model-parallel group
-        (TP x PP: every stage's own parameters), replicated ones (identical on every TP rank) counted once
-        (TP rank 0's, megatron's ``param_is_not_tensor_parallel_duplicate``); float64 accumulation. Scales the
-        gradients by ``max_norm / (norm + 1e-6)`` when that is < 1 (``clip_grad_norm_``'s rule). Returns the
-        norm."""
-        from megatron.core import parallel_state as ps
-
-        sq = torch.zeros(1, dtype=torch.float64, device=self.device)
-        grads = []
-        for p in self.model.parameters():
-            if p.grad is None:
-                continue
-            grads.append(p.grad)
-            if psh.is_tp_sharded(p) or self.tp_rank == 0:
-                sq += p.grad.detach().double().pow(2).sum()
-        dist.all_reduce(sq, op=dist.ReduceOp.SUM, group=ps.get_model_parallel_group())
-        norm = float(sq.sqrt().item())
-        coef = max_norm / (norm + 1e-6)
-        if math.isfinite(norm) and coef < 1.0:
-            for g in grads:
-                g.mul_(torch.tensor(coef, dtype=g.dtype))
-        return norm
 
     # ------------------------------------------------------------------ weights in HF format
     def hf_state_dict(self) -> dict[str, Tensor]:
@@ -606,48 +474,11 @@ class MegatronEngine:
         """
         state = hf_mcore.mcore_param_state_dict(self.model)
         if self.tp > 1:
-            state = self._gather_tp(state)
+            state = gather_tp_state(self.model, state, self.tp, self.vocab_size)
         if self.pp > 1:
-            state = self._gather_pp(state)
+            state = gather_pp_state(self.model, state, self.pp)
         conv = hf_mcore.mcore_to_hf(state, self.hf_config)
         return {k: v.detach().to("cpu").contiguous().clone() for k, v in conv.items()}
-
-    def _gather_pp(self, state: dict[str, Tensor]) -> dict[str, Tensor]:
-        """Every stage's (TP-gathered) tensors under whole-model names, on every rank (object all-gather of
-        CPU tensors over the PP group: pickled copies, bit exact)."""
-        from megatron.core import parallel_state as ps
-
-        gname = hf_mcore.global_param_names(self.model)
-        mine = {gname[n]: t.detach().cpu() for n, t in state.items()}
-        parts: list = [None] * self.pp
-        dist.all_gather_object(parts, mine, group=ps.get_pipeline_model_parallel_group())
-        out: dict[str, Tensor] = {}
-        for p in parts:
-            if out.keys() & p.keys():
-                raise RuntimeError(f"pipeline stages share parameters {sorted(out.keys() & p.keys())[:3]}")
-            out.update(p)
-        return out
-
-    def _gather_tp(self, state: dict[str, Tensor]) -> dict[str, Tensor]:
-        from megatron.core import parallel_state as ps
-
-        group = ps.get_tensor_model_parallel_group()
-        params = dict(self.model.named_parameters())
-        out: dict[str, Tensor] = {}
-        for name, t in state.items():
-            p = params[name]
-            t = t.contiguous()
-            if psh.is_tp_sharded(p):
-                parts = [torch.empty_like(t) for _ in range(self.tp)]
-                dist.all_gather(parts, t, group=group)
-                full = psh.unshard(parts, dim=p.partition_dim, stride=p.partition_stride)
-                if name in psh.VOCAB_PARAMS:
-                    full = full[: self.vocab_size]
-            else:
-                full = t.clone()
-                dist.broadcast(full, src=ps.get_tensor_model_parallel_src_rank(), group=group)
-            out[name] = full
-        return out
 
     def load_hf(self, model_dir: str | Path) -> None:
         """Load the weights of an HF directory with the same architecture into the model, in place
@@ -657,7 +488,7 @@ class MegatronEngine:
             FileNotFoundError: no weights. hf_mcore.ConversionError: different architecture / names / shapes.
         """
         d = Path(model_dir)
-        cfg = _load_hf_config(d) if d != self.model_dir else self.hf_config
+        cfg = load_hf_config(d) if d != self.model_dir else self.hf_config
         hf_mcore.check_supported(cfg)
         want, got = hf_mcore.architecture_signature(self.hf_config), hf_mcore.architecture_signature(cfg)
         if want != got:
@@ -671,9 +502,10 @@ class MegatronEngine:
 
         Contents: ``config.json`` (copied from the source directory), ``model.safetensors`` (HF names,
         sorted, contiguous, metadata ``{"format": "pt"}``) and the tokenizer / generation files of
-        :data:`HF_AUX_FILES` present in the source directory. Everything is written into a temporary
-        sibling directory ``.<name>.tmp-<hex>`` and renamed into place: readers never see a partial
-        directory. An existing ``out_dir`` is replaced (moved aside, then deleted).
+        :data:`~areal_cli.trainer.hf_dir.HF_AUX_FILES` present in the source directory. Everything is
+        written into a temporary sibling directory ``.<name>.tmp-<hex>`` and renamed into place: readers
+        never see a partial directory. An existing ``out_dir`` is replaced (moved aside, then deleted)
+        (:func:`~areal_cli.trainer.hf_dir.write_hf_dir`).
 
         Only rank 0 writes when ``torch.distributed`` has several ranks (others return at once after a
         barrier).
@@ -682,29 +514,7 @@ class MegatronEngine:
         state = self.hf_state_dict()
         multi = dist.is_initialized() and dist.get_world_size() > 1
         if not multi or dist.get_rank() == 0:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:12]}"
-            tmp.mkdir()
-            try:
-                shutil.copyfile(self.model_dir / "config.json", tmp / "config.json")
-                for name in HF_AUX_FILES:
-                    src = self.model_dir / name
-                    if src.is_file():
-                        shutil.copyfile(src, tmp / name)
-                save_file(dict(sorted(state.items())), str(tmp / "model.safetensors"), metadata={"format": "pt"})
-                for f in tmp.iterdir():
-                    with open(f, "rb") as fh:
-                        os.fsync(fh.fileno())
-                if out.exists():
-                    old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:12]}"
-                    os.replace(out, old)
-                    os.replace(tmp, out)
-                    shutil.rmtree(old, ignore_errors=True)
-                else:
-                    os.replace(tmp, out)
-            except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
+            write_hf_dir(state, self.model_dir, out)
         if multi:
             dist.barrier()
         return out
