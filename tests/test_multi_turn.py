@@ -30,15 +30,13 @@ from areal_cli.reward.pool import RewardResult
 from areal_cli.rollout.client import Completion, RolloutClient
 from areal_cli.rollout.episode import EpisodeClient
 from areal_cli.rollout.protocol import SamplingParams
+from areal_cli.workflows.conversation import Conversation, TokenDriftError, template_suffix_ids
 from areal_cli.workflows.multi_turn import (
     FEEDBACK,
     Boba2MathMultiTurnAgent,
-    Conversation,
     MultiTurnWorkflow,
-    TokenDriftError,
     final_reward,
     per_turn_returns,
-    template_suffix_ids,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -57,7 +57,7 @@ from areal_cli.agents.openai_schema import (
     parse_chat_request, parse_json_body, render_prompt_ids, stop_token_ids,
 )
 from areal_cli.api.types import Trajectory
-from areal_cli.workflows.multi_turn import Conversation, template_suffix_ids, turn_end_token_of
+from areal_cli.workflows.conversation import Conversation, template_suffix_ids, turn_end_token_of
 
 log = logging.getLogger("areal.agents.proxy")
 

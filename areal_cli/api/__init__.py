@@ -26,7 +26,7 @@ _EXPORTS = {
     "RewardFailed": "areal_cli.api.types", "WorkflowError": "areal_cli.api.types",
     "Record": "areal_cli.api.records", "RolloutWorkflow": "areal_cli.api.workflow",
     "EpisodeClient": "areal_cli.rollout.episode", "RLVRWorkflow": "areal_cli.workflows.rlvr",
-    "MultiTurnWorkflow": "areal_cli.workflows.multi_turn", "Conversation": "areal_cli.workflows.multi_turn",
+    "MultiTurnWorkflow": "areal_cli.workflows.multi_turn", "Conversation": "areal_cli.workflows.conversation",
 }
 
 __all__ = sorted(_EXPORTS)
