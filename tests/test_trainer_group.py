@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from areal_cli.errors import UserError
+from areal_cli.trainer.calls import check_name, resolve, run_call
 from areal_cli.trainer.group import (
     ENV_ADDR,
     ENV_AUTHKEY_FILE,
@@ -18,10 +19,7 @@ from areal_cli.trainer.group import (
     LocalTrainer,
     TorchrunTrainer,
     TrainerError,
-    check_name,
     find_free_port,
-    resolve,
-    run_call,
 )
 
 HERE = Path(__file__).resolve().parent

@@ -20,16 +20,15 @@ import time
 import traceback
 from multiprocessing.connection import Client
 
+from areal_cli.trainer.calls import build_engine, run_call
 from areal_cli.trainer.group import (
     ENV_ADDR,
     ENV_AUTHKEY_FILE,
     ENV_LOG_DIR,
     ENV_TIMEOUT,
     PING_S,
-    build_engine,
     read_authkey,
     recv_msg,
-    run_call,
     send_msg,
 )
 
