@@ -143,6 +143,11 @@ class TrainConfig:
     # areal_cli.trainer.micro_batches); 0: one micro-batch per minibatch, right-padded
     max_tokens_per_mb: int = 0
     recompute_proximal: bool = True  # decoupled PPO; False: proximal := behaviour (standard PPO)
+    # where decoupled PPO's proximal logprobs come from (AReaL actor.prox_logp_method): "recompute" = a forward pass
+    # with the weights before the step; "reuse" = the training forward's own logprobs, detached (exact when the
+    # step is one optimiser step, ppo_n_minibatches = 1: the weights are the proximal policy's; one forward pass
+    # fewer per step); "auto" = reuse when ppo_n_minibatches = 1, else recompute
+    prox_logp_method: str = "auto"
     # trainer parallelism (areal_cli.trainer.group): world = data x tensor x pipeline ranks; world 1 = the
     # trainer thread in this process (default), else torchrun ranks on this machine (logs/trainer-rank*.log)
     trainer_data_parallel: int = 1
@@ -230,6 +235,11 @@ class TrainConfig:
             raise bad("top_p", "training samples must come from the untruncated policy: with top_p < 1 the rollout "
                                "servers report logprobs of the untruncated distribution (as SGLang does), so "
                                "pi_prox/pi_behav would ignore the truncation; use 1.0")
+        if self.prox_logp_method not in ("auto", "recompute", "reuse"):
+            raise bad("prox_logp_method", "must be 'auto', 'recompute' or 'reuse'")
+        if self.prox_logp_method == "reuse" and self.ppo_n_minibatches != 1:
+            raise bad("prox_logp_method", "'reuse' needs ppo_n_minibatches = 1 (after the first minibatch's update "
+                                          "the weights are no longer the proximal policy); use 'recompute' or 'auto'")
         if self.stale_groups not in ("drop", "train"):
             raise bad("stale_groups", "must be 'drop' or 'train'")
         if self.sandbox_isolation not in ("auto", "strict"):
