@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+# A box command, \\boxed or \\fbox (also one left unclosed: a value that holds one is no value).
 BOX_RE = re.compile(r"\\(?:boxed|fbox)")
 # Text allowed between two boxes that belong to one final answer (see package docstring).
 _CONNECTOR_RE = re.compile(
