@@ -157,4 +157,3 @@ def result_from_record(rec: dict) -> RunResult:
         stdout_truncated=bool(rec.get("stdout_truncated")),
         exit_code=result.get("exit_code") if isinstance(result.get("exit_code"), int) else None,
     )
-

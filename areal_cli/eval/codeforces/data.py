@@ -236,4 +236,3 @@ def load_contest_cache(
         parsed = parse_contest_entry(key, entry, path)
         out[int(key)] = parsed
     return out
-

@@ -143,4 +143,3 @@ def compare_return(value_json: str, expected_json: str, *, tolerance: Tolerance 
 def truncate(s: Any, n: int = _TRUNC) -> str:
     s = s if isinstance(s, str) else str(s)
     return s if len(s) <= n else s[: n // 2] + "...(truncated)..." + s[-n // 2 :]
-

@@ -229,4 +229,3 @@ def values_close(got: Any, expected: Any, tol: Tolerance) -> bool:
     if isinstance(got, dict) and isinstance(expected, dict):
         return got.keys() == expected.keys() and all(values_close(got[k], expected[k], tol) for k in got)
     return got == expected
-

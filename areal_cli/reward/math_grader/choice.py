@@ -88,4 +88,3 @@ def choice_verdict(gold: str, candidate: str, problem: str | None = None) -> boo
         ok = equal_with_percent(gold, options[letter], True, False, problem)
         return ok and (not text or equal_with_percent(gold, text, True, False, problem))
     return equal_with_percent(gold, text, True, False, problem) if text else None
-

@@ -102,4 +102,3 @@ def equal_with_percent(gold: str, candidate: str, string_match: bool, gold_must_
         elif _equal_no_percent(reading, other, string_match, gold_must_parse):
             return True
     return False
-

@@ -18,10 +18,12 @@ _SPAN_RE = re.compile(
     r"|(?<!\\)\\\((?P<pi>(?:[^\n\\]|\\(?![()]))+?)\\\)"
 )
 _SPAN_PERCENT_RE = re.compile(r"[ \t]*(?:\\?%|percent(?:age)?\b|pct\b)")
-MASK = "\x00"
+MASK = "\x00"  # what stands for each character of math in the masked text
 
 
 class Span(NamedTuple):
+    """A math span: ``text[start:end]`` with its delimiters; ``content`` is what they enclose, stripped."""
+
     start: int
     end: int
     content: str

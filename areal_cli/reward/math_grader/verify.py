@@ -122,6 +122,13 @@ def _set_relation_equal(gold: Any, candidate: Any) -> bool:
 
 
 def math_verify_equal(gold: str, candidate: str, *, gold_must_parse: bool) -> bool:
+    """math-verify's verdict on two bare, cleaned answers (set/relation comparison allowed); an "equal" between
+    two exact rational values is checked exactly (:func:`exact_value`), and an interval against an inequality
+    is compared as sets (:func:`relation_as_set`).
+
+    Raises:
+        ValueError: math-verify cannot parse ``gold`` and ``gold_must_parse`` is set.
+    """
     gold_parsed = _parsed(gold)
     if not gold_parsed:
         if gold_must_parse:
