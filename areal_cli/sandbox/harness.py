@@ -17,10 +17,10 @@ Processes (why this shape: speed and containment):
   ends or overruns, reads ``T``'s stdout/stderr/result from memory files, and writes one record. A test
   has run only when ``N1`` writes its record; ``T`` cannot forge one (it closes ``N1``'s record pipe
   before the program runs, and ``N1`` is not dumpable, so ``/proc/N1/fd`` is closed to it).
-- ``T``: redirects fds 0/1/2 to memory files (stdin holds the test input), 3 to the result file, closes
-  everything else, sets its rlimits (CPU, address space, file size, open files, no core), installs the
-  audit hook (:mod:`guard`), and runs the program as ``__main__`` (stdin mode) or imports it and calls the
-  named function (call-based mode), reporting how it ended in the result file.
+- ``T`` (:mod:`child`): redirects fds 0/1/2 to memory files (stdin holds the test input), 3 to the result
+  file, closes everything else, sets its rlimits (CPU, address space, file size, open files, no core),
+  installs the audit hook (:mod:`guard`), and runs the program as ``__main__`` (stdin mode) or imports it
+  and calls the named function (call-based mode), reporting how it ended in the result file.
 
 Each process dies with its parent (``PR_SET_PDEATHSIG``, set again after the uid drop, which clears it),
 so killing the grader takes the whole sandbox down; with a pid namespace the kernel also kills every
