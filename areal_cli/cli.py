@@ -162,7 +162,8 @@ def eval_cmd(datasets: str | None, data_dir: Path | None, revision: str | None, 
              max_new_tokens: int | None, greedy_pass: bool | None, seed: int, server_url: str | None, regrade: Path | None,
              cf_data: Path | None, grader_timeout: float, isolation: str | None, out_dir: Path) -> None:
     """Evaluate a model on math and code benchmarks (pass@1 ± stderr, pass@k, maj@k, greedy accuracy)."""
-    from areal_cli.eval.runner import run_eval, run_regrade
+    from areal_cli.eval.regrade import run_regrade
+    from areal_cli.eval.runner import run_eval
 
     names = [d.strip() for d in datasets.split(",") if d.strip()] if datasets is not None else None
     if regrade is not None:

@@ -205,7 +205,7 @@ def test_a_zlib_bomb_in_private_tests_is_refused_without_exhausting_memory(monke
     import base64
     import zlib
 
-    import areal_cli.reward.code_grader as cg
+    from areal_cli.reward.code_grader import suite as cg
 
     monkeypatch.setattr(cg, "MAX_PRIVATE_TESTS_BYTES", 1 << 20)
     bomb = base64.b64encode(zlib.compress(b"\0" * (8 << 20), 9)).decode()
