@@ -67,7 +67,7 @@ BENCHMARK_CARDS = {
 def eval_vocabulary() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(protocol names, benchmark names a recipe may use): ``areal eval``'s protocols; its declared
     benchmarks plus :data:`UNSUPPORTED_BENCHMARKS` and :data:`TRAINING_BENCHMARKS`."""
-    from areal_cli.eval.datasets import load_benchmark_specs
+    from areal_cli.eval.benchmarks import load_benchmark_specs
     from areal_cli.eval.protocols import PROTOCOLS
 
     benchmarks = tuple(sorted(load_benchmark_specs())) + tuple(UNSUPPORTED_BENCHMARKS) + TRAINING_BENCHMARKS

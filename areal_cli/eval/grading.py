@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from areal_cli.eval.datasets import Problem
+from areal_cli.eval.benchmarks import Problem
 from areal_cli.reward.pool import RewardPool, RewardResult
 
 GRADE_FN = "areal_cli.reward.math_grader:grade"

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from areal_cli.errors import UserError, where
-from areal_cli.eval.datasets import Problem
+from areal_cli.eval.benchmarks import Problem
 from areal_cli.eval.generate import PASSES
 
 KEPT_FIELDS = ("output_ids", "finish_reason", "think_open")

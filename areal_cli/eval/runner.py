@@ -42,7 +42,8 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from areal_cli.errors import UserError, where
-from areal_cli.eval.datasets import Problem, load_benchmark_specs, load_benchmark_with_report, parse_dataset_names
+from areal_cli.eval.benchmarks import Problem, load_benchmark_specs, parse_dataset_names
+from areal_cli.eval.datasets import load_benchmark_with_report
 from areal_cli.eval.generate import (
     TINY_MODEL_SEED,
     Generator,
@@ -686,7 +687,7 @@ def _check_benchmark_names(path: Path, saved: list[Any]) -> None:
     Raises:
         UserError: ``FILE:LINE: field 'dataset': unknown benchmark 'x'; known benchmarks: ...``.
     """
-    from areal_cli.eval.datasets import load_benchmark_specs
+    from areal_cli.eval.benchmarks import load_benchmark_specs
 
     known = load_benchmark_specs()
     for s in saved:
