@@ -28,7 +28,7 @@ from pathlib import Path
 
 from areal_cli.errors import UserError
 from areal_cli.hub import REPO_ID, SHA1, hub_local_only, offline
-from areal_cli.recipe import HubRef, load_recipe, recipe_names, recipe_path, where
+from areal_cli.recipes import HubRef, load_recipe, recipe_names, recipe_path, where
 
 #: Recipe parts ``download`` can fetch: role -> recipe section.
 ROLES = {"model": "model", "data": "data", "published": "published_model"}

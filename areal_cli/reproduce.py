@@ -13,7 +13,7 @@ Steps (:func:`reproduce`):
    ``--subject base``, the base model) at its pinned revision and runs ``areal eval`` with the recipe's
    evaluation settings, one run per benchmark (each with its date window and the expected entries'
    ``eval_overrides``).
-3. **Compare** (:func:`areal_cli.recipe.compare`) and print a pass / fail / skipped table. GPQA-Diamond and
+3. **Compare** (:func:`areal_cli.recipes.compare`) and print a pass / fail / skipped table. GPQA-Diamond and
    any number ``areal`` cannot measure are *skipped*, never passed.
 4. **Record**: ``DIR/manifest.json`` (:mod:`areal_cli.manifest`: recipe sha256, revisions, package
    versions, git commit, hardware, times) and ``DIR/reproduce.json`` (every check and measured figure).
@@ -23,7 +23,7 @@ failed check, or when nothing could be checked; 2 on bad input (unknown recipe, 
 directory holding a run, corrupted checkpoint, missing download, GPU recipe without its GPUs): one line,
 raised as :class:`~areal_cli.errors.UserError` before anything is written.
 
-Imports at module load: stdlib, yaml (via :mod:`areal_cli.recipe`); rich, torch and the eval stack only when
+Imports at module load: stdlib, yaml (via :mod:`areal_cli.recipes`); rich, torch and the eval stack only when
 a step needs them.
 """
 
@@ -41,11 +41,11 @@ from typing import Any
 
 from areal_cli.errors import UserError
 from areal_cli.placement import Allocation, Placement, config_allocation, parse_allocation, place
-from areal_cli.recipe import (
+from areal_cli.recipes import (
+    EVAL_OVERRIDE_KEYS,
     TRAINING_BENCHMARKS,
     TRAINING_FIGURES,
     UNSUPPORTED_BENCHMARKS,
-    _EVAL_OVERRIDE_KEYS,
     Check,
     ExpectedMetric,
     Measured,
@@ -57,8 +57,6 @@ from areal_cli.recipe import (
 #: The published run that rough hour estimates are scaled from (its expected file has wall-clock hours
 #: for the async run and for its ``sync`` variant).
 ANCHOR_RECIPE = "async-7b-math"
-#: Eval settings ``-o`` may override with ``--eval-only``: the keys of ``ExpectedMetric.eval_overrides``.
-EVAL_OVERRIDE_TYPES = _EVAL_OVERRIDE_KEYS
 #: Files that mark an output folder as holding a reproduction (refused: nothing is overwritten).
 RUN_MARKERS = ("manifest.json", "reproduce.json", "train", "eval")
 
@@ -208,13 +206,13 @@ class Plan:
 
 
 def relevant_entries(recipe: Recipe, mode: str, subject: str, variant: str | None) -> list[ExpectedMetric]:
-    """The expected entries a run checks (the same selection as :func:`areal_cli.recipe.compare`)."""
+    """The expected entries a run checks (the same selection as :func:`areal_cli.recipes.compare`)."""
     models = {subject} if mode == "eval_only" else {"published", "trained"}
     return [m for m in recipe.expected.metrics if m.model in models and m.variant == variant]
 
 
 def parse_eval_overrides(overrides: list[str]) -> dict[str, Any]:
-    """``-o KEY=VALUE`` eval settings for ``--eval-only`` (keys: :data:`EVAL_OVERRIDE_TYPES`).
+    """``-o KEY=VALUE`` eval settings for ``--eval-only`` (keys: :data:`EVAL_OVERRIDE_KEYS`).
 
     Raises:
         UserError: ``-o ITEM: ...`` malformed, unknown key, or a value of the wrong type.
@@ -225,10 +223,10 @@ def parse_eval_overrides(overrides: list[str]) -> dict[str, Any]:
         key = key.strip()
         if not sep:
             raise UserError(f"-o {item}: expected key=value")
-        if key not in EVAL_OVERRIDE_TYPES:
+        if key not in EVAL_OVERRIDE_KEYS:
             raise UserError(f"-o {item}: field '{key}': unknown eval setting (with --eval-only: "
-                            f"{', '.join(EVAL_OVERRIDE_TYPES)})")
-        tp = EVAL_OVERRIDE_TYPES[key]
+                            f"{', '.join(EVAL_OVERRIDE_KEYS)})")
+        tp = EVAL_OVERRIDE_KEYS[key]
         try:
             value = tp(raw.strip())
         except ValueError:
@@ -238,7 +236,7 @@ def parse_eval_overrides(overrides: list[str]) -> dict[str, Any]:
         if key == "top_p" and value > 1:
             raise UserError(f"-o {item}: field 'top_p': must be in (0, 1]")
         if key == "protocol":
-            from areal_cli.recipe import eval_vocabulary
+            from areal_cli.recipes import eval_vocabulary
 
             known = eval_vocabulary()[0]
             if value not in known:
@@ -305,7 +303,7 @@ def make_plan(recipe: Recipe, *, eval_only: bool = False, subject: str | None = 
                 raise UserError(f"-o {overrides[0]}: recipe '{recipe.name}' is supervised fine-tuning; -o overrides "
                                 f"an RL run's TrainConfig or, with --eval-only, the eval settings")
             from areal_cli.config import apply_overrides
-            from areal_cli.recipe import train_config_from_recipe
+            from areal_cli.recipes import train_config_from_recipe
 
             apply_overrides(train_config_from_recipe(recipe, variant), overrides)  # validates (UserError)
     else:
@@ -842,7 +840,7 @@ def _retrain(ctx: _RunRecord, *, allow_unpinned: bool = False, data_dir: Path | 
     """Train the recipe into ``OUT/train`` and compare (mode retrain): a CPU recipe's run and its training
     figures; a GPU recipe (:func:`_retrain_gpu`) trained on this machine, then evaluated."""
     from areal_cli.config import apply_overrides
-    from areal_cli.recipe import train_config_from_recipe
+    from areal_cli.recipes import train_config_from_recipe
 
     p = ctx.plan
     if p.recipe.trainer == "gpu":
@@ -944,7 +942,7 @@ def _download_inputs(ctx: _RunRecord, allow_unpinned: bool) -> tuple[Path, Path]
 
 def _retrain_gpu(ctx: _RunRecord, *, allow_unpinned: bool, data_dir: Path | None, cf_data: Path | None) -> Outcome:
     """Train a published recipe on this machine (SGLang servers + torchrun trainer on its GPUs, as its
-    allocation places them; :mod:`areal_cli.gpu_recipe`), evaluate the trained weights with the recipe's
+    allocation places them; :mod:`areal_cli.recipes.gpu_train`), evaluate the trained weights with the recipe's
     protocol, compare with the published numbers (mode retrain). SFT recipes: :mod:`areal_cli.sft_job`."""
     from areal_cli.config import apply_overrides
     from areal_cli.placement import parse_allocation, place
@@ -964,7 +962,7 @@ def _retrain_gpu(ctx: _RunRecord, *, allow_unpinned: bool, data_dir: Path | None
                               log=lambda m: ctx.console.print(m, markup=False, highlight=False))
         trained = Path(summary["weights"])
     else:
-        from areal_cli.gpu_recipe import gpu_train_config
+        from areal_cli.recipes import gpu_train_config
         from areal_cli.train_loop import run_training
 
         cfg, notes = gpu_train_config(r, p.variant, placement=placement)

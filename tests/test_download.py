@@ -17,7 +17,7 @@ from huggingface_hub import errors as hf_errors
 
 from areal_cli.download import download, plan
 from areal_cli.errors import UserError
-from areal_cli.recipe import load_recipe
+from areal_cli.recipes import load_recipe
 
 R1_15B = "ad9f0ae0864d7fbcd1cd905e3c6c5b069cc8b562"
 RL_DATA = "07dfc8977909d38366d4e913eb3648a939e5aeb4"

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from areal_cli.errors import UserError
-from areal_cli.gpu_recipe import gpu_train_config
-from areal_cli.recipe import load_recipe, train_config_from_recipe
+from areal_cli.recipes import gpu_train_config
+from areal_cli.recipes import load_recipe, train_config_from_recipe
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_SGLANG = str(REPO / "tests" / "fake_sglang")

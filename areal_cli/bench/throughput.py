@@ -863,9 +863,10 @@ def _as_items(overrides: dict[str, Any]) -> list[str]:
 
 
 def _run_cfg(scenario: Scenario, extra_overrides: list[str], items: list[str], *, sync: bool = False):
-    from areal_cli.config import apply_overrides, load_recipe
+    from areal_cli.config import apply_overrides
+    from areal_cli.recipes import load_train_config
 
-    cfg, _ = load_recipe(scenario.recipe)
+    cfg, _ = load_train_config(scenario.recipe)
     ov = _as_items(scenario.overrides) + (_as_items(scenario.sync_overrides) if sync else [])
     return apply_overrides(cfg, ov + list(extra_overrides) + items)
 
