@@ -122,6 +122,16 @@ def parse_override(item: str) -> tuple[str, Any]:
     return key.strip(), value
 
 
+def plain(value: Any) -> Any:
+    """``value`` with every :class:`LineDict` inside it made a plain ``dict`` (what ``yaml.safe_dump`` and
+    equality with other settings expect once the line numbers have served)."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
+
+
 def coerce(name: str, value: object, tp: Any, where: str) -> object:
     """``value`` converted to the declared type ``tp`` of field ``name`` (the rule in the module docstring).
 
@@ -139,13 +149,13 @@ def coerce(name: str, value: object, tp: Any, where: str) -> object:
         raise UserError(f"{where}: field '{name}': expected a list of strings, got {value!r}")
     if tp is list:
         if isinstance(value, list):
-            return value
+            return plain(value)
         raise UserError(f"{where}: field '{name}': expected a list, got {value!r}")
     if tp is dict:
         if value in ("", None):
             return {}
         if isinstance(value, dict):
-            return dict(value)
+            return plain(value)
         raise UserError(f"{where}: field '{name}': expected a mapping, got {value!r}")
     allowed = typing.get_args(tp) if isinstance(tp, types.UnionType) else (tp,)
     if value is None:
