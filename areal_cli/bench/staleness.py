@@ -427,7 +427,7 @@ def plot_staleness(results: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from areal_cli.bench.timeline_plot import _save
+    from areal_cli.bench.timeline_plot import save_png
 
     grid = results["grid"]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
@@ -460,7 +460,7 @@ def plot_staleness(results: dict, path: Path) -> None:
     axes[0].legend(fontsize=8)
     fig.suptitle(f"staleness ablation: {results['scenario']['name']}", x=0.01, ha="left", fontsize=11)
     fig.tight_layout()
-    _save(fig, path)
+    save_png(fig, path)
     plt.close(fig)
 
 
@@ -489,7 +489,7 @@ def run_ablation(scenario: Scenario, out: Path, *, extra_overrides: list[str] | 
         UserError: ``out`` already holds results, bad recipe / overrides / variant fields, unavailable cpus.
     """
     from areal_cli.atomic import write_atomic_many, write_json_atomic
-    from areal_cli.bench.throughput import _output_to, machine_description
+    from areal_cli.bench.throughput import machine_description, output_to
     from areal_cli.train_loop import run_training
 
     extra = list(extra_overrides or [])
@@ -510,7 +510,7 @@ def run_ablation(scenario: Scenario, out: Path, *, extra_overrides: list[str] | 
     t_bench = time.monotonic()
 
     log(f"warm start ({scenario.recipe})")
-    with _output_to(out / "warm" / "console.log"):
+    with output_to(out / "warm" / "console.log"):
         warm_summary = run_training(_run_cfg(scenario, extra, cpu_items + ["max_steps=0"]), out / "warm", live=False)
     weights = sorted((out / "warm" / "weights").glob("sft-step*"))
     if not weights:
@@ -530,7 +530,7 @@ def run_ablation(scenario: Scenario, out: Path, *, extra_overrides: list[str] | 
             f"max_head_offpolicyness={eta}"]
         cfg = _run_cfg(scenario, extra, items)
         run_dir = out / "runs" / label
-        with _output_to(out / "runs" / f"{label}.console.log"):
+        with output_to(out / "runs" / f"{label}.console.log"):
             summary = run_training(cfg, run_dir, live=False, record_timeline=True)
         tl = json.loads((run_dir / "timeline.json").read_text())
         metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]

@@ -862,7 +862,7 @@ def _run_cfg(scenario: Scenario, extra_overrides: list[str], items: list[str], *
 
 
 @contextlib.contextmanager
-def _output_to(path: Path):
+def output_to(path: Path):
     """Send this process's stdout (the run's status lines and summary table) to ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f, contextlib.redirect_stdout(f):
@@ -901,7 +901,7 @@ def run_benchmark(scenario: Scenario, out: Path, *, extra_overrides: list[str] |
 
     # 1. one supervised warm start, shared by every run
     log(f"warm start ({scenario.recipe})")
-    with _output_to(out / "warm" / "console.log"):
+    with output_to(out / "warm" / "console.log"):
         warm_summary = run_training(_run_cfg(scenario, extra, cpu_items + ["max_steps=0"]), out / "warm", live=False)
     weights = sorted((out / "warm" / "weights").glob("sft-step*"))
     if not weights:
@@ -924,7 +924,7 @@ def run_benchmark(scenario: Scenario, out: Path, *, extra_overrides: list[str] |
                              f"interruptible={'true' if interruptible else 'false'}"]
         cfg = _run_cfg(scenario, extra, items, sync=mode == "sync")
         run_dir = out / "runs" / label
-        with _output_to(out / "runs" / f"{label}.console.log"):
+        with output_to(out / "runs" / f"{label}.console.log"):
             summary = run_training(cfg, run_dir, live=False, record_timeline=True)
         tl = json.loads((run_dir / "timeline.json").read_text())
         r = summarize_run(tl, summary, label=label, mode=mode, repeat=rep, eta=eta, interruptible=interruptible,
