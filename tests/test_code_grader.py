@@ -417,7 +417,7 @@ BENCH = Path(__file__).resolve().parent / "data" / "benchmarks"
 
 def test_code_loaders_carry_the_tolerance_their_statements_declare(tmp_path):
     from areal_cli.eval.code_datasets import load_code_problems
-    from areal_cli.eval.datasets import load_benchmark_specs
+    from areal_cli.eval.benchmarks import load_benchmark_specs
 
     specs = load_benchmark_specs()
     cf = json.loads((BENCH / "codeforces.jsonl").read_text().splitlines()[0])

@@ -50,9 +50,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
-
 from areal_cli.errors import UserError
+from areal_cli.typed_yaml import LineDict, read_yaml
 
 SCHEMA = "areal.bench.staleness/1"
 
@@ -204,17 +203,8 @@ def load_scenario(path: str | Path) -> Scenario:
     from areal_cli.bench.throughput import resolve_scenario_path
 
     p = resolve_scenario_path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError(f"{p}: cannot read scenario: {getattr(e, 'strerror', None) or e}") from None
-    try:
-        node = yaml.compose(text)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise UserError(f"{p}{':' + str(mark.line + 1) if mark else ''}: invalid YAML: {getattr(e, 'problem', e)}") from None
-    lines = {k.value: k.start_mark.line + 1 for k, _ in node.value} if isinstance(node, yaml.MappingNode) else {}
+    data = read_yaml(p, "scenario")
+    lines = dict(data.lines) if isinstance(data, LineDict) else {}
     sc = _scenario_from_dict(data if data is not None else {}, lambda k: f"{p}:{lines.get(k, 1)}")
     sc.source = str(p)
     return sc
@@ -437,7 +427,7 @@ def plot_staleness(results: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from areal_cli.bench.timeline_plot import _save
+    from areal_cli.bench.timeline_plot import save_png
 
     grid = results["grid"]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
@@ -470,7 +460,7 @@ def plot_staleness(results: dict, path: Path) -> None:
     axes[0].legend(fontsize=8)
     fig.suptitle(f"staleness ablation: {results['scenario']['name']}", x=0.01, ha="left", fontsize=11)
     fig.tight_layout()
-    _save(fig, path)
+    save_png(fig, path)
     plt.close(fig)
 
 
@@ -484,9 +474,10 @@ def _items(overrides: dict[str, Any]) -> list[str]:
 
 
 def _run_cfg(scenario: Scenario, extra: list[str], items: list[str]):
-    from areal_cli.config import apply_overrides, load_recipe
+    from areal_cli.config import apply_overrides
+    from areal_cli.recipes import load_train_config
 
-    cfg, _ = load_recipe(scenario.recipe)
+    cfg, _ = load_train_config(scenario.recipe)
     return apply_overrides(cfg, _items(scenario.overrides) + list(extra) + items)
 
 
@@ -498,7 +489,7 @@ def run_ablation(scenario: Scenario, out: Path, *, extra_overrides: list[str] | 
         UserError: ``out`` already holds results, bad recipe / overrides / variant fields, unavailable cpus.
     """
     from areal_cli.atomic import write_atomic_many, write_json_atomic
-    from areal_cli.bench.throughput import _output_to, machine_description
+    from areal_cli.bench.throughput import machine_description, output_to
     from areal_cli.train_loop import run_training
 
     extra = list(extra_overrides or [])
@@ -519,7 +510,7 @@ def run_ablation(scenario: Scenario, out: Path, *, extra_overrides: list[str] | 
     t_bench = time.monotonic()
 
     log(f"warm start ({scenario.recipe})")
-    with _output_to(out / "warm" / "console.log"):
+    with output_to(out / "warm" / "console.log"):
         warm_summary = run_training(_run_cfg(scenario, extra, cpu_items + ["max_steps=0"]), out / "warm", live=False)
     weights = sorted((out / "warm" / "weights").glob("sft-step*"))
     if not weights:
@@ -539,7 +530,7 @@ def run_ablation(scenario: Scenario, out: Path, *, extra_overrides: list[str] | 
             f"max_head_offpolicyness={eta}"]
         cfg = _run_cfg(scenario, extra, items)
         run_dir = out / "runs" / label
-        with _output_to(out / "runs" / f"{label}.console.log"):
+        with output_to(out / "runs" / f"{label}.console.log"):
             summary = run_training(cfg, run_dir, live=False, record_timeline=True)
         tl = json.loads((run_dir / "timeline.json").read_text())
         metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]

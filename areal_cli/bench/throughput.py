@@ -49,9 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-import yaml
-
 from areal_cli.errors import UserError
+from areal_cli.typed_yaml import LineDict, read_yaml
 
 SCHEMA = "areal.bench.throughput/1"
 TARGETS = {"async_over_sync": 1.8, "continuous_over_static": 1.5}
@@ -205,17 +204,8 @@ def load_scenario(path: str | Path) -> Scenario:
         UserError: unreadable file, invalid YAML, unknown key or bad value (``file:line: field 'x': ...``).
     """
     p = resolve_scenario_path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError(f"{p}: cannot read scenario: {getattr(e, 'strerror', None) or e}") from None
-    try:
-        node = yaml.compose(text)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise UserError(f"{p}{':' + str(mark.line + 1) if mark else ''}: invalid YAML: {getattr(e, 'problem', e)}") from None
-    lines = {k.value: k.start_mark.line + 1 for k, _ in node.value} if isinstance(node, yaml.MappingNode) else {}
+    data = read_yaml(p, "scenario")
+    lines = dict(data.lines) if isinstance(data, LineDict) else {}
     sc = _scenario_from_dict(data if data is not None else {}, lambda k: f"{p}:{lines.get(k, 1)}")
     sc.source = str(p)
     return sc
@@ -863,15 +853,16 @@ def _as_items(overrides: dict[str, Any]) -> list[str]:
 
 
 def _run_cfg(scenario: Scenario, extra_overrides: list[str], items: list[str], *, sync: bool = False):
-    from areal_cli.config import apply_overrides, load_recipe
+    from areal_cli.config import apply_overrides
+    from areal_cli.recipes import load_train_config
 
-    cfg, _ = load_recipe(scenario.recipe)
+    cfg, _ = load_train_config(scenario.recipe)
     ov = _as_items(scenario.overrides) + (_as_items(scenario.sync_overrides) if sync else [])
     return apply_overrides(cfg, ov + list(extra_overrides) + items)
 
 
 @contextlib.contextmanager
-def _output_to(path: Path):
+def output_to(path: Path):
     """Send this process's stdout (the run's status lines and summary table) to ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f, contextlib.redirect_stdout(f):
@@ -910,7 +901,7 @@ def run_benchmark(scenario: Scenario, out: Path, *, extra_overrides: list[str] |
 
     # 1. one supervised warm start, shared by every run
     log(f"warm start ({scenario.recipe})")
-    with _output_to(out / "warm" / "console.log"):
+    with output_to(out / "warm" / "console.log"):
         warm_summary = run_training(_run_cfg(scenario, extra, cpu_items + ["max_steps=0"]), out / "warm", live=False)
     weights = sorted((out / "warm" / "weights").glob("sft-step*"))
     if not weights:
@@ -933,7 +924,7 @@ def run_benchmark(scenario: Scenario, out: Path, *, extra_overrides: list[str] |
                              f"interruptible={'true' if interruptible else 'false'}"]
         cfg = _run_cfg(scenario, extra, items, sync=mode == "sync")
         run_dir = out / "runs" / label
-        with _output_to(out / "runs" / f"{label}.console.log"):
+        with output_to(out / "runs" / f"{label}.console.log"):
             summary = run_training(cfg, run_dir, live=False, record_timeline=True)
         tl = json.loads((run_dir / "timeline.json").read_text())
         r = summarize_run(tl, summary, label=label, mode=mode, repeat=rep, eta=eta, interruptible=interruptible,

@@ -15,7 +15,8 @@ COLOURS = {"train": "#1f77b4", "publish": "#ff7f0e", "wait": "#dddddd", "eval": 
 TITLES = {"sync": "sync (eta = 0)", "async": "async", "async_noninterruptible": "async, non-interruptible updates"}
 
 
-def _save(fig, path: Path) -> None:
+def save_png(fig, path: Path) -> None:
+    """Write the matplotlib figure ``fig`` to ``path`` as a PNG, atomically (a temporary file replaced into place)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".png", dir=path.parent)
     os.close(fd)
@@ -81,7 +82,7 @@ def plot_timelines(runs: list[tuple[str, dict]], path: Path, *, window_s: float 
     fig.legend(handles=handles, loc="upper right", ncol=len(handles), fontsize=8, frameon=False)
     fig.suptitle("Generation and training activity per worker", x=0.01, ha="left", fontsize=11)
     fig.tight_layout(rect=(0, 0, 1, 0.95))
-    _save(fig, path)
+    save_png(fig, path)
     plt.close(fig)
 
 
@@ -131,7 +132,7 @@ def plot_throughput_bars(results: dict, path: Path) -> None:
         ax.set_title(f"{w['n_prompts']} prompts, {w['budgets'][0]}-{w['budgets'][1]} new tokens "
                      f"({gen['continuous_over_static']:.2f}x)", fontsize=10)
     fig.tight_layout()
-    _save(fig, path)
+    save_png(fig, path)
     plt.close(fig)
 
 
@@ -174,7 +175,7 @@ def plot_accuracy_curves(results: dict, path: Path) -> None:
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    _save(fig, path)
+    save_png(fig, path)
     plt.close(fig)
 
 
@@ -257,5 +258,5 @@ def plot_decomposition(results: dict, timelines: list[tuple[str, dict]], path: P
                      f"+ T {ph['train']:.3f} + P {ph['publish']:.3f}", fontsize=9, loc="left")
         ax.set_ylabel("x")
     fig.tight_layout()
-    _save(fig, path)
+    save_png(fig, path)
     plt.close(fig)

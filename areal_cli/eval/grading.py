@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterable, Iterator
 
-from areal_cli.eval.datasets import Problem
+from areal_cli.eval.benchmarks import Problem
 from areal_cli.reward.pool import RewardPool, RewardResult
 
 GRADE_FN = "areal_cli.reward.math_grader:grade"

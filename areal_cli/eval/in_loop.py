@@ -51,7 +51,7 @@ class BenchmarkEval:
             return None
         import json
 
-        from areal_cli.eval.datasets import load_benchmark_specs
+        from areal_cli.eval.benchmarks import load_benchmark_specs
         from areal_cli.eval.generate import render_prompts
         from areal_cli.eval.grading import Graders, graders_kinds, problem_kind
         from areal_cli.eval.preflight import load_selected

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from areal_cli.errors import UserError, where
-from areal_cli.eval.datasets import Problem
+from areal_cli.eval.benchmarks import Problem
 from areal_cli.eval.generate import PASSES
 from areal_cli.eval.grading import (
     DEFAULT_GRADER_TIMEOUT_S,
@@ -383,7 +383,7 @@ def check_benchmark_names(path: Path, saved: list[Any]) -> None:
     Raises:
         UserError: ``FILE:LINE: field 'dataset': unknown benchmark 'x'; known benchmarks: ...``.
     """
-    from areal_cli.eval.datasets import load_benchmark_specs
+    from areal_cli.eval.benchmarks import load_benchmark_specs
 
     known = load_benchmark_specs()
     for s in saved:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from areal_cli.errors import UserError
-from areal_cli.eval.datasets import load_benchmark_specs
+from areal_cli.eval.benchmarks import load_benchmark_specs
 from areal_cli.eval.generate import (
     TINY_MODEL_SEED,
     Generator,

@@ -215,7 +215,7 @@ def architecture_signature(hf_config) -> dict:
         "head_dim": _head_dim(hf_config),
         "rms_norm_eps": float(hf_config.rms_norm_eps),
         "rope_theta": rope_theta_of(hf_config),
-        "tie_word_embeddings": _tied(hf_config),
+        "tie_word_embeddings": tied_embeddings(hf_config),
         "family": family_of(hf_config).name,
     }
 
@@ -229,7 +229,7 @@ def _dims(hf_config) -> _Dims:
     return _Dims(hf_config.num_attention_heads, hf_config.num_key_value_heads, _head_dim(hf_config))
 
 
-def _tied(hf_config) -> bool:
+def tied_embeddings(hf_config) -> bool:
     return bool(getattr(hf_config, "tie_word_embeddings", False))
 
 
@@ -313,7 +313,7 @@ def build_gpt_model(hf_config, *, params_dtype: torch.dtype = torch.float32, voc
         max_sequence_length=hf_config.max_position_embeddings,
         pre_process=pre_process,
         post_process=post_process,
-        share_embeddings_and_output_weights=_tied(hf_config),
+        share_embeddings_and_output_weights=tied_embeddings(hf_config),
         position_embedding_type="rope",
         rotary_percent=1.0,
         rotary_base=rope_theta_of(hf_config),
@@ -333,7 +333,7 @@ def build_gpt_model(hf_config, *, params_dtype: torch.dtype = torch.float32, voc
 def _expanded_rules(hf_config):
     """Yield ``(hf_names, mcore_name, transform)`` for every concrete tensor of the model (the rules whose
     family switch is on)."""
-    tied = _tied(hf_config)
+    tied = tied_embeddings(hf_config)
     fam = family_of(hf_config)
     for r in RULES:
         if r.tied is not None and r.tied != tied:
@@ -370,7 +370,7 @@ def hf_to_mcore(hf_state: Mapping[str, Tensor], hf_config) -> dict[str, Tensor]:
     """
     d = _dims(hf_config)
     names = {k for k in hf_state if not _IGNORED_HF.match(k)}
-    if _tied(hf_config):
+    if tied_embeddings(hf_config):
         names.discard("lm_head.weight")
     expected: set[str] = set()
     out: dict[str, Tensor] = {}

@@ -125,7 +125,7 @@ def _check_parallel_sizes(hf_config, tp: int, pp: int) -> None:
     if pp > 1 and int(hf_config.num_hidden_layers) % pp != 0:
         raise UserError(f"MegatronEngine: pipeline_parallel={pp} does not divide num_hidden_layers="
                         f"{hf_config.num_hidden_layers}")
-    if pp > 1 and hf_mcore._tied(hf_config):
+    if pp > 1 and hf_mcore.tied_embeddings(hf_config):
         raise UserError("MegatronEngine: pipeline_parallel > 1 with tied embeddings (tie_word_embeddings) is not "
                         "supported")
     for field in ("num_attention_heads", "num_key_value_heads", "intermediate_size"):
