@@ -48,7 +48,7 @@ def _ref_text(ref) -> str:
 
 def _load_all() -> list:
     """(recipe, expected file) for every locked recipe. Raises: UserError (file:line) for an invalid one."""
-    from areal_cli.recipe import load_recipe, recipe_names
+    from areal_cli.recipes import load_recipe, recipe_names
 
     return [(r, r.expected) for r in map(load_recipe, recipe_names())]
 
@@ -59,7 +59,7 @@ def catalogue(pairs: list | None = None) -> list[dict]:
     Raises:
         UserError: a recipe or expected file is invalid (file:line).
     """
-    from areal_cli.recipe import headline
+    from areal_cli.recipes import headline
 
     def ref(x):
         return None if x is None else {"repo": x.repo, "revision": x.revision, "builtin": x.builtin}

@@ -73,9 +73,10 @@ def train(recipe: str | None, out_dir: Path | None, max_steps: int | None, overr
             summary = resume_training(resume_dir, live=not no_live)
         sys.exit(0 if summary.get("ok", True) else 1)
 
-    from areal_cli.config import apply_overrides, load_recipe
+    from areal_cli.config import apply_overrides
+    from areal_cli.recipes import load_train_config
 
-    cfg, _ = load_recipe(recipe or "tiny-arith")
+    cfg, _ = load_train_config(recipe or "tiny-arith")
     items = list(overrides) + ([f"max_steps={max_steps}"] if max_steps is not None else []) + \
         ([f"model_path={model_path}"] if model_path is not None else [])
     cfg = apply_overrides(cfg, items)
@@ -162,7 +163,8 @@ def eval_cmd(datasets: str | None, data_dir: Path | None, revision: str | None, 
              max_new_tokens: int | None, greedy_pass: bool | None, seed: int, server_url: str | None, regrade: Path | None,
              cf_data: Path | None, grader_timeout: float, isolation: str | None, out_dir: Path) -> None:
     """Evaluate a model on math and code benchmarks (pass@1 ± stderr, pass@k, maj@k, greedy accuracy)."""
-    from areal_cli.eval.runner import run_eval, run_regrade
+    from areal_cli.eval.regrade import run_regrade
+    from areal_cli.eval.runner import run_eval
 
     names = [d.strip() for d in datasets.split(",") if d.strip()] if datasets is not None else None
     if regrade is not None:

@@ -1,23 +1,23 @@
-"""Training configuration: one typed dataclass, loaded from a recipe YAML and ``-o key=value`` overrides.
+"""Training configuration: one typed dataclass, set from a recipe's keys and ``-o key=value`` overrides.
 
-A recipe file is either a locked recipe (``recipes/*.yaml``: sections model/data/train/resources/eval,
-validated by :mod:`areal_cli.recipe`; its ``train`` section holds the fields of :class:`TrainConfig`) or a
-flat YAML mapping whose keys are the fields of :class:`TrainConfig` (a quick user recipe). Unknown keys and
-wrong types are reported as :class:`~areal_cli.errors.UserError` with ``file:line: field 'key'``.
-This module imports no torch.
+The keys come from a locked recipe's ``train`` section (:mod:`areal_cli.recipes`) or from a flat YAML mapping
+whose keys are the fields of :class:`TrainConfig` (a quick user recipe, :func:`flat_config`);
+:func:`areal_cli.recipes.load_train_config` tells the two apart. Values are converted by the one rule of
+:func:`areal_cli.typed_yaml.coerce`. Unknown keys and wrong types are reported as
+:class:`~areal_cli.errors.UserError` with ``file:line: field 'key'``. A foundation: it imports no torch and
+nothing above the typed YAML reader.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import yaml
+from typing import Any
 
 from areal_cli.errors import UserError
+from areal_cli.typed_yaml import LineDict, coerce, parse_override
 
 #: Off-policy corrections of the behaviour weight (the loss's own list: areal_cli.trainer.decoupled_ppo; a test
 #: keeps the two equal without importing torch here).
@@ -143,6 +143,11 @@ class TrainConfig:
     # areal_cli.trainer.micro_batches); 0: one micro-batch per minibatch, right-padded
     max_tokens_per_mb: int = 0
     recompute_proximal: bool = True  # decoupled PPO; False: proximal := behaviour (standard PPO)
+    # where decoupled PPO's proximal logprobs come from (AReaL actor.prox_logp_method): "recompute" = a forward pass
+    # with the weights before the step; "reuse" = the training forward's own logprobs, detached (exact when the
+    # step is one optimiser step, ppo_n_minibatches = 1: the weights are the proximal policy's; one forward pass
+    # fewer per step); "auto" = reuse when ppo_n_minibatches = 1, else recompute
+    prox_logp_method: str = "auto"
     # trainer parallelism (areal_cli.trainer.group): world = data x tensor x pipeline ranks; world 1 = the
     # trainer thread in this process (default), else torchrun ranks on this machine (logs/trainer-rank*.log)
     trainer_data_parallel: int = 1
@@ -230,6 +235,11 @@ class TrainConfig:
             raise bad("top_p", "training samples must come from the untruncated policy: with top_p < 1 the rollout "
                                "servers report logprobs of the untruncated distribution (as SGLang does), so "
                                "pi_prox/pi_behav would ignore the truncation; use 1.0")
+        if self.prox_logp_method not in ("auto", "recompute", "reuse"):
+            raise bad("prox_logp_method", "must be 'auto', 'recompute' or 'reuse'")
+        if self.prox_logp_method == "reuse" and self.ppo_n_minibatches != 1:
+            raise bad("prox_logp_method", "'reuse' needs ppo_n_minibatches = 1 (after the first minibatch's update "
+                                          "the weights are no longer the proximal policy); use 'recompute' or 'auto'")
         if self.stale_groups not in ("drop", "train"):
             raise bad("stale_groups", "must be 'drop' or 'train'")
         if self.sandbox_isolation not in ("auto", "strict"):
@@ -332,128 +342,41 @@ def parse_cpu_list(spec: str) -> frozenset[int]:
     return frozenset(cpus)
 
 
-_FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig) if f.name != "extra"}
+#: The fields of :class:`TrainConfig` a recipe or ``-o`` may set (name -> dataclass field).
+TRAIN_FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig) if f.name != "extra"}
 _TYPES = typing.get_type_hints(TrainConfig)
 
 
-def find_recipe_file(name: str) -> Path | None:
-    """``NAME.yaml`` in the first of :func:`areal_cli.resources.recipe_dirs` holding it (user folders first)."""
-    from areal_cli.resources import recipe_dirs
-
-    for d in recipe_dirs():
-        if (d / f"{name}.yaml").is_file():
-            return d / f"{name}.yaml"
-    return None
-
-
-def known_recipes() -> list[str]:
-    """Recipe names in the user's recipe folders and the shipped ones (``NAME.yaml``; expected-metrics files
-    ``*.expected.yaml`` excluded)."""
-    from areal_cli.resources import recipe_dirs
-
-    return sorted({p.name[: -len(".yaml")] for d in recipe_dirs() if d.is_dir() for p in d.glob("*.yaml")
-                   if not p.name.endswith(".expected.yaml")})
-
-
-def _coerce(name: str, value: object, where: str) -> object:
-    """Convert ``value`` to the declared type of field ``name`` or raise UserError."""
-    tp = _TYPES[name]
-    if typing.get_origin(tp) is list:
-        items = [value] if isinstance(value, str) and value else ([] if value in ("", None) else value)
-        if isinstance(items, list) and all(isinstance(x, str) for x in items):
-            return list(items)
-        raise UserError(f"{where}: field '{name}': expected a list of strings, got {value!r}")
-    if tp is dict:
-        if value in ("", None):
-            return {}
-        if isinstance(value, dict):
-            return dict(value)
-        raise UserError(f"{where}: field '{name}': expected a mapping, got {value!r}")
-    allowed = typing.get_args(tp) if isinstance(tp, types.UnionType) else (tp,)
-    if value is None:
-        if type(None) in allowed:
-            return None
-        raise UserError(f"{where}: field '{name}': must not be null")
-    for t in allowed:
-        if t is type(None):
-            continue
-        if t is bool:
-            if isinstance(value, bool):
-                return value
-            if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-                return value.lower() in ("true", "1", "yes")
-            continue
-        if t is int and isinstance(value, bool):
-            continue
-        if t is str and isinstance(value, int) and not isinstance(value, bool):
-            return str(value)  # e.g. a cpu list "0" that YAML read as an int
-        if t is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, t):
-            return value
-        if isinstance(value, str):
-            try:
-                return t(value)
-            except (TypeError, ValueError):
-                continue
-    names = "/".join(t.__name__ for t in allowed)
-    raise UserError(f"{where}: field '{name}': expected {names}, got {value!r}")
-
-
-def load_recipe(name_or_path: str) -> tuple[TrainConfig, Path]:
-    """Load a recipe by name (``recipes/NAME.yaml``) or by path.
+def coerce_field(name: str, value: object, where: str) -> object:
+    """Convert ``value`` to the declared type of field ``name`` (:func:`areal_cli.typed_yaml.coerce`).
 
     Raises:
-        UserError: unknown recipe name, unreadable/invalid YAML, unknown key, wrong type (file:line).
+        UserError: ``where: field 'name': expected T, got V``.
     """
-    p = Path(name_or_path)
-    if p.suffix not in (".yaml", ".yml"):
-        found = find_recipe_file(str(name_or_path))
-        if found is None:
-            known = ", ".join(known_recipes()) or "none"
-            raise UserError(f"unknown recipe '{name_or_path}' (known: {known})")
-        p = found
-    if not p.is_file():
-        raise UserError(f"{p}: recipe file not found")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise UserError(f"{p}: not a UTF-8 text file (byte {e.start})") from None
-    except OSError as e:
-        raise UserError(f"{p}: cannot read recipe: {e.strerror}") from None
-    try:
-        node = yaml.compose(text)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark else ""
-        raise UserError(f"{p}{line}: invalid YAML: {getattr(e, 'problem', e)}") from None
-    if isinstance(data, dict) and "kind" in data:
-        # A locked recipe (sections model/data/train/resources/eval): validated as a whole by
-        # areal_cli.recipe; its ``train`` section holds the TrainConfig keys.
-        from areal_cli.recipe import load_recipe as load_locked_recipe
-        from areal_cli.recipe import train_config_from_recipe
+    return coerce(name, value, _TYPES[name], where)
 
-        return train_config_from_recipe(load_locked_recipe(p)), p
-    if data is None:
-        data = {}
-    if not isinstance(data, dict) or node is None or not isinstance(node, yaml.MappingNode):
+
+def flat_config(data: Any, path: Path) -> TrainConfig:
+    """The config of a flat recipe file: ``data`` (read by :func:`areal_cli.typed_yaml.read_yaml`) is a mapping
+    whose keys are fields of :class:`TrainConfig`; relative paths are made absolute against the file's folder.
+    The config is named by the file's stem unless it sets ``recipe``.
+
+    Raises:
+        UserError: not a mapping, unknown key, wrong type or bad value (``file:line: field 'key': ...``).
+    """
+    p = path
+    if not isinstance(data, dict):
         raise UserError(f"{p}:1: a recipe must be a mapping of key: value")
-    lines: dict[str, int] = {}
-    for k, _ in node.value:
-        if k.value in lines:
-            raise UserError(f"{p}:{k.start_mark.line + 1}: field '{k.value}': duplicate key "
-                            f"(first at line {lines[k.value]})")
-        lines[k.value] = k.start_mark.line + 1
+    lines: dict[str, int] = dict(data.lines) if isinstance(data, LineDict) else {}
     cfg = TrainConfig(recipe=p.stem)  # a flat recipe is named by its file unless it says otherwise
     for key, value in data.items():
         where = f"{p}:{lines.get(key, 1)}"
-        if key not in _FIELDS:
+        if key not in TRAIN_FIELDS:
             raise UserError(f"{where}: field '{key}': unknown key")
-        setattr(cfg, key, _coerce(key, value, where))
+        setattr(cfg, key, coerce_field(key, value, where))
     cfg.validate(str(p), lines)
     resolve_paths(cfg, p.parent, set(data), where=lambda k: f"{p}:{lines.get(k, 1)}")
-    return cfg, p
+    return cfg
 
 
 #: Fields naming user code or data by path: made absolute when the recipe is read (see resolve_paths).
@@ -495,17 +418,10 @@ def apply_overrides(cfg: TrainConfig, overrides: list[str]) -> TrainConfig:
     cfg = dataclasses.replace(cfg)
     for item in overrides:
         where = f"-o {item}"
-        if "=" not in item:
-            raise UserError(f"{where}: expected key=value")
-        key, raw = item.split("=", 1)
-        key = key.strip()
-        if key not in _FIELDS:
+        key, value = parse_override(item)
+        if key not in TRAIN_FIELDS:
             raise UserError(f"{where}: field '{key}': unknown key")
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
-            value = raw
-        setattr(cfg, key, _coerce(key, value, where))
+        setattr(cfg, key, coerce_field(key, value, where))
         if key in PATH_FIELDS:
             resolve_paths(cfg, Path.cwd(), {key}, set_code_dir=False)
     cfg.validate("overrides")

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from areal_cli.errors import UserError
-from areal_cli.recipe import _REPO_ID, _SHA1, HubRef, load_recipe, recipe_names, recipe_path, where
+from areal_cli.hub import REPO_ID, SHA1, hub_local_only, offline
+from areal_cli.recipes import HubRef, load_recipe, recipe_names, recipe_path, where
 
 #: Recipe parts ``download`` can fetch: role -> recipe section.
 ROLES = {"model": "model", "data": "data", "published": "published_model"}
@@ -48,35 +49,10 @@ class DownloadItem:
 
     @property
     def pinned(self) -> bool:
-        return self.revision is not None and bool(_SHA1.match(self.revision))
+        return self.revision is not None and bool(SHA1.match(self.revision))
 
     def label(self) -> str:
         return f"{'datasets/' if self.repo_type == 'dataset' else ''}{self.repo_id}@{self.revision or 'main'}"
-
-
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def hub_reachable(timeout_s: float = 3.0) -> bool:
-    """Whether a TCP connection to the Hugging Face endpoint (``HF_ENDPOINT``, default huggingface.co:443)
-    opens within ``timeout_s``. Used to fail in one line at once instead of after huggingface_hub's
-    retries (about 25 s of backoff) when the machine has no network."""
-    import socket
-    from urllib.parse import urlparse
-
-    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
-    port = url.port or (80 if url.scheme == "http" else 443)
-    try:
-        with socket.create_connection((url.hostname or "huggingface.co", port), timeout=timeout_s):
-            return True
-    except OSError:
-        return False
-
-
-def hub_local_only() -> bool:
-    """True when downloads must come from the local cache: ``HF_HUB_OFFLINE`` is set or the hub is unreachable."""
-    return _offline() or not hub_reachable()
 
 
 def _pinned_in_recipes(repo_id: str, repo_type: str) -> tuple[str, str] | None:
@@ -128,7 +104,7 @@ def plan(target: str, *, dataset: bool = False, revision: str | None = None,
         return items
     repo_type = "dataset" if dataset or target.startswith("datasets/") else "model"
     repo_id = target.removeprefix("datasets/")
-    if not _REPO_ID.match(repo_id):
+    if not REPO_ID.match(repo_id):
         raise UserError(f"'{target}' is neither a recipe ({', '.join(recipe_names())}) nor a Hub repo id "
                         f"'owner/name'")
     origin, note = "command line", None
@@ -227,7 +203,7 @@ def fetch(item: DownloadItem, local_dir: Path | None) -> Path:
         raise UserError(f"{what}: revision not found in the repository") from None
     except hf_errors.LocalEntryNotFoundError:
         cache = os.environ.get("HF_HOME") or "~/.cache/huggingface"
-        why = "HF_HUB_OFFLINE is set" if _offline() else ("network unreachable" if local_only else "not found")
+        why = "HF_HUB_OFFLINE is set" if offline() else ("network unreachable" if local_only else "not found")
         raise UserError(f"cannot reach the Hugging Face hub (offline? {why}) and {item.label()} is not in the "
                         f"local cache ({cache}); run `areal download` where the hub is reachable") from None
     except hf_errors.HfHubHTTPError as e:

@@ -181,7 +181,7 @@ def snapshot_revision(path: Path) -> str | None:
 
 
 def hub_ref(ref: Any) -> dict[str, Any] | None:
-    """A recipe's :class:`~areal_cli.recipe.HubRef` as JSON (repo, revision, builtin), None for no reference."""
+    """A recipe's :class:`~areal_cli.recipes.HubRef` as JSON (repo, revision, builtin), None for no reference."""
     if ref is None:
         return None
     return {"repo": ref.repo, "revision": ref.revision, "builtin": ref.builtin}
@@ -191,7 +191,7 @@ def build_manifest(recipe: Any, *, mode: str, subject: str, variant: str | None,
                    command: list[str], started_at: str, finished_at: str, elapsed_s: float, status: str,
                    exit_code: int | None, downloads: dict[str, Path] | None = None,
                    extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The manifest of one run of ``recipe`` (an :class:`areal_cli.recipe.Recipe`); see the module docstring.
+    """The manifest of one run of ``recipe`` (an :class:`areal_cli.recipes.Recipe`); see the module docstring.
 
     Args:
         status: ``passed`` | ``failed`` | ``error: <one line>`` | ``interrupted``.

@@ -116,7 +116,7 @@ class SftConfig:
 
     @classmethod
     def from_spec(cls, spec: Any) -> "SftConfig":
-        """From a locked recipe's ``sft`` section (:class:`areal_cli.recipe.SftSpec`, e.g. boba-sft-32b).
+        """From a locked recipe's ``sft`` section (:class:`areal_cli.recipes.SftSpec`, e.g. boba-sft-32b).
 
         ``pack_row_tokens`` = ``max_tokens_per_mb``: one packed row per micro-batch, AReaL's 1-D layout.
         dtype / loss-scale keys describe the GPU run and have no CPU counterpart (the engine trains in the

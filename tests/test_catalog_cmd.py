@@ -11,7 +11,7 @@ import huggingface_hub
 from click.testing import CliRunner
 
 from areal_cli.catalog_cmd import download, ls
-from areal_cli.recipe import recipe_names
+from areal_cli.recipes import recipe_names
 
 
 def one_line_error(res, *needles):

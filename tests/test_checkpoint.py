@@ -192,13 +192,13 @@ ASYNC = ["-o", "max_head_offpolicyness=2", "-o", "group_size=2"]
 @pytest.fixture(scope="module")
 def warm_model(tmp_path_factory) -> Path:
     """The tiny recipe's model after 30 warm-start (SFT stage) steps: rewards are neither all 0 nor all 1."""
-    from areal_cli.config import load_recipe
+    from areal_cli.recipes import load_train_config
     from areal_cli.models.tiny import build_tiny_model, load_tokenizer
     from areal_cli.sft import SftConfig, SftStage
     from areal_cli.tasks.task import Task
     from areal_cli.trainer.megatron_engine import MegatronEngine
 
-    cfg, _ = load_recipe("tiny-arith")
+    cfg, _ = load_train_config("tiny-arith")
     task = Task(cfg)
     d = tmp_path_factory.mktemp("warm")
     base = build_tiny_model(d / "base", seed=cfg.seed, corpus=task.tokenizer_corpus())

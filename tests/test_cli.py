@@ -9,7 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from areal_cli.cli import main
-from areal_cli.config import TrainConfig, apply_overrides, load_recipe
+from areal_cli.config import TrainConfig, apply_overrides
+from areal_cli.recipes import load_train_config
 
 
 def run(args):
@@ -77,7 +78,7 @@ def test_existing_run_dir_is_not_overwritten(tmp_path):
 
 
 def test_shipped_recipe_is_valid_and_overrides_apply():
-    cfg, path = load_recipe("tiny-arith")
+    cfg, path = load_train_config("tiny-arith")
     assert path.name == "tiny-arith.yaml" and cfg.recipe == "tiny-arith"
     cfg2 = apply_overrides(cfg, ["max_head_offpolicyness=0", "lr=1e-4", "recompute_proximal=false"])
     assert (cfg2.max_head_offpolicyness, cfg2.lr, cfg2.recompute_proximal) == (0, 1e-4, False)

@@ -205,7 +205,7 @@ def test_a_zlib_bomb_in_private_tests_is_refused_without_exhausting_memory(monke
     import base64
     import zlib
 
-    import areal_cli.reward.code_grader as cg
+    from areal_cli.reward.code_grader import suite as cg
 
     monkeypatch.setattr(cg, "MAX_PRIVATE_TESTS_BYTES", 1 << 20)
     bomb = base64.b64encode(zlib.compress(b"\0" * (8 << 20), 9)).decode()
@@ -417,7 +417,7 @@ BENCH = Path(__file__).resolve().parent / "data" / "benchmarks"
 
 def test_code_loaders_carry_the_tolerance_their_statements_declare(tmp_path):
     from areal_cli.eval.code_datasets import load_code_problems
-    from areal_cli.eval.datasets import load_benchmark_specs
+    from areal_cli.eval.benchmarks import load_benchmark_specs
 
     specs = load_benchmark_specs()
     cf = json.loads((BENCH / "codeforces.jsonl").read_text().splitlines()[0])

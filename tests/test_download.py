@@ -17,7 +17,7 @@ from huggingface_hub import errors as hf_errors
 
 from areal_cli.download import download, plan
 from areal_cli.errors import UserError
-from areal_cli.recipe import load_recipe
+from areal_cli.recipes import load_recipe
 
 R1_15B = "ad9f0ae0864d7fbcd1cd905e3c6c5b069cc8b562"
 RL_DATA = "07dfc8977909d38366d4e913eb3648a939e5aeb4"
@@ -197,15 +197,16 @@ def _hub_reachable(monkeypatch, request):
     so the reachability probe is told the hub is up (offline behaviour is tested with HF_HUB_OFFLINE and in
     test_an_unreachable_hub_reads_the_cache_only)."""
     if "unreachable" not in request.node.name:
-        monkeypatch.setattr("areal_cli.download.hub_reachable", lambda *a, **k: True)
+        monkeypatch.setattr("areal_cli.hub.hub_reachable", lambda *a, **k: True)
 
 
 def test_an_unreachable_hub_reads_the_cache_only_and_fails_in_one_line_at_once(monkeypatch, tmp_path):
     import areal_cli.download as dl
+    import areal_cli.hub as hub
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.setattr(dl, "hub_reachable", lambda *a, **k: False)
-    assert dl.hub_local_only()
+    monkeypatch.setattr(hub, "hub_reachable", lambda *a, **k: False)
+    assert hub.hub_local_only()
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     with pytest.raises(UserError, match=r"cannot reach the Hugging Face hub \(offline\? network unreachable\)"):
         dl.download("Qwen/Qwen3-8B")

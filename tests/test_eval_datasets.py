@@ -17,10 +17,9 @@ from pathlib import Path
 import pytest
 
 from areal_cli.errors import UserError
+from areal_cli.eval.benchmarks import BENCHMARKS_JSON, load_benchmark_specs
 from areal_cli.eval.datasets import (
-    BENCHMARKS_JSON,
     load_benchmark,
-    load_benchmark_specs,
     load_benchmark_with_report,
     load_dataset,
     load_datasets,
@@ -375,4 +374,4 @@ def _hub_reachable(monkeypatch, request):
     so the reachability probe is told the hub is up (offline behaviour is tested with HF_HUB_OFFLINE and in
     test_an_unreachable_hub_reads_the_cache_only)."""
     if "unreachable" not in request.node.name:
-        monkeypatch.setattr("areal_cli.download.hub_reachable", lambda *a, **k: True)
+        monkeypatch.setattr("areal_cli.hub.hub_reachable", lambda *a, **k: True)

@@ -128,11 +128,11 @@ def test_a_server_that_keeps_dying_ends_the_run_with_one_line(tmp_path):
 
 def _tiny_model(tmp_path: Path) -> Path:
     """The tiny recipe's model, built the way `areal train` builds it (the stand-in serves a model directory)."""
-    from areal_cli.config import load_recipe
+    from areal_cli.recipes import load_train_config
     from areal_cli.models.tiny import build_tiny_model
     from areal_cli.tasks.task import Task
 
-    cfg, _ = load_recipe("tiny-arith")
+    cfg, _ = load_train_config("tiny-arith")
     return build_tiny_model(tmp_path / "model", seed=cfg.seed, corpus=Task(cfg).tokenizer_corpus(),
                             vocab_size=cfg.model_vocab_size, hidden_size=cfg.model_hidden_size,
                             num_layers=cfg.model_num_layers, chat_template=cfg.model_chat_template)

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from areal_cli.errors import UserError
-from areal_cli.gpu_recipe import gpu_train_config
-from areal_cli.recipe import load_recipe, train_config_from_recipe
+from areal_cli.recipes import gpu_train_config
+from areal_cli.recipes import load_recipe, train_config_from_recipe
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_SGLANG = str(REPO / "tests" / "fake_sglang")
@@ -159,7 +159,7 @@ def test_reproduce_retrain_of_a_gpu_recipe_downloads_trains_evaluates_and_compar
                                                                                    monkeypatch):
     """The orchestration of `areal reproduce boba2-8b-code` on a machine with its 192 GPUs, shrunk by -o to one
     fake SGLang server and a tiny model (downloads and the final evaluation's generation are stand-ins)."""
-    import areal_cli.reproduce as rp
+    import areal_cli.reproduce.run as rp
     from areal_cli.eval import runner
     from tests.test_reproduce import quiet_console
 

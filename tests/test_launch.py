@@ -247,12 +247,12 @@ def test_two_loopback_nodes_run_servers_torchrun_and_the_controller_then_stop_cl
 def test_two_loopback_nodes_run_a_real_areal_train_with_external_servers_and_a_two_node_trainer(tmp_path):
     """No stand-ins: node 0 runs `areal train tiny-arith -o rollout_engine=external` (the default controller
     command), each node an embedded server and one torchrun rank of the real trainer worker (DP=2 over 2 nodes)."""
-    from areal_cli.config import load_recipe
+    from areal_cli.recipes import load_train_config
     from areal_cli.launch.plan import controller_command
     from areal_cli.models.tiny import build_tiny_model
     from areal_cli.tasks.task import Task
 
-    cfg, _ = load_recipe("tiny-arith")
+    cfg, _ = load_train_config("tiny-arith")
     model = build_tiny_model(tmp_path / "model", seed=cfg.seed, corpus=Task(cfg).tokenizer_corpus(),
                              vocab_size=cfg.model_vocab_size, hidden_size=cfg.model_hidden_size,
                              num_layers=cfg.model_num_layers, chat_template=cfg.model_chat_template)

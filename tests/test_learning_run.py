@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from areal_cli.config import apply_overrides, load_recipe
+from areal_cli.config import apply_overrides
+from areal_cli.recipes import load_train_config
 from areal_cli.tasks import tiny_arith
 from areal_cli.train_loop import run_training
 
@@ -13,7 +14,7 @@ REQUIRED = {"step", "version", "reward_mean", "accuracy", "staleness_max", "elap
 
 @pytest.mark.slow
 def test_short_async_run_learns_well_beyond_chance(tmp_path):
-    cfg, _ = load_recipe("tiny-arith")
+    cfg, _ = load_train_config("tiny-arith")
     cfg = apply_overrides(cfg, ["max_steps=25", "target_accuracy=0", "max_head_offpolicyness=2",
                                 "eval_n_prompts=64"])
     out = tmp_path / "run"
@@ -42,7 +43,7 @@ def test_short_async_run_learns_well_beyond_chance(tmp_path):
 def test_a_run_stopped_by_its_time_limit_evaluates_and_keeps_its_last_policy(tmp_path):
     """time_limit_s ends the run between evaluations: the last step is measured (its accuracy is the final one,
     not the previous measurement's) and its weights are kept."""
-    cfg, _ = load_recipe("tiny-arith")
+    cfg, _ = load_train_config("tiny-arith")
     cfg = apply_overrides(cfg, ["max_steps=500", "time_limit_s=10", "eval_every=1000", "sft_max_steps=0",
                                 "success_rate_lb=0", "target_accuracy=0", "eval_n_prompts=16"])
     out = tmp_path / "run"

@@ -148,13 +148,13 @@ def test_heldout_records_are_fixed_distinct_and_have_the_task_distribution():
 
 
 def test_preset_and_recipe_resolve():
-    from areal_cli.config import load_recipe
+    from areal_cli.recipes import load_train_config
     from areal_cli.tasks.registry import get_preset
     from areal_cli.tasks.task import Task
 
     preset = get_preset("tiny-longtail")
     assert preset.dataset == "areal_cli.tasks.tiny_longtail:records" and preset.sft_target_field == "answer"
-    cfg, _ = load_recipe("tiny-longtail")
+    cfg, _ = load_train_config("tiny-longtail")
     assert cfg.task == "tiny-longtail" and cfg.max_new_tokens >= tl.MAX_ANSWER_TOKENS
     assert cfg.batch_size == tl.STRATA  # one stratified block per training batch
     task = Task(cfg)

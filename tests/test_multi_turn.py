@@ -495,12 +495,11 @@ def test_a_weight_update_inside_a_turn_labels_versions_and_the_next_turn_extends
 
 # ------------------------------------------------------------------------------------- the recipe learns
 def test_locked_recipe_loads_with_the_multi_turn_workflow():
-    from areal_cli.config import load_recipe
-    from areal_cli.recipe import load_expected
-    from areal_cli.recipe import load_recipe as load_locked
+    from areal_cli.recipes import load_expected, load_train_config
+    from areal_cli.recipes import load_recipe as load_locked
     from areal_cli.tasks.task import Task
 
-    cfg, _ = load_recipe("tiny-arith-multiturn")
+    cfg, _ = load_train_config("tiny-arith-multiturn")
     task = Task(cfg)
     assert isinstance(task.workflow, MultiTurnWorkflow) and task.workflow.max_turns == 2
     assert load_expected(load_locked("tiny-arith-multiturn")).metrics
@@ -513,13 +512,14 @@ STEPS = 20
 def test_multi_turn_recipe_learns_first_try_and_within_max_turns_vs_single_turn(tmp_path):
     """Both recipes trained for the same number of RL steps (seed 1, eta 4), then the warm-start and final weights
     of each measured greedy on the same 128 held-out prompts: first-try and within-2-turns accuracy."""
-    from areal_cli.config import apply_overrides, load_recipe
+    from areal_cli.config import apply_overrides
+    from areal_cli.recipes import load_train_config
     from areal_cli.train_loop import run_training
     from areal_cli.workflows.multi_turn_eval import evaluate_run
 
     common = [f"max_steps={STEPS}", "target_accuracy=0", f"eval_every={STEPS}", "eval_n_prompts=64"]
-    mcfg, _ = load_recipe("tiny-arith-multiturn")
-    scfg, _ = load_recipe("tiny-arith")
+    mcfg, _ = load_train_config("tiny-arith-multiturn")
+    scfg, _ = load_train_config("tiny-arith")
     t0 = time.monotonic()
     run_training(apply_overrides(mcfg, common), tmp_path / "multi", live=False)
     t_multi = time.monotonic() - t0
@@ -547,8 +547,8 @@ def test_multi_turn_recipe_learns_first_try_and_within_max_turns_vs_single_turn(
 
 # ------------------------------------------------------------------------------ boba2's agent, GPU recipe
 def test_boba2_math_multiturn_recipe_maps_onto_the_agent_with_an_identity_trainer_shaping():
-    from areal_cli.gpu_recipe import gpu_train_config
-    from areal_cli.recipe import load_recipe as load_locked
+    from areal_cli.recipes import gpu_train_config
+    from areal_cli.recipes import load_recipe as load_locked
     from areal_cli.tasks.task import Task
 
     cfg, _ = gpu_train_config(load_locked("boba2-math-multiturn"))
@@ -571,9 +571,9 @@ def test_boba2_math_multiturn_recipe_runs_two_steps_through_the_sglang_path(tmp_
     import os
 
     from areal_cli.config import TrainConfig, apply_overrides
-    from areal_cli.gpu_recipe import gpu_train_config
     from areal_cli.models.tiny import build_tiny_model
-    from areal_cli.recipe import load_recipe as load_locked
+    from areal_cli.recipes import gpu_train_config
+    from areal_cli.recipes import load_recipe as load_locked
     from areal_cli.tasks.task import Task
     from areal_cli.train_loop import run_training
 

@@ -125,7 +125,10 @@ def test_config_refuses_bad_settings_with_one_line():
                           (dict(behav_imp_weight_lower=1.5), "behav_imp_weight_lower"),
                           (dict(behav_imp_weight_mode="token_truncate", behav_imp_weight_lower=0.5),
                            "behav_imp_weight_lower"),
-                          (dict(top_p=0.95), "top_p")):
+                          (dict(top_p=0.95), "top_p"),
+                          (dict(prox_logp_method="loglinear"), "prox_logp_method"),
+                          (dict(prox_logp_method="reuse", batch_size=16, ppo_n_minibatches=2), "prox_logp_method"),
+                          (dict(stale_groups="keep"), "stale_groups")):
         with pytest.raises(UserError, match=f"field '{field}'"):
             TrainConfig(**kwargs).validate("cfg.yaml")
 

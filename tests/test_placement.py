@@ -11,7 +11,7 @@ from rich.console import Console
 
 from areal_cli.errors import UserError
 from areal_cli.placement import MEGATRON_ORDER, Allocation, Parallel, parse_allocation, place, placement_from_dict
-from areal_cli.recipe import allocation_gpus, load_recipe, recipe_names
+from areal_cli.recipes import allocation_gpus, load_recipe, recipe_names
 
 
 @pytest.mark.parametrize("text, backend, gen, train", [
@@ -25,7 +25,7 @@ from areal_cli.recipe import allocation_gpus, load_recipe, recipe_names
 def test_allocation_strings_parse_into_inference_and_training_degrees(text, backend, gen, train):
     a = parse_allocation(text)
     assert a == Allocation(text, backend, gen, train)
-    if backend != "embedded":  # areal_cli.recipe.allocation_gpus knows the sglang./vllm. prefixes
+    if backend != "embedded":  # areal_cli.recipes.allocation_gpus knows the sglang./vllm. prefixes
         assert a.total == allocation_gpus(text)
     assert a.n_servers == (gen.dp if gen else 0) and a.server_gpus == (gen.tp * gen.pp if gen else 0)
 

@@ -89,14 +89,16 @@ def _hand_loss(current, groups, recompute_proximal: bool) -> tuple[float, int]:
     return sum(terms) / n, capped
 
 
-@pytest.mark.parametrize("recompute_proximal", [True, False])
-def test_update_on_a_stale_interrupted_sampled_batch_equals_the_hand_computed_loss(setup, recompute_proximal):
+@pytest.mark.parametrize("recompute_proximal, method", [(True, "recompute"), (True, "reuse"), (False, "auto")])
+def test_update_on_a_stale_interrupted_sampled_batch_equals_the_hand_computed_loss(setup, recompute_proximal,
+                                                                                    method):
     current, groups = setup
     versions = {v for g in groups for s in g.samples for v in s.versions}
     assert versions == {0, 1}  # stale (trainer at 2) and interrupted (two versions in every sample)
     cfg = SimpleNamespace(adv_norm="group", reward_bias=0.0, reward_scaling=1.0, max_reward_clip=20.0,
                           recompute_proximal=recompute_proximal, temperature=1.0, max_tokens_per_mb=0,
-                          ppo_n_minibatches=1, eps_clip=EPS_CLIP, behav_imp_weight_cap=CAP)
+                          ppo_n_minibatches=1, eps_clip=EPS_CLIP, behav_imp_weight_cap=CAP,
+                          prox_logp_method=method)
     engine = MegatronEngine(current, lr=1e-3, seed=0)
     stats = train_on_groups(engine, groups, cfg, pad_id=0)
     want, capped = _hand_loss(current, groups, recompute_proximal)
@@ -108,3 +110,30 @@ def test_update_on_a_stale_interrupted_sampled_batch_equals_the_hand_computed_lo
         assert stats["clip_frac"] == 0.0  # u = 1 at the first update
     else:
         assert stats["iw_capped_frac"] == 0.0  # w = 1 when proximal := behaviour
+
+
+@pytest.mark.parametrize("max_tokens_per_mb", [0, 24])
+def test_reusing_the_training_forward_as_proximal_policy_is_the_recomputed_update(setup, max_tokens_per_mb):
+    """``prox_logp_method: reuse`` (one forward pass fewer) gives the loss, gradient norm, off-policy
+    diagnostics and updated weights of ``recompute``, with one micro-batch and with packed micro-batches."""
+    current, groups = setup
+    results = {}
+    for method in ("recompute", "reuse"):
+        cfg = SimpleNamespace(adv_norm="group", reward_bias=0.0, reward_scaling=1.0, max_reward_clip=20.0,
+                              recompute_proximal=True, temperature=1.0, max_tokens_per_mb=max_tokens_per_mb,
+                              ppo_n_minibatches=1, eps_clip=EPS_CLIP, behav_imp_weight_cap=CAP,
+                              prox_logp_method=method)
+        engine = MegatronEngine(current, lr=1e-3, seed=0)
+        stats = train_on_groups(engine, groups, cfg, pad_id=0)
+        weights = {k: v.detach().clone() for k, v in engine.model.state_dict().items() if torch.is_tensor(v)}
+        results[method] = stats, weights
+    (a, wa), (b, wb) = results["recompute"], results["reuse"]
+    if max_tokens_per_mb:
+        assert a["n_micro_batches"] > 1
+    for key in ("loss", "grad_norm", "iw_capped_frac", "iw_p50", "iw_p99", "iw_min", "iw_max"):
+        assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-7), key
+    assert b["clip_frac"] == a["clip_frac"] == 0.0
+    changed = max(float((wa[k] - current_w).abs().max()) for k, current_w in
+                  MegatronEngine(current, lr=1e-3, seed=0).model.state_dict().items() if k in wa)
+    assert changed > 1e-5  # the step moved the weights
+    assert max(float((wa[k] - wb[k]).abs().max()) for k in wa) < 1e-6 * max(changed, 1.0) + 1e-8

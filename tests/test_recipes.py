@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from areal_cli import config
 from areal_cli.errors import UserError
-from areal_cli.recipe import (
+from areal_cli.recipes import (
     BENCHMARK_CARDS,
     CF_PERCENTILE_PER_ELO,
     Measured,
@@ -23,6 +22,7 @@ from areal_cli.recipe import (
     eval_vocabulary,
     load_expected,
     load_recipe,
+    load_train_config,
     recipe_names,
     train_config_from_recipe,
 )
@@ -102,7 +102,7 @@ def test_async_math_recipes_carry_their_synchronous_twin():
 
 def test_tiny_arith_locked_recipe_trains_with_what_areal_train_uses():
     locked = train_config_from_recipe("tiny-arith")
-    flat, _ = config.load_recipe("tiny-arith")
+    flat, _ = load_train_config("tiny-arith")
     assert locked.to_dict() == flat.to_dict()
 
 

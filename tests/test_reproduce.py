@@ -19,7 +19,7 @@ from rich.console import Console
 from areal_cli import download as dl
 from areal_cli.errors import UserError
 from areal_cli.eval import runner
-from areal_cli.recipe import Measured, allocation_gpus, compare, load_recipe, recipe_names
+from areal_cli.recipes import Measured, allocation_gpus, compare, load_recipe, recipe_names
 from areal_cli.placement import parse_allocation
 from areal_cli.reproduce import (
     check_checkpoint,

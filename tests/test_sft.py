@@ -154,7 +154,7 @@ def test_stage_steps_lower_the_loss_and_its_data_position_restores_the_same_batc
 
 
 def test_boba_sft_recipe_keys_become_the_stage_settings():
-    from areal_cli.recipe import load_recipe
+    from areal_cli.recipes import load_recipe
 
     cfg = SftConfig.from_spec(load_recipe("boba-sft-32b").file.sft)
     assert (cfg.lr, cfg.batch_size, cfg.max_tokens_per_mb, cfg.pack_row_tokens) == (1e-5, 64, 32768, 32768)
@@ -178,9 +178,10 @@ def test_lr_schedules_decay_from_the_peak_to_zero():
 
 
 def test_the_tiny_warm_start_is_an_instance_of_the_stage_with_its_sft_keys():
-    from areal_cli.config import apply_overrides, load_recipe
+    from areal_cli.config import apply_overrides
+    from areal_cli.recipes import load_train_config
 
-    tc, _ = load_recipe("tiny-arith")
+    tc, _ = load_train_config("tiny-arith")
     cfg = SftConfig.from_train_config(tc)
     assert (cfg.lr, cfg.batch_size, cfg.max_steps) == (tc.sft_lr, tc.sft_batch_size, tc.sft_max_steps)
     assert (cfg.max_tokens_per_mb, cfg.pack_row_tokens) == (tc.sft_max_tokens_per_mb, tc.sft_pack_row_tokens)
@@ -224,7 +225,7 @@ def test_boba_sft_settings_run_as_a_whole_stage_on_the_tiny_model(tmp_path):
     import dataclasses
 
     from areal_cli.models.tiny import build_tiny_model, load_tokenizer
-    from areal_cli.recipe import load_recipe
+    from areal_cli.recipes import load_recipe
     from areal_cli.sft import run_sft
 
     model = build_tiny_model(tmp_path / "m", seed=5, corpus=CORPUS, hidden_size=64, intermediate_size=128)

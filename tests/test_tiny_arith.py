@@ -19,8 +19,8 @@ def test_answer_is_reversed_digits_and_lengths_vary():
         digits = p.prompt.removeprefix(ta.PROMPT_PREFIX)
         assert p.prompt == ta.user_prompt(p) == "reverse " + digits
         assert p.answer == digits[::-1] and len(p.answer) == len(digits)
-    assert ta.make_problem("5303") == ta.Problem("reverse 5303", "3035")
-    assert ta.make_problem("0120") == ta.Problem("reverse 0120", "0210")  # leading zeros are kept
+    assert ta.make_problem("5303") == ta.ArithProblem("reverse 5303", "3035")
+    assert ta.make_problem("0120") == ta.ArithProblem("reverse 0120", "0210")  # leading zeros are kept
 
 
 def test_make_problem_rejects_bad_digit_strings():

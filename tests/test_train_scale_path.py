@@ -26,11 +26,11 @@ def _run(cfg, out: Path, overrides: list[str]) -> list[dict]:
 
 @pytest.mark.slow
 def test_sglang_launch_and_collective_weight_sync_train_exactly_like_the_default(warm_model, tmp_path, monkeypatch):  # noqa: F811
-    from areal_cli.config import load_recipe
+    from areal_cli.recipes import load_train_config
 
     monkeypatch.setenv("PYTHONPATH", FAKE_SGLANG + os.pathsep + os.environ.get("PYTHONPATH", ""))  # the servers
     monkeypatch.syspath_prepend(FAKE_SGLANG)  # this process: launch_servers checks that `sglang` is importable
-    cfg, _ = load_recipe("tiny-arith")
+    cfg, _ = load_train_config("tiny-arith")
     base = [*SYNC, f"model_path={warm_model}"]
     ref = _run(cfg, tmp_path / "disk", base)
     runs = {

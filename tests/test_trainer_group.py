@@ -227,13 +227,13 @@ SYNC = ["max_head_offpolicyness=0", "temperature=0", "adv_norm=global", "success
 def warm_model(tmp_path_factory) -> Path:
     """The tiny recipe's model after 30 warm-start steps (rewards neither all 0 nor all 1), as in
     test_checkpoint."""
-    from areal_cli.config import load_recipe
+    from areal_cli.recipes import load_train_config
     from areal_cli.models.tiny import build_tiny_model, load_tokenizer
     from areal_cli.sft import SftConfig, SftStage
     from areal_cli.tasks.task import Task
     from areal_cli.trainer.megatron_engine import MegatronEngine
 
-    cfg, _ = load_recipe("tiny-arith")
+    cfg, _ = load_train_config("tiny-arith")
     task = Task(cfg)
     d = tmp_path_factory.mktemp("warm")
     base = build_tiny_model(d / "base", seed=cfg.seed, corpus=task.tokenizer_corpus())
@@ -250,10 +250,11 @@ def warm_model(tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 def test_areal_train_with_data_or_tensor_parallel_2_matches_the_single_process_run_step_by_step(warm_model, tmp_path):
-    from areal_cli.config import apply_overrides, load_recipe
+    from areal_cli.config import apply_overrides
+    from areal_cli.recipes import load_train_config
     from areal_cli.train_loop import run_training
 
-    cfg, _ = load_recipe("tiny-arith")
+    cfg, _ = load_train_config("tiny-arith")
     rows = {}
     for layout in ("single", "trainer_data_parallel=2", "trainer_tensor_parallel=2"):
         # 2 SFT steps first (the warm start's micro-batches dealt over the ranks), then 3 RL steps
@@ -278,14 +279,15 @@ def test_areal_train_with_data_or_tensor_parallel_2_matches_the_single_process_r
             assert b["clip_frac"] == pytest.approx(a["clip_frac"], abs=1e-9), (layout, a["step"])
 
 def test_trainer_parallel_keys_are_checked_with_file_and_line(tmp_path):
-    from areal_cli.config import TrainConfig, apply_overrides, load_recipe
+    from areal_cli.config import TrainConfig, apply_overrides
+    from areal_cli.recipes import load_train_config
 
     assert TrainConfig().trainer_world_size == 1  # the default: the in-process trainer
     assert apply_overrides(TrainConfig(), ["trainer_data_parallel=2", "trainer_tensor_parallel=2"]).trainer_world_size == 4
     recipe = tmp_path / "r.yaml"
     recipe.write_text("task: tiny-arith\nmax_steps: 3\ntrainer_data_parallel: 0\n")
     with pytest.raises(UserError, match=r"r.yaml:3: field 'trainer_data_parallel': must be > 0 \(got 0\)"):
-        load_recipe(str(recipe))
+        load_train_config(str(recipe))
     with pytest.raises(UserError, match="field 'trainer_pipeline_parallel': expected int"):
         apply_overrides(TrainConfig(), ["trainer_pipeline_parallel=two"])
     with pytest.raises(UserError, match="field 'checkpoint_every': checkpoints need trainer_tensor_parallel"):

@@ -117,7 +117,7 @@ def _parquet_rows(path: Path) -> Iterator[tuple[str, dict]]:
 
 
 def _hf_rows(src: Source, what: str) -> Iterator[tuple[str, dict]]:
-    from areal_cli.download import hub_local_only
+    from areal_cli.hub import hub_local_only
 
     # offline or unreachable: read the cache only, at once (no ~25 s of retry backoff). The libraries read
     # their offline flags when imported, so set the environment first and patch the flags too.

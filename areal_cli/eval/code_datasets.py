@@ -1,4 +1,4 @@
-"""Code benchmark records in their upstream schemas -> :class:`areal_cli.eval.datasets.Problem`.
+"""Code benchmark records in their upstream schemas -> :class:`areal_cli.eval.benchmarks.Problem`.
 
 Three schemas (declared per benchmark in ``evaluation/benchmarks.json`` as ``loader``):
 
@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from areal_cli.errors import UserError, where
-from areal_cli.eval.datasets import BenchmarkSpec, Problem, id_to_str, in_window, iter_json_lines, window_label
+from areal_cli.eval.benchmarks import BenchmarkSpec, Problem, id_to_str, in_window, window_label
+from areal_cli.jsonl import iter_json_lines
 
 # LiveCodeBench PromptConstants (lcb_runner/prompts/code_generation.py), verbatim.
 LCB_FORMAT_WITH_STARTER_CODE = (

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol as TypingProtocol, Sequence
 
 from areal_cli.errors import UserError
-from areal_cli.eval.datasets import Problem
+from areal_cli.eval.benchmarks import Problem
 
 TINY_MODEL_SEED = 0
 PASSES = ("sample", "greedy")

@@ -17,14 +17,20 @@ A grader timeout or error counts as wrong AND is counted (``grader_status``); ne
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+import contextlib
+from typing import Any, Iterable, Iterator
 
-from areal_cli.eval.datasets import Problem
+from areal_cli.eval.benchmarks import Problem
 from areal_cli.reward.pool import RewardPool, RewardResult
 
 GRADE_FN = "areal_cli.reward.math_grader:grade"
 EQUIVALENT_FN = "areal_cli.reward.math_grader:equivalent"
 CODE_GRADE_FN = "areal_cli.eval.grading:grade_code_sample"
+#: What each grader is, as results.json records it (``config.grader``).
+GRADER_DESCRIPTION = {
+    "math": "areal_cli.reward.math_grader:grade (last \\boxed{} after </think>; math-verify 0.9.0)",
+    "code": "areal_cli.reward.code_grader:grade_code (last fenced block after </think>; sandboxed tests)",
+}
 DEFAULT_GRADER_TIMEOUT_S = 10.0
 DEFAULT_GRADER_WORKERS = 2
 #: Code grader budgets (seconds): per test case (AReaL ``SINGLE_CASE_EXEC_TIMEOUT``) and per completion.
@@ -220,3 +226,18 @@ def grade_completions(
     for r, res in zip(items, results):
         r.update(verdict_fields(res))
     return items
+
+
+def graders_kinds(problems_by_ds: dict[str, list[Problem]]) -> list[str]:
+    """Problem kinds present, sorted ("code", "math")."""
+    return sorted({problem_kind(p) for ps in problems_by_ds.values() for p in ps})
+
+
+@contextlib.contextmanager
+def open_graders(given: Graders | None, timeout_s: float, n_workers: int) -> Iterator[Graders]:
+    """``given`` (left open) or fresh pools for this run (closed at the end)."""
+    if given is not None:
+        yield given
+        return
+    with Graders(timeout_s, n_workers) as own:
+        yield own

@@ -1,6 +1,6 @@
 """In-loop evaluation of ``areal eval`` benchmarks during ``areal train`` (recipe key ``eval_benchmarks``).
 
-The same pieces as ``areal eval``: benchmark declarations and loaders (:func:`areal_cli.eval.runner.
+The same pieces as ``areal eval``: benchmark declarations and loaders (:func:`areal_cli.eval.preflight.
 load_selected`), protocols (prompt strings and stop strings), per-sample seeds, and the math and code
 graders in their worker pools (:class:`areal_cli.eval.grading.Graders`). Differences, all recorded: the
 sampling is the run's held-out evaluation's (``eval_n_samples`` at ``eval_temperature``, ``max_new_tokens``
@@ -51,11 +51,11 @@ class BenchmarkEval:
             return None
         import json
 
-        from areal_cli.eval.datasets import load_benchmark_specs
+        from areal_cli.eval.benchmarks import load_benchmark_specs
         from areal_cli.eval.generate import render_prompts
-        from areal_cli.eval.grading import Graders, problem_kind
+        from areal_cli.eval.grading import Graders, graders_kinds, problem_kind
+        from areal_cli.eval.preflight import load_selected
         from areal_cli.eval.protocols import check_tokenizer, prompt_token_ids, render_prompt
-        from areal_cli.eval.runner import graders_kinds, load_selected
         from areal_cli.eval.settings import check_protocol_fits, choose_protocol, resolve_protocol
         from areal_cli.rollout.protocol import SamplingParams
 

@@ -16,6 +16,7 @@ Record format (JSON Lines, one completion a line; blank lines skipped; a ``sampl
   templates ending in ``<think>``), else false.
 
 Grading fields of the input (``extracted``, ``correct``, ...) are ignored: everything is graded again.
+:func:`run_regrade` is the workflow: read, match, grade, write the same outputs as ``areal eval``.
 
 Every problem of every benchmark named in the file must have completions, the same number n of them, with
 indices 0..n-1 (pass@k and maj@n are defined over the whole benchmark). All violations are
@@ -26,14 +27,33 @@ malformed JSON, a missing or mistyped field, a duplicate (problem, sample index)
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 from areal_cli.errors import UserError, where
-from areal_cli.eval.datasets import Problem
+from areal_cli.eval.benchmarks import Problem
 from areal_cli.eval.generate import PASSES
+from areal_cli.eval.grading import (
+    DEFAULT_GRADER_TIMEOUT_S,
+    DEFAULT_GRADER_WORKERS,
+    GRADER_DESCRIPTION,
+    Graders,
+    graders_kinds,
+    open_graders,
+    problem_kind,
+    problem_text,
+)
+from areal_cli.eval.preflight import check_out_dir, load_selected, sandbox_in_force
+from areal_cli.eval.progress import Progress
+from areal_cli.eval.protocols import get_protocol
+from areal_cli.eval.report import METRIC_UNITS, json_safe, render_table, write_outputs
+from areal_cli.eval.settings import validate_run_options
+from areal_cli.eval.summary import CODEFORCES_BENCHMARK, check_cf_data, summarize
 
 KEPT_FIELDS = ("output_ids", "finish_reason", "think_open")
 
@@ -225,3 +245,148 @@ def _check_coverage(path: Path, records: list[dict[str, Any]], problems_by_ds: d
                 if got != list(range(n)):
                     raise UserError(f"{path}: benchmark '{ds}' problem_id '{p.id}' ({pass_name} pass): sample "
                                     f"indices {got} are not 0..{n - 1} (every problem needs the same n)")
+
+
+def run_regrade(
+    generations: str | Path,
+    out_dir: str | Path,
+    *,
+    datasets: Sequence[str] | str | None = None,
+    data_dir: str | Path | None = None,
+    protocol: str | None = None,
+    grader_timeout_s: float = DEFAULT_GRADER_TIMEOUT_S,
+    grader_workers: int = DEFAULT_GRADER_WORKERS,
+    cf_data: str | Path | None = None,
+    revision: str | None = None,
+    date_from: Any = None,
+    date_to: Any = None,
+    console: Any = None,
+    show_progress: bool = True,
+    graders: Graders | None = None,
+    isolation: str | None = None,
+) -> dict[str, Any]:
+    """Grade saved completions again (no model, no generation) and write the same outputs as
+    :func:`areal_cli.eval.runner.run_eval`.
+
+    Args:
+        generations: JSON Lines of completions (format in :mod:`areal_cli.eval.regrade`).
+        out_dir: output directory for results.json, report.md, samples.jsonl.
+        datasets: restrict to these benchmarks (a record of another one is an error); None = the
+            benchmarks named in the file.
+        data_dir: directory holding the benchmark files.
+        protocol: the protocol the completions were generated with (recorded only), if known.
+        grader_timeout_s, grader_workers, cf_data, revision, date_from, date_to, console, show_progress,
+            graders, isolation: as :func:`areal_cli.eval.runner.run_eval`.
+
+    Raises:
+        UserError: ``FILE:LINE`` of a malformed record, an unknown benchmark or problem id; a benchmark
+            whose problems are not all covered evenly; bad options. Nothing is written then.
+    """
+    t_start = time.monotonic()
+    validate_run_options(0, grader_timeout_s, grader_workers, 1)
+    out_dir = Path(out_dir)
+    check_out_dir(out_dir)
+    path = Path(generations)
+    saved = read_generations(path, datasets=datasets)
+    check_benchmark_names(path, saved)
+    names = datasets if datasets is not None else datasets_in(saved)
+    problems_by_ds, reports = load_selected(names, data_dir, revision=revision, date_from=date_from, date_to=date_to)
+    proto_record = get_protocol(protocol).to_dict() if protocol else None
+    records = match_problems(path, saved, problems_by_ds)
+    if protocol:
+        template = get_protocol(protocol).template
+        opens = template is not None and template.rstrip().endswith("<think>")
+        for r in records:
+            r.setdefault("think_open", opens)
+    if CODEFORCES_BENCHMARK in problems_by_ds:
+        check_cf_data(cf_data)
+    problem_of = {(ds, p.id): p for ds, ps in problems_by_ds.items() for p in ps}
+
+    from rich.console import Console
+
+    console = console or Console()
+    sandbox = sandbox_in_force(problems_by_ds, isolation)
+    with open_graders(graders, grader_timeout_s, grader_workers) as graders:
+        graders.start(graders_kinds(problems_by_ds))
+        progress = Progress(console, show_progress)
+        for ds in problems_by_ds:
+            for pass_name in ("greedy", "sample"):
+                progress.add(ds, pass_name, sum(r["dataset"] == ds and r["pass"] == pass_name for r in records), 0,
+                             "grade")
+
+        def is_math(r: dict[str, Any]) -> bool:
+            return problem_kind(problem_of[(r["dataset"], r["problem_id"])]) == "math"
+
+        async def grade_all() -> list[dict[str, Any]]:
+            async def one(r: dict[str, Any]) -> dict[str, Any]:
+                verdict = await graders.grade(problem_of[(r["dataset"], r["problem_id"])], r["text"],
+                                              bool(r.get("think_open")))
+                progress.advance(r["dataset"], r["pass"])
+                return {**r, **verdict}
+
+            async def math_chunk(chunk: list[dict[str, Any]]) -> list[dict[str, Any]]:
+                # Math is graded in batches (much faster than one pool call per answer).
+                problems = [problem_of[(r["dataset"], r["problem_id"])] for r in chunk]
+                items = [(r["text"], p.answer, bool(r.get("think_open")), problem_text(p))  # the problem: unit,
+                         for r, p in zip(chunk, problems)]  # multiple-choice and restatement rules
+                verdicts = await asyncio.to_thread(graders.grade_math_batch, items)
+                for r in chunk:
+                    progress.advance(r["dataset"], r["pass"])
+                return [{**r, **v} for r, v in zip(chunk, verdicts)]
+
+            math_idx = [i for i, r in enumerate(records) if is_math(r)]
+            other_idx = [i for i, r in enumerate(records) if not is_math(r)]
+            chunks = [math_idx[i : i + 256] for i in range(0, len(math_idx), 256)]
+            out: list[dict[str, Any] | None] = [None] * len(records)
+            done_math = await asyncio.gather(*(math_chunk([records[i] for i in c]) for c in chunks))
+            for c, graded_chunk in zip(chunks, done_math):
+                for i, g in zip(c, graded_chunk):
+                    out[i] = g
+            done_other = await asyncio.gather(*(one(records[i]) for i in other_idx))
+            for i, g in zip(other_idx, done_other):
+                out[i] = g
+            return [g for g in out if g is not None]
+
+        with progress:
+            graded = asyncio.run(grade_all())
+        metrics = summarize(graded, pool=graders.math_pool, problems=problems_by_ds, cf_data=cf_data)
+        counters = graders.counters()
+
+    results: dict[str, Any] = {
+        "config": {
+            "units": METRIC_UNITS,
+            "mode": "regrade",
+            "generations": str(path),
+            "generations_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            "datasets": list(problems_by_ds),
+            "data_dir": None if data_dir is None else str(data_dir),
+            "data": reports,
+            "protocol": proto_record,
+            "grader": {k: GRADER_DESCRIPTION[k] for k in graders_kinds(problems_by_ds)},
+            "sandbox": sandbox,
+            "grader_timeout_s": graders.math_timeout_s,
+            "grader_calls": counters,
+            "cf_data": None if cf_data is None else str(cf_data),
+            "elapsed_s": round(time.monotonic() - t_start, 3),
+        }
+    }
+    results.update(metrics)
+    results = json_safe(results)
+    write_outputs(out_dir, results, graded)
+    render_table(results, console)
+    return results
+
+
+def check_benchmark_names(path: Path, saved: list[Any]) -> None:
+    """Unknown benchmark names in a generations file, reported with the first line that uses them.
+
+    Raises:
+        UserError: ``FILE:LINE: field 'dataset': unknown benchmark 'x'; known benchmarks: ...``.
+    """
+    from areal_cli.eval.benchmarks import load_benchmark_specs
+
+    known = load_benchmark_specs()
+    for s in saved:
+        if s.dataset not in known:
+            raise UserError(f"{where(path, s.line, 'dataset')}: unknown benchmark '{s.dataset}'; known benchmarks: "
+                            f"{', '.join(sorted(known))}")

@@ -7,6 +7,7 @@ with 1 decimal; pass@1 also with its standard error (``53.3 ± 2.1``).
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -15,6 +16,11 @@ from areal_cli.atomic import write_atomic_many
 COUNTERS = (("n_no_answer", "no answer"), ("n_grader_errors", "grader errors"),
             ("n_grader_timeouts", "grader timeouts"), ("n_equivalence_failures", "equivalence failures"),
             ("n_truncated", "truncated (length)"))
+
+#: Units of the values in results.json (report.md and the terminal show fractions x100).
+METRIC_UNITS = {"pass@k, maj@k, greedy_acc, *_stderr": "fraction of problems in [0, 1]",
+                "codeforces.rating": "Elo rating points", "codeforces.percentile": "percent (0-100)",
+                "mean_output_tokens": "tokens", "elapsed_s": "seconds"}
 
 
 def dataset_names(results: dict[str, Any]) -> list[str]:
@@ -201,3 +207,14 @@ def write_outputs(out_dir: Path, results: dict[str, Any], samples: Sequence[dict
         out_dir / "report.md": render_markdown(results),
         out_dir / "results.json": results_text,
     })
+
+
+def json_safe(obj: Any) -> Any:
+    """``obj`` with non-finite floats (NaN stderr of a one-problem group) replaced by None: JSON has no NaN."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj

@@ -31,18 +31,13 @@ the ``chat-template`` protocol (tiny model) uses the tokenizer's chat template.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
-import math
-import os
-import sys
-import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
-from areal_cli.errors import UserError, where
-from areal_cli.eval.datasets import Problem, load_benchmark_specs, load_benchmark_with_report, parse_dataset_names
+from areal_cli.errors import UserError
+from areal_cli.eval.benchmarks import load_benchmark_specs
 from areal_cli.eval.generate import (
     TINY_MODEL_SEED,
     Generator,
@@ -63,15 +58,18 @@ from areal_cli.eval.grading import (
     DEFAULT_GRADER_WORKERS,
     EQUIVALENT_FN,
     GRADE_FN,
+    GRADER_DESCRIPTION,
     Graders,
     grade_completions,
+    graders_kinds,
+    open_graders,
     problem_kind,
-    problem_tests,
-    problem_text,
 )
-from areal_cli.eval.report import render_table, write_outputs
+from areal_cli.eval.preflight import check_out_dir, load_selected, sandbox_in_force
+from areal_cli.eval.progress import Progress
+from areal_cli.eval.protocols import Protocol, check_tokenizer, prompt_token_ids, render_prompt
+from areal_cli.eval.report import METRIC_UNITS, json_safe, render_table, write_outputs
 from areal_cli.eval.resume import PartialRun, canonical_json, config_hash, sample_key
-from areal_cli.eval.protocols import Protocol, check_tokenizer, get_protocol, prompt_token_ids, render_prompt
 from areal_cli.eval.settings import (
     check_protocol_fits,
     choose_protocol,
@@ -83,85 +81,12 @@ from areal_cli.eval.summary import CODEFORCES_BENCHMARK, check_cf_data, summariz
 
 __all__ = [
     "DEFAULT_GRADER_TIMEOUT_S", "DEFAULT_GRADER_WORKERS", "EQUIVALENT_FN", "GRADE_FN", "TINY_MODEL_SEED",
-    "default_cache_dir", "ensure_tiny_model", "grade_completions", "render_table", "run_eval", "run_regrade",
+    "default_cache_dir", "ensure_tiny_model", "grade_completions", "render_table", "run_eval",
     "sample_seed", "summarize", "write_results",
 ]
 
-GRADER_DESCRIPTION = {
-    "math": "areal_cli.reward.math_grader:grade (last \\boxed{} after </think>; math-verify 0.9.0)",
-    "code": "areal_cli.reward.code_grader:grade_code (last fenced block after </think>; sandboxed tests)",
-}
-
 #: Kept for callers of the earlier API: results.json + report.md + samples.jsonl, atomically.
 write_results = write_outputs
-
-
-#: Units of the values in results.json (report.md and the terminal show fractions x100).
-METRIC_UNITS = {"pass@k, maj@k, greedy_acc, *_stderr": "fraction of problems in [0, 1]",
-                "codeforces.rating": "Elo rating points", "codeforces.percentile": "percent (0-100)",
-                "mean_output_tokens": "tokens", "elapsed_s": "seconds"}
-
-
-# ---------------------------------------------------------------------------------------------- checks
-def check_out_dir(out_dir: Path) -> None:
-    """Refuse an output path that is a file or holds a finished run (``results.json``).
-
-    Raises:
-        UserError: one line with the path.
-    """
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"{out_dir}: output path exists and is not a directory")
-    if (out_dir / "results.json").exists():
-        raise UserError(f"{out_dir}: already holds results.json; choose another --out")
-    if not out_dir.exists():
-        # The nearest existing ancestor must be a directory we can create folders in (tested by creating
-        # and removing one), so a bad --out fails now, in one line, not after generation.
-        anc = out_dir.absolute().parent
-        while not anc.exists() and anc != anc.parent:
-            anc = anc.parent
-        if not anc.is_dir():
-            raise UserError(f"{out_dir}: cannot create the output directory ({anc} is not a directory)")
-        try:
-            os.rmdir(tempfile.mkdtemp(prefix=".areal-probe-", dir=anc))
-        except OSError as e:
-            raise UserError(f"{out_dir}: cannot create the output directory in {anc} ({e.strerror})") from None
-    elif not os.access(out_dir, os.W_OK):
-        raise UserError(f"{out_dir}: output directory is not writable")
-
-
-def check_code_tests(problems_by_ds: dict[str, list[Problem]]) -> None:
-    """Every code problem needs decodable tests (graded without them it would be a silent fail).
-
-    Raises:
-        UserError: ``file:line: problem 'id' (benchmark): no decodable tests``.
-    """
-    for ds, problems in problems_by_ds.items():
-        for p in problems:
-            if problem_kind(p) != "code":
-                continue
-            tests = problem_tests(p)
-            if not isinstance(tests, dict) or not tests.get("inputs"):
-                raise UserError(f"{where(p.path, p.line)}: problem '{p.id}' ({ds}): no decodable tests")
-
-
-def load_selected(names: Sequence[str] | str, data_dir: str | Path | None, *, revision: str | None = None,
-                  date_from: Any = None, date_to: Any = None
-                  ) -> tuple[dict[str, list[Problem]], dict[str, dict[str, Any]]]:
-    """The selected benchmarks' problems, all validated (records, code tests), and per benchmark the
-    loader's report of what was read (source, revision, files with sha256, date window, counts).
-
-    Raises:
-        UserError: as :func:`areal_cli.eval.datasets.load_benchmark_with_report` and :func:`check_code_tests`.
-    """
-    specs = load_benchmark_specs()
-    problems_by_ds: dict[str, list[Problem]] = {}
-    reports: dict[str, dict[str, Any]] = {}
-    for name in parse_dataset_names(names, specs):
-        problems_by_ds[name], reports[name] = load_benchmark_with_report(
-            name, data_dir=data_dir, revision=revision if specs[name].hub is not None else None,
-            date_from=date_from, date_to=date_to, specs=specs)
-    check_code_tests(problems_by_ds)
-    return problems_by_ds, reports
 
 
 def data_identity(reports: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -170,48 +95,6 @@ def data_identity(reports: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return {name: {"revision": r.get("revision"), "date_window": r.get("date_window"),
                    "files": [{k: f.get(k) for k in ("bytes", "sha256")} for f in r.get("files", [])]}
             for name, r in reports.items()}
-
-
-@contextlib.contextmanager
-def _graders(given: Graders | None, timeout_s: float, n_workers: int) -> Iterator[Graders]:
-    """``given`` (left open) or fresh pools for this run (closed at the end)."""
-    if given is not None:
-        yield given
-        return
-    with Graders(timeout_s, n_workers) as own:
-        yield own
-
-
-# ---------------------------------------------------------------------------------------------- progress
-class _Progress:
-    """A rich progress bar per (dataset, pass), or nothing (``enabled=False``)."""
-
-    def __init__(self, console: Any, enabled: bool) -> None:
-        self._bar = None
-        self._tasks: dict[tuple[str, str], Any] = {}
-        if enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), console=console, transient=False)
-
-    def add(self, dataset: str, pass_name: str, total: int, completed: int, verb: str) -> None:
-        if self._bar is not None and total:
-            label = f"{dataset} ({verb})" if pass_name == "sample" else f"{dataset} greedy ({verb})"
-            self._tasks[(dataset, pass_name)] = self._bar.add_task(label, total=total, completed=completed)
-
-    def advance(self, dataset: str, pass_name: str) -> None:
-        if self._bar is not None:
-            self._bar.advance(self._tasks[(dataset, pass_name)])
-
-    def __enter__(self) -> "_Progress":
-        if self._bar is not None:
-            self._bar.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._bar is not None:
-            self._bar.stop()
 
 
 # ---------------------------------------------------------------------------------------------- generate
@@ -229,7 +112,7 @@ def _sampling_params(protocol: Protocol, stop_token_ids: list[int]) -> dict[str,
 
 async def _generate_and_grade(todo: list[Job], generator: Generator | None, server_url: str | None,
                               vocab_size: int, params: dict[str, Any], protocol: Protocol, seed: int,
-                              tokenizer: Any, graders: Graders, partial: PartialRun, progress: _Progress,
+                              tokenizer: Any, graders: Graders, partial: PartialRun, progress: Progress,
                               max_concurrency: int) -> list[dict[str, Any]]:
     own = generator is None
     if own:
@@ -418,7 +301,7 @@ def run_eval(
     todo = [j for j in jobs if j.key not in done]
     server = None
     try:
-        with _graders(graders, grader_timeout_s, grader_workers) as graders:
+        with open_graders(graders, grader_timeout_s, grader_workers) as graders:
             graders.start(graders_kinds(problems_by_ds))
             new: list[dict[str, Any]] = []
             if todo:
@@ -428,7 +311,7 @@ def run_eval(
 
                     server = EmbeddedServer.launch(model_path, seed=seed, log_path=out_dir / "eval_server.log")
                     url = server.url
-                progress = _Progress(console, show_progress)
+                progress = Progress(console, show_progress)
                 for ds in problems_by_ds:
                     for pass_name in ("greedy", "sample"):
                         total = sum(1 for j in jobs if j.key[:2] == (pass_name, ds))
@@ -506,190 +389,3 @@ def _remove_if_empty(directory: Path) -> None:
         directory.rmdir()
     except OSError:
         pass
-
-
-def sandbox_in_force(problems_by_ds: dict[str, list[Problem]], isolation: str | None) -> dict | None:
-    """For a run with code problems: apply ``isolation`` (``auto``/``strict``; None = the environment's
-    ``AREAL_SANDBOX_ISOLATION``), probe the sandbox once, and print one warning line on stderr when its
-    level is below full. Returns the state recorded in results.json (``config.sandbox``), None without code.
-
-    Raises:
-        UserError: the sandbox refuses (``strict`` without every layer; root without a reachable interpreter;
-            a malformed ``AREAL_SANDBOX_*`` variable), one line, before anything is written.
-    """
-    if "code" not in graders_kinds(problems_by_ds):
-        return None
-    from areal_cli.sandbox import SandboxError
-    from areal_cli.sandbox.status import isolation_in_force, reduced_warning
-
-    try:
-        state = isolation_in_force(isolation)
-    except (SandboxError, ValueError) as exc:
-        raise UserError(f"code sandbox: {exc}") from None
-    warning = reduced_warning(state)
-    if warning:
-        print(f"warning: {warning}", file=sys.stderr, flush=True)
-    return state
-
-
-def graders_kinds(problems_by_ds: dict[str, list[Problem]]) -> list[str]:
-    """Problem kinds present, sorted ("code", "math")."""
-    return sorted({problem_kind(p) for ps in problems_by_ds.values() for p in ps})
-
-
-def json_safe(obj: Any) -> Any:
-    """``obj`` with non-finite floats (NaN stderr of a one-problem group) replaced by None: JSON has no NaN."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_safe(v) for v in obj]
-    return obj
-
-
-# ---------------------------------------------------------------------------------------------- regrade
-def run_regrade(
-    generations: str | Path,
-    out_dir: str | Path,
-    *,
-    datasets: Sequence[str] | str | None = None,
-    data_dir: str | Path | None = None,
-    protocol: str | None = None,
-    grader_timeout_s: float = DEFAULT_GRADER_TIMEOUT_S,
-    grader_workers: int = DEFAULT_GRADER_WORKERS,
-    cf_data: str | Path | None = None,
-    revision: str | None = None,
-    date_from: Any = None,
-    date_to: Any = None,
-    console: Any = None,
-    show_progress: bool = True,
-    graders: Graders | None = None,
-    isolation: str | None = None,
-) -> dict[str, Any]:
-    """Grade saved completions again (no model, no generation) and write the same outputs as :func:`run_eval`.
-
-    Args:
-        generations: JSON Lines of completions (format in :mod:`areal_cli.eval.regrade`).
-        out_dir: output directory for results.json, report.md, samples.jsonl.
-        datasets: restrict to these benchmarks (a record of another one is an error); None = the
-            benchmarks named in the file.
-        data_dir: directory holding the benchmark files.
-        protocol: the protocol the completions were generated with (recorded only), if known.
-        grader_timeout_s, grader_workers, cf_data, revision, date_from, date_to, console, show_progress,
-            graders, isolation: as :func:`run_eval`.
-
-    Raises:
-        UserError: ``FILE:LINE`` of a malformed record, an unknown benchmark or problem id; a benchmark
-            whose problems are not all covered evenly; bad options. Nothing is written then.
-    """
-    from areal_cli.eval.regrade import datasets_in, match_problems, read_generations
-
-    t_start = time.monotonic()
-    validate_run_options(0, grader_timeout_s, grader_workers, 1)
-    out_dir = Path(out_dir)
-    check_out_dir(out_dir)
-    path = Path(generations)
-    saved = read_generations(path, datasets=datasets)
-    _check_benchmark_names(path, saved)
-    names = datasets if datasets is not None else datasets_in(saved)
-    problems_by_ds, reports = load_selected(names, data_dir, revision=revision, date_from=date_from, date_to=date_to)
-    proto_record = get_protocol(protocol).to_dict() if protocol else None
-    records = match_problems(path, saved, problems_by_ds)
-    if protocol:
-        template = get_protocol(protocol).template
-        opens = template is not None and template.rstrip().endswith("<think>")
-        for r in records:
-            r.setdefault("think_open", opens)
-    if CODEFORCES_BENCHMARK in problems_by_ds:
-        check_cf_data(cf_data)
-    problem_of = {(ds, p.id): p for ds, ps in problems_by_ds.items() for p in ps}
-
-    from rich.console import Console
-
-    console = console or Console()
-    sandbox = sandbox_in_force(problems_by_ds, isolation)
-    with _graders(graders, grader_timeout_s, grader_workers) as graders:
-        graders.start(graders_kinds(problems_by_ds))
-        progress = _Progress(console, show_progress)
-        for ds in problems_by_ds:
-            for pass_name in ("greedy", "sample"):
-                progress.add(ds, pass_name, sum(r["dataset"] == ds and r["pass"] == pass_name for r in records), 0,
-                             "grade")
-
-        def is_math(r: dict[str, Any]) -> bool:
-            return problem_kind(problem_of[(r["dataset"], r["problem_id"])]) == "math"
-
-        async def grade_all() -> list[dict[str, Any]]:
-            async def one(r: dict[str, Any]) -> dict[str, Any]:
-                verdict = await graders.grade(problem_of[(r["dataset"], r["problem_id"])], r["text"],
-                                              bool(r.get("think_open")))
-                progress.advance(r["dataset"], r["pass"])
-                return {**r, **verdict}
-
-            async def math_chunk(chunk: list[dict[str, Any]]) -> list[dict[str, Any]]:
-                # Math is graded in batches (much faster than one pool call per answer).
-                problems = [problem_of[(r["dataset"], r["problem_id"])] for r in chunk]
-                items = [(r["text"], p.answer, bool(r.get("think_open")), problem_text(p))  # the problem: unit,
-                         for r, p in zip(chunk, problems)]  # multiple-choice and restatement rules
-                verdicts = await asyncio.to_thread(graders.grade_math_batch, items)
-                for r in chunk:
-                    progress.advance(r["dataset"], r["pass"])
-                return [{**r, **v} for r, v in zip(chunk, verdicts)]
-
-            math_idx = [i for i, r in enumerate(records) if is_math(r)]
-            other_idx = [i for i, r in enumerate(records) if not is_math(r)]
-            chunks = [math_idx[i : i + 256] for i in range(0, len(math_idx), 256)]
-            out: list[dict[str, Any] | None] = [None] * len(records)
-            done_math = await asyncio.gather(*(math_chunk([records[i] for i in c]) for c in chunks))
-            for c, graded_chunk in zip(chunks, done_math):
-                for i, g in zip(c, graded_chunk):
-                    out[i] = g
-            done_other = await asyncio.gather(*(one(records[i]) for i in other_idx))
-            for i, g in zip(other_idx, done_other):
-                out[i] = g
-            return [g for g in out if g is not None]
-
-        with progress:
-            graded = asyncio.run(grade_all())
-        metrics = summarize(graded, pool=graders.math_pool, problems=problems_by_ds, cf_data=cf_data)
-        counters = graders.counters()
-
-    results: dict[str, Any] = {
-        "config": {
-            "units": METRIC_UNITS,
-            "mode": "regrade",
-            "generations": str(path),
-            "generations_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-            "datasets": list(problems_by_ds),
-            "data_dir": None if data_dir is None else str(data_dir),
-            "data": reports,
-            "protocol": proto_record,
-            "grader": {k: GRADER_DESCRIPTION[k] for k in graders_kinds(problems_by_ds)},
-            "sandbox": sandbox,
-            "grader_timeout_s": graders.math_timeout_s,
-            "grader_calls": counters,
-            "cf_data": None if cf_data is None else str(cf_data),
-            "elapsed_s": round(time.monotonic() - t_start, 3),
-        }
-    }
-    results.update(metrics)
-    results = json_safe(results)
-    write_outputs(out_dir, results, graded)
-    render_table(results, console)
-    return results
-
-
-def _check_benchmark_names(path: Path, saved: list[Any]) -> None:
-    """Unknown benchmark names in a generations file, reported with the first line that uses them.
-
-    Raises:
-        UserError: ``FILE:LINE: field 'dataset': unknown benchmark 'x'; known benchmarks: ...``.
-    """
-    from areal_cli.eval.datasets import load_benchmark_specs
-
-    known = load_benchmark_specs()
-    for s in saved:
-        if s.dataset not in known:
-            raise UserError(f"{where(path, s.line, 'dataset')}: unknown benchmark '{s.dataset}'; known benchmarks: "
-                            f"{', '.join(sorted(known))}")

@@ -18,7 +18,7 @@ import math
 from typing import Any, Sequence
 
 from areal_cli.errors import UserError
-from areal_cli.eval.datasets import BenchmarkSpec, Problem
+from areal_cli.eval.benchmarks import BenchmarkSpec, Problem
 from areal_cli.eval.protocols import Protocol, apply_overrides, check_kind, get_protocol
 
 TINY_MODEL_PROTOCOL = "chat-template"

@@ -22,7 +22,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
-from areal_cli.eval.datasets import Problem
+from areal_cli.eval.benchmarks import Problem
 from areal_cli.eval.grading import EQUIVALENT_FN, problem_kind, problem_meta
 from areal_cli.eval.metrics import maj_at_k, mean_pass_at_k, pass1_mean_and_stderr, pass_k_values
 from areal_cli.reward.pool import RewardPool

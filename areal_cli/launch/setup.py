@@ -22,9 +22,10 @@ def plan_for_config(config: str, *, nodes: int, gpus_per_node: int, run_dir: str
     """
     import shlex
 
-    from areal_cli.config import apply_overrides, load_recipe
+    from areal_cli.config import apply_overrides
+    from areal_cli.recipes import load_train_config
 
-    cfg, path = load_recipe(config)
+    cfg, path = load_train_config(config)
     published = _published_recipe(config)
     overrides = list(overrides)
     if published is not None:  # a trainer-gpu RL recipe: its base model and data must be on the shared filesystem
@@ -93,7 +94,7 @@ def _check_model_dir(path: Path) -> None:
 
 def _published_recipe(config: str):
     """The locked ``trainer: gpu`` recipe named by ``config`` (a name or a recipe file), else None."""
-    from areal_cli.recipe import load_recipe, recipe_path
+    from areal_cli.recipes import load_recipe, recipe_path
 
     try:
         path = recipe_path(config)

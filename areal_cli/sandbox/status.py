@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 
 import areal_cli.sandbox.host as host
-from areal_cli.sandbox.runner import SandboxError, network_isolation
+from areal_cli.sandbox.results import SandboxError
+from areal_cli.sandbox.runner import network_isolation
 
 SETTINGS = ("auto", "strict")
 

@@ -50,7 +50,7 @@ SPLITS = ("train", "heldout")
 
 
 @dataclass(frozen=True)
-class Problem:
+class ArithProblem:
     """One task instance: ``prompt`` is the user message text, ``answer`` the exact expected answer."""
 
     prompt: str
@@ -62,18 +62,18 @@ def solve(digits: str) -> str:
     return digits[::-1]
 
 
-def make_problem(digits: str) -> Problem:
-    """Build the :class:`Problem` for ``digits``.
+def make_problem(digits: str) -> ArithProblem:
+    """Build the :class:`ArithProblem` for ``digits``.
 
     Raises:
         ValueError: ``digits`` is not a string of ``MIN_DIGITS..MAX_DIGITS`` ASCII digits.
     """
     if not (MIN_DIGITS <= len(digits) <= MAX_DIGITS) or not all(c in "0123456789" for c in digits):
         raise ValueError(f"expected {MIN_DIGITS}-{MAX_DIGITS} digits, got {digits!r}")
-    return Problem(prompt=PROMPT_PREFIX + digits, answer=solve(digits))
+    return ArithProblem(prompt=PROMPT_PREFIX + digits, answer=solve(digits))
 
 
-def user_prompt(problem: Problem) -> str:
+def user_prompt(problem: ArithProblem) -> str:
     """The user message text for ``problem`` (to be wrapped by the chat template)."""
     return problem.prompt
 
@@ -98,7 +98,7 @@ def _draw_digits(rng: random.Random) -> str:
     return "".join(rng.choice("0123456789") for _ in range(n))
 
 
-def iter_problems(split: str, seed: int) -> Iterator[Problem]:
+def iter_problems(split: str, seed: int) -> Iterator[ArithProblem]:
     """Endless i.i.d. stream of problems of one split (repeats possible), deterministic by ``seed``.
 
     Distribution: length uniform in ``MIN_DIGITS..MAX_DIGITS``, digits uniform, conditioned on the split.
@@ -113,7 +113,7 @@ def iter_problems(split: str, seed: int) -> Iterator[Problem]:
             yield make_problem(d)
 
 
-def all_problems(split: str) -> list[Problem]:
+def all_problems(split: str) -> list[ArithProblem]:
     """Every problem of one split (the task space is finite: 10^3 + 10^4 digit strings), in digit-string
     order. ``len(all_problems("heldout"))`` is ~10 % of 11 000.
 
@@ -130,7 +130,7 @@ def all_problems(split: str) -> list[Problem]:
     return out
 
 
-def sample_problems(split: str, n: int, seed: int) -> list[Problem]:
+def sample_problems(split: str, n: int, seed: int) -> list[ArithProblem]:
     """``n`` DISTINCT problems of one split, deterministic by ``seed``: the :func:`iter_problems` stream
     with repeats removed, in draw order.
 
@@ -148,7 +148,7 @@ def sample_problems(split: str, n: int, seed: int) -> list[Problem]:
     if n > size:
         raise ValueError(f"split {split!r} holds {size} distinct problems, asked for {n}")
     seen: set[str] = set()
-    out: list[Problem] = []
+    out: list[ArithProblem] = []
     for p in iter_problems(split, seed):
         if len(out) >= n:
             break
@@ -178,7 +178,7 @@ def reward(prompt: str, completion: str, prompt_ids: list[int], completion_ids: 
     return 1.0 if is_correct(completion, answer) else 0.0
 
 
-def _record(p: Problem) -> dict:
+def _record(p: ArithProblem) -> dict:
     return {"id": p.prompt, "prompt": p.prompt, "answer": p.answer}
 
 
@@ -211,7 +211,7 @@ def records(split: str, seed: int) -> Iterator[dict]:
     raise ValueError(f"split must be 'train', 'sft' or 'heldout', got {split!r}")
 
 
-def sft_example(problem: Problem) -> tuple[str, str]:
+def sft_example(problem: ArithProblem) -> tuple[str, str]:
     """Supervised pair ``(user prompt text, target completion text)``; the target is ``answer + "<|im_end|>"``.
 
     The target's tokens (answer digits + the ``<|im_end|>`` eos token) are what a warm start trains on.

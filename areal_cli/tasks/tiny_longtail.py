@@ -68,7 +68,7 @@ MAX_ANSWER_TOKENS = (DIGITS + 1) * M_MAX
 
 
 @dataclass(frozen=True)
-class Problem:
+class LongtailProblem:
     """One task instance: ``prompt`` is the user message text, ``answer`` the exact expected answer."""
 
     prompt: str
@@ -97,8 +97,8 @@ def solve(start: int) -> str:
     return " ".join(str(x) for x in range(start, start - start % 100 - 1, -1))
 
 
-def make_problem(start: int) -> Problem:
-    """The :class:`Problem` for the 5-digit number ``start``.
+def make_problem(start: int) -> LongtailProblem:
+    """The :class:`LongtailProblem` for the 5-digit number ``start``.
 
     Raises:
         ValueError: ``start`` is not an int in ``PREFIX_MIN*100 .. PREFIX_MAX*100+99`` with ``start % 100 < M_MAX``.
@@ -106,7 +106,7 @@ def make_problem(start: int) -> Problem:
     if isinstance(start, bool) or not isinstance(start, int) or not (
             PREFIX_MIN * 100 <= start <= PREFIX_MAX * 100 + 99) or start % 100 >= M_MAX:
         raise ValueError(f"expected a {DIGITS}-digit number whose last two digits are < {M_MAX}, got {start!r}")
-    return Problem(prompt=PROMPT_PREFIX + str(start), answer=solve(start), start=start)
+    return LongtailProblem(prompt=PROMPT_PREFIX + str(start), answer=solve(start), start=start)
 
 
 def is_heldout(start: int) -> bool:
@@ -175,14 +175,14 @@ def _block_ms(rng: random.Random) -> list[int]:
     return ms
 
 
-def _problem_with_m(m: int, split: str, rng: random.Random) -> Problem:
+def _problem_with_m(m: int, split: str, rng: random.Random) -> LongtailProblem:
     while True:
         start = 100 * rng.randint(PREFIX_MIN, PREFIX_MAX) + m - 1
         if is_heldout(start) == (split == "heldout"):
             return make_problem(start)
 
 
-def iter_problems(split: str, seed: int) -> Iterator[Problem]:
+def iter_problems(split: str, seed: int) -> Iterator[LongtailProblem]:
     """Endless stream of problems of one split (repeats possible), deterministic by ``seed``: blocks of
     ``STRATA`` problems, one ``m`` per stratum of the length distribution (shuffled), the prefix uniform among
     those whose number is in the split.
@@ -197,7 +197,7 @@ def iter_problems(split: str, seed: int) -> Iterator[Problem]:
             yield _problem_with_m(m, split, rng)
 
 
-def iid_problems(split: str, seed: int) -> Iterator[Problem]:
+def iid_problems(split: str, seed: int) -> Iterator[LongtailProblem]:
     """The same distribution drawn i.i.d. (no strata): for comparisons with :func:`iter_problems`."""
     _check_split(split)
     rng = random.Random(f"tiny-longtail/iid/{split}/{seed}")
@@ -205,7 +205,7 @@ def iid_problems(split: str, seed: int) -> Iterator[Problem]:
         yield _problem_with_m(m_quantile(rng.random()), split, rng)
 
 
-def all_problems(split: str) -> list[Problem]:
+def all_problems(split: str) -> list[LongtailProblem]:
     """Every problem of one split (43 200 numbers in all), ascending.
 
     Raises:
@@ -216,7 +216,7 @@ def all_problems(split: str) -> list[Problem]:
             if is_heldout(100 * p + m - 1) == (split == "heldout")]
 
 
-def distinct_problems(split: str, n: int, seed: int) -> list[Problem]:
+def distinct_problems(split: str, n: int, seed: int) -> list[LongtailProblem]:
     """The first ``n`` DISTINCT problems of the :func:`iter_problems` stream, in draw order.
 
     Raises:
@@ -226,7 +226,7 @@ def distinct_problems(split: str, n: int, seed: int) -> list[Problem]:
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     seen: set[int] = set()
-    out: list[Problem] = []
+    out: list[LongtailProblem] = []
     for i, p in enumerate(iter_problems(split, seed)):
         if len(out) >= n:
             break
@@ -238,7 +238,7 @@ def distinct_problems(split: str, n: int, seed: int) -> list[Problem]:
     return out
 
 
-def block_length_ratio(problems: list[Problem]) -> float:
+def block_length_ratio(problems: list[LongtailProblem]) -> float:
     """max / median of the answer lengths (tokens) of ``problems`` (e.g. one batch)."""
     lengths = [p.answer_tokens for p in problems]
     return max(lengths) / statistics.median(lengths)
@@ -269,7 +269,7 @@ def reward(prompt: str, completion: str, prompt_ids: list[int], completion_ids: 
     return 1.0 if is_correct(completion, answer) else 0.0
 
 
-def _record(p: Problem) -> dict:
+def _record(p: LongtailProblem) -> dict:
     return {"id": p.prompt, "prompt": p.prompt, "answer": p.answer, "m": p.m}
 
 
@@ -298,7 +298,7 @@ def records(split: str, seed: int) -> Iterator[dict]:
     raise ValueError(f"split must be 'train', 'sft' or 'heldout', got {split!r}")
 
 
-def sft_example(problem: Problem) -> tuple[str, str]:
+def sft_example(problem: LongtailProblem) -> tuple[str, str]:
     """Supervised pair ``(user prompt text, target completion text)``: the target is ``answer + "<|im_end|>"``."""
     return problem.prompt, problem.answer + "<|im_end|>"
 

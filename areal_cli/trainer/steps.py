@@ -167,8 +167,26 @@ def off_policy_diagnostics(batches: list[TrainBatch], trainer_version: int | Non
     return out
 
 
+def proximal_source(cfg) -> str:
+    """Where :func:`ppo_update` takes the proximal logprobs from: ``"behaviour"`` (``recompute_proximal:
+    false``, naive PPO), ``"recompute"`` or ``"reuse"`` (``prox_logp_method``; ``auto`` = reuse when
+    ``ppo_n_minibatches`` is 1, the only case where the training forward's weights are the proximal policy's)."""
+    if not cfg.recompute_proximal:
+        return "behaviour"
+    method = getattr(cfg, "prox_logp_method", "recompute")
+    if method == "auto":
+        return "reuse" if cfg.ppo_n_minibatches == 1 else "recompute"
+    return method
+
+
 def ppo_update(engine, batch: TrainBatch, cfg, trainer_version: int | None = None) -> dict:
-    """Recompute proximal logprobs, then one decoupled-PPO optimiser step per minibatch (runs in a thread).
+    """Proximal logprobs, then one decoupled-PPO optimiser step per minibatch (runs in a thread).
+
+    Proximal logprobs (:func:`proximal_source`): ``recompute`` runs a forward pass with the weights before the
+    step; ``reuse`` takes the training forward's own logprobs, detached (AReaL's ``prox_logp_method``
+    ``reuse_train_logp``): with one optimiser step per batch the weights of that forward ARE the proximal
+    policy, so the loss and its gradient are the recomputed ones (tests/test_ppo_update.py) for one forward
+    pass fewer. ``behaviour`` (``recompute_proximal: false``) is naive PPO.
 
     Minibatches: ``ppo_n_minibatches`` contiguous row splits. With ``max_tokens_per_mb > 0`` each minibatch is
     split into micro-batches of at most that many tokens and packed (:func:`~areal_cli.trainer.micro_batches.
@@ -187,12 +205,14 @@ def ppo_update(engine, batch: TrainBatch, cfg, trainer_version: int | None = Non
 
     cpu0 = time.thread_time()
     budget = int(getattr(cfg, "max_tokens_per_mb", 0) or 0)
+    source = proximal_source(cfg)
 
     def proximal(b: TrainBatch) -> None:
-        if cfg.recompute_proximal:
+        if source == "recompute":
             b.proximal_logprobs = engine.logprobs(b, temperature=cfg.temperature) * b.loss_mask
-        else:
+        elif source == "behaviour":
             b.proximal_logprobs = b.behaviour_logprobs.clone()
+        # reuse: set by loss_fn from the training forward
 
     if budget:
         minibatches = batch.split(cfg.ppo_n_minibatches)
@@ -209,8 +229,10 @@ def ppo_update(engine, batch: TrainBatch, cfg, trainer_version: int | None = Non
         params = next(iter(engine.model.parameters()), None)
     except (AttributeError, TypeError):  # an engine without one torch module (test doubles)
         params = None
-    diagnostics = off_policy_diagnostics(diagnosed, trainer_version, bool(cfg.recompute_proximal),
-                                         params is None or params.dtype == torch.float32)
+    float32 = params is None or params.dtype == torch.float32
+    if source != "reuse":
+        diagnostics = off_policy_diagnostics(diagnosed, trainer_version, source == "recompute", float32)
+    seen: list[TrainBatch] = []  # reuse: the (micro-)batches loss_fn saw, with their proximal logprobs
     loss_cfg = DecoupledPPOConfig(cfg.eps_clip, cfg.behav_imp_weight_cap,
                                   getattr(cfg, "behav_imp_weight_mode", "token_mask"),
                                   getattr(cfg, "behav_imp_weight_lower", 0.0) or None)
@@ -220,6 +242,9 @@ def ppo_update(engine, batch: TrainBatch, cfg, trainer_version: int | None = Non
         n_valid = max(mb.n_loss_tokens, 1)
 
         def loss_fn(lp: torch.Tensor, m: TrainBatch) -> torch.Tensor:
+            if source == "reuse":
+                m.proximal_logprobs = lp.detach() * m.loss_mask
+                seen.append(m)
             seq_ids = m.segment_ids[:, 1:] if m.segment_ids is not None else None
             loss, st = decoupled_ppo_loss(lp, m.proximal_logprobs, m.behaviour_logprobs, m.advantages,
                                           m.loss_mask, n_valid, loss_cfg, sequence_ids=seq_ids)
@@ -228,6 +253,8 @@ def ppo_update(engine, batch: TrainBatch, cfg, trainer_version: int | None = Non
             return loss
 
         out = engine.train_step(micro, loss_fn, temperature=cfg.temperature)
+    if source == "reuse":  # (under data parallelism: this rank's rows)
+        diagnostics = off_policy_diagnostics(seen, trainer_version, True, float32)
     _sum_over_data_parallel(totals)
     n = max(totals["n_tokens"], 1.0)
     return {"loss": out["loss"], "grad_norm": out["grad_norm"], "clip_frac": totals["n_clipped"] / n,

@@ -179,34 +179,6 @@ def known_scenarios() -> list[str]:
     return out
 
 
-def _coerce(name: str, value: object, where: str) -> object:
-    """Value of the declared type of field ``name``, or UserError ``where: field 'name': ...``."""
-    tp = _TYPES[name]
-    args = typing.get_args(tp)
-    allowed = [a for a in args if a is not type(None)] if args and typing.get_origin(tp) is not list \
-        and typing.get_origin(tp) is not dict else [tp]
-    if value is None:
-        if type(None) in args:
-            return None
-        raise UserError(f"{where}: field '{name}': must not be null")
-    for t in allowed:
-        t = typing.get_origin(t) or t
-        if t is bool:
-            if isinstance(value, bool):
-                return value
-            continue
-        if isinstance(value, bool):
-            continue
-        if t is float and isinstance(value, (int, float)):
-            return float(value)
-        if t is int and isinstance(value, int):
-            return value
-        if t in (str, list, dict) and isinstance(value, t):
-            return value
-    names = "/".join(getattr(typing.get_origin(t) or t, "__name__", str(t)) for t in allowed)
-    raise UserError(f"{where}: field '{name}': expected {names}, got {value!r}")
-
-
 def load_scenario(name_or_path: str) -> Scenario:
     """A scenario by name (``benchmarks/scenarios/NAME.yaml``) or path.
 
@@ -214,7 +186,7 @@ def load_scenario(name_or_path: str) -> Scenario:
         UserError: unknown name, unreadable/invalid YAML, unknown key, wrong type or bad value (``file:line:
         field 'x': ...``).
     """
-    import yaml
+    from areal_cli.typed_yaml import coerce, read_yaml
 
     p = Path(name_or_path)
     if p.suffix not in (".yaml", ".yml"):
@@ -223,32 +195,18 @@ def load_scenario(name_or_path: str) -> Scenario:
             raise UserError(f"unknown scenario '{name_or_path}' (known: {', '.join(known_scenarios()) or 'none'})")
     if not p.is_file():
         raise UserError(f"{p}: scenario file not found")
-    try:
-        text = p.read_text(encoding="utf-8")
-        node = yaml.compose(text)
-        data = yaml.safe_load(text)
-    except UnicodeDecodeError as e:
-        raise UserError(f"{p}: not a UTF-8 text file (byte {e.start})") from None
-    except OSError as e:
-        raise UserError(f"{p}: cannot read scenario: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise UserError(f"{p}{f':{mark.line + 1}' if mark else ''}: invalid YAML: {getattr(e, 'problem', e)}") from None
+    data = read_yaml(p, "scenario")
     if data is None:
         data = {}
-    if not isinstance(data, dict) or (node is not None and not isinstance(node, yaml.MappingNode)):
+    if not isinstance(data, dict):
         raise UserError(f"{p}:1: a scenario must be a mapping of key: value")
-    lines: dict[str, int] = {}
-    for k, _ in (node.value if node is not None else []):
-        if k.value in lines:
-            raise UserError(f"{p}:{k.start_mark.line + 1}: field '{k.value}': duplicate key (first at line {lines[k.value]})")
-        lines[k.value] = k.start_mark.line + 1
+    lines: dict[str, int] = {str(k): n for k, n in getattr(data, "lines", {}).items()}
     sc = Scenario(source=str(p), lines=lines)
     for key, value in data.items():
         where = f"{p}:{lines.get(str(key), 1)}"
         if key not in _FIELDS:
             raise UserError(f"{where}: field '{key}': unknown key")
-        setattr(sc, key, _coerce(key, value, where))
+        setattr(sc, key, coerce(key, value, _TYPES[key], where))
     if "name" not in data:
         sc.name = p.stem
     sc.validate()
@@ -257,21 +215,15 @@ def load_scenario(name_or_path: str) -> Scenario:
 
 def apply_overrides(sc: Scenario, overrides: typing.Sequence[str]) -> Scenario:
     """``key=value`` overrides (value parsed as YAML). Raises: UserError naming the override."""
-    import yaml
+    from areal_cli.typed_yaml import coerce, parse_override
 
     sc = dataclasses.replace(sc, lines=dict(sc.lines))
     for item in overrides:
         where = f"-o {item}"
-        if "=" not in item:
-            raise UserError(f"{where}: expected key=value")
-        key, raw = (x.strip() for x in item.split("=", 1))
+        key, value = parse_override(item)
         if key not in _FIELDS:
             raise UserError(f"{where}: field '{key}': unknown key")
-        try:
-            value = yaml.safe_load(raw) if raw else ""
-        except yaml.YAMLError:
-            value = raw
-        setattr(sc, key, _coerce(key, value, where))
+        setattr(sc, key, coerce(key, value, _TYPES[key], where))
         sc.lines.pop(key, None)
     src = sc.source
     sc.source = f"{src} with overrides" if overrides and src else (src or "overrides")

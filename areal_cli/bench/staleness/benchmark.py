@@ -16,9 +16,10 @@ from areal_cli.errors import UserError
 
 
 def _run_cfg(scenario: Scenario, extra: list[str], items: list[str]):
-    from areal_cli.config import apply_overrides, load_recipe
+    from areal_cli.config import apply_overrides
+    from areal_cli.recipes import load_train_config
 
-    cfg, _ = load_recipe(scenario.recipe)
+    cfg, _ = load_train_config(scenario.recipe)
     return apply_overrides(cfg, override_items(scenario.overrides) + list(extra) + items)
 
 

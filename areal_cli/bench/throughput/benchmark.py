@@ -28,9 +28,10 @@ TARGETS = {"async_over_sync": 1.8, "continuous_over_static": 1.5}
 
 
 def _run_cfg(scenario: Scenario, extra_overrides: list[str], items: list[str], *, sync: bool = False):
-    from areal_cli.config import apply_overrides, load_recipe
+    from areal_cli.config import apply_overrides
+    from areal_cli.recipes import load_train_config
 
-    cfg, _ = load_recipe(scenario.recipe)
+    cfg, _ = load_train_config(scenario.recipe)
     ov = override_items(scenario.overrides) + (override_items(scenario.sync_overrides) if sync else [])
     return apply_overrides(cfg, ov + list(extra_overrides) + items)
 

@@ -12,9 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
-
 from areal_cli.errors import UserError
+from areal_cli.typed_yaml import LineDict, read_yaml
 
 MODES = ("sync", "async", "async_noninterruptible")
 
@@ -166,17 +165,8 @@ def load_scenario(path: str | Path) -> Scenario:
         UserError: unreadable file, invalid YAML, unknown key or bad value (``file:line: field 'x': ...``).
     """
     p = resolve_scenario_path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError(f"{p}: cannot read scenario: {getattr(e, 'strerror', None) or e}") from None
-    try:
-        node = yaml.compose(text)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise UserError(f"{p}{':' + str(mark.line + 1) if mark else ''}: invalid YAML: {getattr(e, 'problem', e)}") from None
-    lines = {k.value: k.start_mark.line + 1 for k, _ in node.value} if isinstance(node, yaml.MappingNode) else {}
+    data = read_yaml(p, "scenario")
+    lines = dict(data.lines) if isinstance(data, LineDict) else {}
     sc = scenario_from_dict(data if data is not None else {}, lambda k: f"{p}:{lines.get(k, 1)}")
     sc.source = str(p)
     return sc

@@ -1,4 +1,4 @@
-"""A published (``trainer: gpu``) recipe as an ``areal train`` run: its :class:`~areal_cli.recipe.PublishedTrainSpec`
+"""A published (``trainer: gpu``) recipe as an ``areal train`` run: its :class:`~areal_cli.recipes.schema.PublishedTrainSpec`
 mapped onto :class:`~areal_cli.config.TrainConfig`, with every difference from AReaL's run said in one line.
 
 The run is AReaL's system rebuilt here: SGLang servers (``rollout_engine: sglang``, one per
@@ -60,7 +60,7 @@ def gpu_train_config(recipe: Any, variant: str | None = None, *, placement: Any 
     spec = recipe.variant(variant)
 
     def refuse(name: str, why: str) -> UserError:
-        file, lines, line = getattr(spec, "__source__", (recipe.path, {}, 1))  # set by areal_cli.recipe.build
+        file, lines, line = getattr(spec, "__source__", (recipe.path, {}, 1))  # set by areal_cli.recipes.build.build
         return UserError(f"{file}:{lines.get(name, line)}: field 'train.{name}': {why} (got {getattr(spec, name)!r}); "
                          f"areal cannot run this recipe as published")
 
