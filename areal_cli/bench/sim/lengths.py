@@ -36,6 +36,7 @@ class ResponseLengths:
         self.block = arr.tolist()[::-1]
 
     def group(self) -> list[int]:
+        """The response lengths (tokens, 1..``max_new_tokens``) of the next group's ``group_size`` samples."""
         if not self.block:
             self._refill()
         return self.block.pop()
