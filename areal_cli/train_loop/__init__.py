@@ -1,4 +1,4 @@
-"""The asynchronous RL loop of ``areal train``, top to bottom.
+"""A run of ``areal train``: setup, the supervised warm start and the asynchronous RL loop, top to bottom.
 
 Processes (DESIGN §3): this process runs the rollout controller (asyncio) and the Megatron-core trainer
 (its steps in a worker thread, so rollouts keep streaming while it trains); ``n_servers`` rollout servers
