@@ -35,7 +35,6 @@ import atexit
 import dataclasses
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -45,6 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from areal_cli.errors import UserError
+from areal_cli.log_tail import log_tail
+from areal_cli.ports import free_ports, port_is_free
 from areal_cli.rollout.sglang_launcher import SGLangServerArgs, build_sglang_command, for_server
 
 ENGINES = ("embedded", "sglang", "external")
@@ -123,42 +124,6 @@ class _Server:
 # ----------------------------------------------------------------------------------------------------------
 # helpers
 # ----------------------------------------------------------------------------------------------------------
-
-
-def log_tail(path: Path | None, n: int = TAIL_LINES) -> str:
-    """The last ``n`` lines of a log file ("(no log)" when it cannot be read)."""
-    if path is None:
-        return "(no log)"
-    try:
-        lines = Path(path).read_text(errors="replace").splitlines()
-    except OSError:
-        return "(no log)"
-    return "\n".join(lines[-n:]) if lines else "(log is empty)"
-
-
-def port_is_free(host: str, port: int) -> bool:
-    """True when ``host:port`` can be bound now (SO_REUSEADDR, as servers bind: TIME_WAIT does not count)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def _free_ports(host: str, n: int) -> list[int]:
-    """``n`` distinct ports that were free a moment ago (all sockets held open until all are chosen)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((host, 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def parse_server_addrs(text: str, where: str = ENV_ADDRS) -> list[str]:
@@ -334,11 +299,11 @@ class Fleet:
     def _respawn_on_new_port(self, s: _Server) -> bool:
         """A server on a port we picked lost it to another process before binding: start it again on a
         fresh port (at most twice). True when respawned."""
-        if not s.auto_port or s.respawns >= 2 or "address already in use" not in log_tail(s.log_path).lower():
+        if not s.auto_port or s.respawns >= 2 or "address already in use" not in log_tail(s.log_path, TAIL_LINES).lower():
             return False
         s.respawns += 1
         _killpg(s.proc.pid, signal.SIGKILL)  # anything the failed start left in its group
-        s.port = _free_ports(s.host, 1)[0]
+        s.port = free_ports(s.host, 1)[0]
         s.url = f"http://{s.host}:{s.port}"
         s.cmd = _command(self.spec, self._model_path, s)
         self._spawn(s)
@@ -378,7 +343,7 @@ class Fleet:
                         rc = s.proc.returncode
                         self.stop()
                         raise UserError(f"{self._describe(s)} exited with code {rc} during start-up "
-                                        f"(log {s.log_path}); last lines:\n{log_tail(s.log_path)}")
+                                        f"(log {s.log_path}); last lines:\n{log_tail(s.log_path, TAIL_LINES)}")
                     try:
                         r = c.get(s.url + "/model_info")
                         if r.status_code == 200:
@@ -401,7 +366,7 @@ class Fleet:
                         raise UserError(f"{s.url}: /model_info did not answer 200 within {waited:.0f} s "
                                         f"(last error: {last_err.get(s.index, 'none')})")
                     raise UserError(f"{self._describe(s)} not ready after {waited:.0f} s "
-                                    f"(log {s.log_path}); last lines:\n{log_tail(s.log_path)}")
+                                    f"(log {s.log_path}); last lines:\n{log_tail(s.log_path, TAIL_LINES)}")
                 time.sleep(0.2)
         return self
 
@@ -460,7 +425,7 @@ class Fleet:
         for s in self._servers:
             if s.proc is not None and s.proc.poll() is not None:
                 raise ServerDiedError(f"{self._describe(s)} exited with code {s.proc.returncode} "
-                                      f"(log {s.log_path}); last lines:\n{log_tail(s.log_path)}")
+                                      f"(log {s.log_path}); last lines:\n{log_tail(s.log_path, TAIL_LINES)}")
 
     def stop(self, grace_s: float = 5.0) -> None:
         """Stop every launched server: SIGTERM to each process group, wait up to ``grace_s`` s in total,
@@ -640,7 +605,7 @@ def launch_fleet(spec: FleetSpec, *, wait: bool = True) -> Fleet:
                 raise UserError(f"{spec.host}:{p}: port already in use (server {i})")
         ports = list(spec.ports)
     else:
-        ports = _free_ports(spec.host, n)
+        ports = free_ports(spec.host, n)
     servers = [_Server(i, spec.host, p, f"http://{spec.host}:{p}", auto_port=spec.ports is None)
                for i, p in enumerate(ports)]
     for s in servers:  # every command is built (and validated) before anything starts

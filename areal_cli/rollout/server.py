@@ -56,7 +56,6 @@ import logging
 import os
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -66,6 +65,9 @@ import weakref
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Callable
+
+from areal_cli.log_tail import log_tail
+from areal_cli.ports import free_port
 
 log = logging.getLogger("areal.rollout.server")
 
@@ -822,21 +824,6 @@ def _stop_all_at_exit() -> None:
             pass
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago (bind to port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def _tail(path: Path, n: int = 40) -> str:
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return "(no log)"
-    return "\n".join(lines[-n:])
-
-
 class EmbeddedServer:
     """Handle on one embedded server child process (create with :meth:`launch`).
 
@@ -957,7 +944,7 @@ class EmbeddedServer:
                 if rc is not None:
                     self.stop()
                     raise RuntimeError(f"embedded server exited with code {rc} during startup "
-                                       f"(log {self.log_path}); last lines:\n{_tail(self.log_path)}")
+                                       f"(log {self.log_path}); last lines:\n{log_tail(self.log_path, 40, empty='')}")
                 try:
                     if c.get(self.url + "/health").status_code == 200:
                         return self
@@ -966,7 +953,7 @@ class EmbeddedServer:
                 if time.monotonic() > deadline:
                     self.stop()
                     raise RuntimeError(f"embedded server not ready after {deadline - self._t_spawn:.0f} s "
-                                       f"(log {self.log_path}); last lines:\n{_tail(self.log_path)}")
+                                       f"(log {self.log_path}); last lines:\n{log_tail(self.log_path, 40, empty='')}")
                 time.sleep(0.1)
 
     def alive(self) -> bool:

@@ -41,12 +41,12 @@ from __future__ import annotations
 import concurrent.futures as cf
 import logging
 import math
-import socket
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Iterable, Sequence
 
+from areal_cli.ports import free_port
 from areal_cli.rollout.protocol import ProtocolError, parse_error_message
 
 log = logging.getLogger("areal.rollout.weight_sync")
@@ -410,13 +410,6 @@ def destroy_process_group(pg) -> None:
         dist.destroy_process_group(pg)
     except Exception as e:  # noqa: BLE001 - teardown is best effort
         log.warning("destroying weight-update group failed: %r", e)
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free a moment ago on ``host``."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 # ----------------------------------------------------------------------------------------------------------
