@@ -19,15 +19,16 @@ import httpx
 import pytest
 import torch
 
-from areal_cli.rollout.protocol import ProtocolError
-from areal_cli.rollout.server import EmbeddedServer
-from areal_cli.rollout.weight_sync import (
-    ParamSpec, WeightSender, WeightSyncError, WeightSyncSpec, build_destroy_weights_update_group_payload,
-    build_init_weights_update_group_payload, build_update_weights_from_distributed_payload, close_senders,
-    param_specs, parse_destroy_weights_update_group_request, parse_init_weights_update_group_request,
-    parse_update_weights_from_distributed_request, plan_buckets, rank_offsets, sync_weights_from_engine,
-    update_weights_distributed, weight_update_world_size,
+from areal_cli.rollout.protocol import (
+    ParamSpec, ProtocolError, build_destroy_weights_update_group_payload, build_init_weights_update_group_payload,
+    build_update_weights_from_distributed_payload, parse_destroy_weights_update_group_request,
+    parse_init_weights_update_group_request, parse_update_weights_from_distributed_request,
 )
+from areal_cli.rollout.server import EmbeddedServer
+from areal_cli.rollout.weight_sender import (
+    WeightSender, WeightSyncError, param_specs, plan_buckets, rank_offsets, weight_update_world_size,
+)
+from areal_cli.rollout.weight_sync import WeightSyncSpec, close_senders, sync_weights_from_engine, update_weights_distributed
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_rollout_engine import tiny_dirs  # noqa: E402

@@ -173,19 +173,6 @@ class EngineWorker:
 _NOTHING = object()
 
 
-def _receive_broadcast(pg, specs) -> dict:
-    """Receive one tensor per ParamSpec from rank 0 of ``pg``, in order (``{name: tensor}``)."""
-    import torch
-    import torch.distributed as dist
-
-    out = {}
-    for s in specs:
-        t = torch.empty(s.shape, dtype=getattr(torch, s.dtype))
-        dist.broadcast(t, src=0, group=pg)
-        out[s.name] = t
-    return out
-
-
 # ----------------------------------------------------------------------------------------------------------
 # HTTP app
 # ----------------------------------------------------------------------------------------------------------
@@ -527,7 +514,7 @@ def build_app(state: ServerState):
         return JSONResponse({"success": success, "message": message, **extra}, status_code=status)
 
     def drop_group(name: str) -> None:
-        from areal_cli.rollout.weight_sync import destroy_process_group
+        from areal_cli.rollout.process_group import destroy_process_group
 
         pg = state.weight_groups.pop(name, None)
         if pg is not None and name not in state.receiving:
@@ -535,7 +522,8 @@ def build_app(state: ServerState):
 
     @app.post("/init_weights_update_group")
     async def init_weights_update_group(request: Request):
-        from areal_cli.rollout.weight_sync import init_custom_process_group, parse_init_weights_update_group_request
+        from areal_cli.rollout.process_group import init_custom_process_group
+        from areal_cli.rollout.protocol import parse_init_weights_update_group_request
 
         try:
             req = parse_init_weights_update_group_request(await read_json(request))
@@ -561,7 +549,7 @@ def build_app(state: ServerState):
 
     @app.post("/destroy_weights_update_group")
     async def destroy_weights_update_group(request: Request):
-        from areal_cli.rollout.weight_sync import parse_destroy_weights_update_group_request
+        from areal_cli.rollout.protocol import parse_destroy_weights_update_group_request
 
         try:
             raw = await request.body()
@@ -575,7 +563,7 @@ def build_app(state: ServerState):
 
     @app.post("/update_weights_from_distributed")
     async def update_weights_from_distributed(request: Request):
-        from areal_cli.rollout.weight_sync import parse_update_weights_from_distributed_request
+        from areal_cli.rollout.protocol import parse_update_weights_from_distributed_request
 
         try:
             req = parse_update_weights_from_distributed_request(await read_json(request))
@@ -597,11 +585,11 @@ def build_app(state: ServerState):
                 pg = state.weight_groups.get(name)
                 if pg is None:
                     return weight_reply(False, f"Weight update group {name!r} was destroyed.", 400)
-                from areal_cli.rollout.weight_sync import destroy_process_group
+                from areal_cli.rollout.process_group import destroy_process_group, receive_broadcast
 
                 state.receiving.add(name)
                 try:
-                    named = await asyncio.to_thread(_receive_broadcast, pg, req.specs)
+                    named = await asyncio.to_thread(receive_broadcast, pg, req.specs)
                 except Exception as e:  # noqa: BLE001 - the group is out of step: drop it
                     named, error = None, e
                     if state.weight_groups.get(name) is pg:
