@@ -53,9 +53,9 @@ import aiohttp
 import httpx
 
 from areal_cli.rollout.protocol import (
-    GenerateRequest, GenerateResponse, ProtocolError, SamplingParams, ServerError,
-    build_batch_generate_payload, build_continue_payload, build_pause_payload, build_update_weights_from_disk_payload,
-    parse_error_message, parse_generate_response, version_to_int, versions_from_spans,
+    BatchGenerateRequest, ContinueGenerationRequest, GenerateRequest, GenerateResponse, PauseGenerationRequest,
+    ProtocolError, SamplingParams, ServerError, UpdateWeightsFromDiskRequest, parse_error_message,
+    parse_generate_response, version_to_int, versions_from_spans,
 )
 
 
@@ -472,8 +472,8 @@ class RolloutClient:
         if self._closed:
             return [Completion(prompt, [], [], [], "abort", 0, url, None, r) for r in rids]
         try:
-            body = await self._post_or_closed(url, "/generate", build_batch_generate_payload(
-                [prompt] * n, params, return_logprob=True, rids=rids))
+            body = await self._post_or_closed(url, "/generate", BatchGenerateRequest(
+                [prompt] * n, params, return_logprob=True, rids=rids).to_json())
         except Exception as e:
             if not self._recoverable(e):
                 raise
@@ -527,15 +527,14 @@ class RolloutClient:
             order = list(parts)
             if not self._closed:
                 url = self.choose_server(parts[order[0]].rid)
-                payload = {
-                    "input_ids": [prompt + parts[i].ids for i in order],
-                    "sampling_params": [replace(params, max_new_tokens=budget - len(parts[i].ids),
-                                                min_new_tokens=max(0, params.min_new_tokens - len(parts[i].ids))
-                                                ).to_json() for i in order],
-                    "return_logprob": True,
+                payload = BatchGenerateRequest(
+                    [prompt + parts[i].ids for i in order],
+                    [replace(params, max_new_tokens=budget - len(parts[i].ids),
+                             min_new_tokens=max(0, params.min_new_tokens - len(parts[i].ids))) for i in order],
+                    return_logprob=True,
                     # each attempt has its own wire id (a server may still be releasing the aborted one)
-                    "rid": [f"{parts[i].rid}.r{parts[i].n_int}" for i in order],
-                }
+                    rids=[f"{parts[i].rid}.r{parts[i].n_int}" for i in order],
+                ).to_json()
                 try:
                     body = await self._post_or_closed(url, "/generate", payload)
                 except Exception as e:
@@ -686,12 +685,12 @@ class RolloutClient:
     async def pause(self) -> None:
         """Stop resubmissions and pause every server (mode abort: in-flight requests return partial)."""
         self._paused = True
-        await self._all("/pause_generation", build_pause_payload("abort"))
+        await self._all("/pause_generation", PauseGenerationRequest("abort").to_json())
 
     async def resume(self) -> None:
         """Continue every server, then let resubmissions go."""
         try:
-            await self._all("/continue_generation", build_continue_payload())
+            await self._all("/continue_generation", ContinueGenerationRequest().to_json())
         finally:
             self._paused = False
 
@@ -722,8 +721,8 @@ class RolloutClient:
             self._paused = True  # new submissions wait; in-flight ones run to completion on the servers
         err: BaseException | None = None
         try:
-            res = await self._all("/update_weights_from_disk", build_update_weights_from_disk_payload(
-                model_path, weight_version=str(int(version)), abort_all_requests=self.interruptible))
+            res = await self._all("/update_weights_from_disk", UpdateWeightsFromDiskRequest(
+                model_path, weight_version=str(int(version)), abort_all_requests=self.interruptible).to_json())
             for url, r in res.items():
                 if isinstance(r, dict) and r.get("success") is False:
                     raise ServerError(200, parse_error_message(r), url)
@@ -747,8 +746,8 @@ class RolloutClient:
         Raises:
             ServerError: it refused the update or could not be reached.
         """
-        r = await self._post(url, "/update_weights_from_disk", build_update_weights_from_disk_payload(
-            model_path, weight_version=str(int(version)), abort_all_requests=True))
+        r = await self._post(url, "/update_weights_from_disk", UpdateWeightsFromDiskRequest(
+            model_path, weight_version=str(int(version)), abort_all_requests=True).to_json())
         if isinstance(r, dict) and r.get("success") is False:
             raise ServerError(200, parse_error_message(r), url)
 

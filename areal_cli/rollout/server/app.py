@@ -1,10 +1,7 @@
-"""Embedded inference server: SGLang's native HTTP protocol on top of :class:`InferenceEngine`.
+"""The HTTP routes of an embedded server: SGLang's native protocol on top of :class:`InferenceEngine`.
 
-One child process per server (``python -m areal_cli.rollout.server --model-path DIR --port N``) on
-127.0.0.1: FastAPI + uvicorn answer HTTP on the main thread's event loop while one background thread owns
-the engine and steps the running batch. The two talk through a command queue (engine thread) and
-``loop.call_soon_threadsafe`` (results back to the waiting HTTP handlers); torch releases the GIL in its
-kernels, so ``/health`` answers at once even while the engine computes.
+:func:`build_app` returns the FastAPI application serving one :class:`~areal_cli.rollout.server.worker.ServerState`;
+request and reply bodies are the dataclasses of :mod:`areal_cli.rollout.protocol`.
 
 Endpoints (shapes as recorded from SGLang 0.5.23, ``shared/fixtures/sglang`` of the workspace):
 
@@ -41,205 +38,25 @@ Endpoints (shapes as recorded from SGLang 0.5.23, ``shared/fixtures/sglang`` of 
   received, so tests can observe both on the server side).
 - ``POST|GET /flush_cache``: 200 text when idle, 400 ``"Flush cache failed.\\n"`` while requests run.
 - ``POST /abort_request`` ``{rid}`` or ``{abort_all: true}``: 200, empty body.
-
-:class:`EmbeddedServer` launches such a child, waits until it is ready, and kills its process group on
-``stop()``, on context exit, at interpreter exit, and (watchdog in the child) when the parent dies.
 """
 
-import argparse
 import asyncio
-import atexit
 import contextlib
 import dataclasses
 import json
 import logging
-import os
-import queue
-import signal
-import subprocess
-import sys
-import threading
 import time
 import uuid
-import weakref
-from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from areal_cli.log_tail import log_tail
-from areal_cli.ports import free_port
+from areal_cli.rollout.server.worker import ServerState
 
 log = logging.getLogger("areal.rollout.server")
 
 FLUSH_OK = ("Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting "
             "requests, the operation will not be performed.)\n")
 FLUSH_FAILED = "Flush cache failed.\n"
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Engine thread
-# ----------------------------------------------------------------------------------------------------------
-
-
-class EngineWorker:
-    """Owns an :class:`InferenceEngine` in a background thread; everything else talks to it via commands.
-
-    Results of finished requests are delivered to ``on_result(EngineResult)`` from the engine thread.
-
-    Args:
-        engine: the engine (only this thread touches it after :meth:`start`).
-        on_result: callback for every finished/aborted request.
-        step_delay_s: sleep after every step (tests use it to make generation slow enough to interrupt).
-    """
-
-    def __init__(self, engine, on_result: Callable[[Any], None], step_delay_s: float = 0.0):
-        self.engine = engine
-        self.on_result = on_result
-        self.step_delay_s = float(step_delay_s)
-        self.stepping_paused = False
-        self._cmds: queue.Queue = queue.Queue()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="engine", daemon=True)
-        self.n_running = 0
-        self.n_waiting = 0
-        self.last_step_s = 0.0
-        self.error: BaseException | None = None
-
-    def start(self) -> None:
-        """Start the engine thread."""
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop the engine thread after the current step (waits up to 5 s)."""
-        self._stop.set()
-        self._cmds.put(None)
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(timeout=5)
-
-    def call(self, fn: Callable[[Any], Any]) -> Future:
-        """Run ``fn(engine)`` on the engine thread between steps; returns a concurrent Future."""
-        fut: Future = Future()
-        self._cmds.put((fn, fut))
-        return fut
-
-    def busy(self) -> bool:
-        """True while requests are running or queued inside the engine (read without locking)."""
-        return self.n_running + self.n_waiting > 0 or not self._cmds.empty()
-
-    def _run_cmd(self, item) -> None:
-        fn, fut = item
-        if not fut.set_running_or_notify_cancel():
-            return
-        try:
-            fut.set_result(fn(self.engine))
-        except BaseException as e:  # delivered to the awaiting handler
-            fut.set_exception(e)
-
-    def _loop(self) -> None:
-        eng = self.engine
-        while not self._stop.is_set():
-            stepping = eng.has_work() and not self.stepping_paused
-            try:  # idle: block on the queue; stepping: only pick up what is already there
-                item = self._cmds.get_nowait() if stepping else self._cmds.get(timeout=0.5)
-            except queue.Empty:
-                item = _NOTHING
-            while item is not _NOTHING:  # run every pending command before the next step
-                if item is None:
-                    self._stop.set()
-                    break
-                self._run_cmd(item)
-                try:
-                    item = self._cmds.get_nowait()
-                except queue.Empty:
-                    item = _NOTHING
-            if self._stop.is_set():
-                break
-            if eng.has_work() and not self.stepping_paused:
-                t0 = time.perf_counter()
-                try:
-                    results = eng.step()
-                except Exception as e:  # a bug: fail every request instead of hanging them
-                    log.exception("engine step failed")
-                    self.error = e
-                    results = eng.abort_all(message=f"engine error: {e!r}")
-                self.last_step_s = time.perf_counter() - t0
-                for r in results:
-                    self.on_result(r)
-                if self.step_delay_s:
-                    time.sleep(self.step_delay_s)
-            self.n_running, self.n_waiting = len(eng.running), len(eng.waiting)
-
-
-_NOTHING = object()
-
-
-# ----------------------------------------------------------------------------------------------------------
-# HTTP app
-# ----------------------------------------------------------------------------------------------------------
-
-
-class ServerState:
-    """Everything the HTTP handlers share (lives on the event loop thread, except ``worker``)."""
-
-    def __init__(self, engine, tokenizer, args: argparse.Namespace):
-        self.engine = engine
-        self.tokenizer = tokenizer
-        self.args = args
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.waiters: dict[str, tuple[asyncio.Future, float]] = {}
-        self.paused = False
-        self.updating = 0
-        self.unheld: asyncio.Event | None = None
-        self.update_lock: asyncio.Lock | None = None
-        self.worker = EngineWorker(engine, self._on_result, step_delay_s=args.step_delay_s)
-        self.weight_groups: dict[str, Any] = {}  # group_name -> torch process group (weight sync)
-        self.receiving: set[str] = set()  # groups a receive is blocked on
-        self.started = time.time()
-        self.held_requests = 0  # /generate requests waiting for a pause (or a draining update) to end
-        self.health_requests = 0  # GET /health calls received (the kit's own clients never make any)
-        self.chat_tokenizer = None  # Hugging Face tokenizer with the chat template (/v1/chat/completions)
-
-    # results arrive on the engine thread
-    def _on_result(self, res) -> None:
-        loop = self.loop
-        if loop is None:
-            return
-
-        def deliver():
-            item = self.waiters.pop(res.rid, None)
-            if item is not None and not item[0].done():
-                item[0].set_result(res)
-
-        loop.call_soon_threadsafe(deliver)
-
-    def held(self) -> bool:
-        """True while new /generate requests must wait (paused, or an update waits for a drain)."""
-        return self.paused or self.updating > 0
-
-    def refresh_hold(self) -> None:
-        """Set/clear the ``unheld`` event to match :meth:`held` (event-loop thread only)."""
-        if self.held():
-            self.unheld.clear()
-        else:
-            self.unheld.set()
-
-    def decode(self, ids: list[int]) -> str:
-        """Response ``text``: ids decoded without special tokens ("" without a tokenizer)."""
-        if self.tokenizer is None or not ids:
-            return ""
-        try:
-            return self.tokenizer.decode(ids, skip_special_tokens=True)
-        except Exception:  # a tokenizer that cannot decode some id: text is informational only
-            return ""
-
-    def token_text(self, t: int) -> str:
-        """Text of one token (third element of a logprob triple with return_text_in_logprobs)."""
-        if self.tokenizer is None:
-            return ""
-        try:
-            return self.tokenizer.decode([t], skip_special_tokens=False)
-        except Exception:
-            return ""
 
 
 def _error(status: int, message: str):
@@ -256,7 +73,9 @@ def build_app(state: ServerState):
     from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
     from areal_cli.rollout.protocol import (
-        ProtocolError, build_generate_response, finish_reason_json, parse_generate_request,
+        AbortRequest, DestroyWeightsUpdateGroupRequest, InitWeightsUpdateGroupRequest, PauseGenerationRequest,
+        ProtocolError, UpdateWeightsFromDiskRequest, UpdateWeightsFromDistributedRequest, WeightUpdateReply,
+        build_generate_response, finish_reason_json, parse_generate_request,
     )
     from areal_cli.rollout.engine import EngineError
 
@@ -448,12 +267,11 @@ def build_app(state: ServerState):
     async def pause_generation(request: Request):
         try:
             raw = await request.body()
-            body = json.loads(raw) if raw else {}
-            mode = (body or {}).get("mode", "abort") or "abort"
-        except (json.JSONDecodeError, AttributeError):
+            mode = PauseGenerationRequest.from_json(json.loads(raw) if raw else {}).mode
+        except json.JSONDecodeError:
             return _error(400, "pause_generation body must be a JSON object")
-        if mode not in ("abort", "retract", "in_place"):
-            return _error(400, f"Invalid mode {mode!r}: expected abort, retract or in_place.")
+        except ProtocolError as e:
+            return _error(400, str(e))
         state.paused = True
         state.refresh_hold()
         if mode == "abort":
@@ -474,44 +292,40 @@ def build_app(state: ServerState):
         state.refresh_hold()
         return {"message": "Generation continued successfully.", "status": "ok"}
 
+    def weight_reply(success: bool, message: str, status: int = 200, num_paused_requests: int | None = None):
+        return JSONResponse(WeightUpdateReply(success, message, num_paused_requests).to_json(), status_code=status)
+
     @app.post("/update_weights_from_disk")
     async def update_weights_from_disk(request: Request):
         try:
-            body = await read_json(request)
-            if not isinstance(body, dict) or not isinstance(body.get("model_path"), str):
-                raise ProtocolError("model_path (a string) is required.")
+            req = UpdateWeightsFromDiskRequest.from_json(await read_json(request))
         except ProtocolError as e:
-            return JSONResponse({"success": False, "message": str(e), "num_paused_requests": 0},
-                                status_code=400)
-        version = body.get("weight_version")
+            return weight_reply(False, str(e), 400, num_paused_requests=0)
+        version = req.weight_version
         async with state.update_lock:
             state.updating += 1
             state.refresh_hold()
             try:
-                if body.get("abort_all_requests"):
+                if req.abort_all_requests:
                     await abort_all_and_wait()
                 elif not state.paused:
                     while state.worker.busy():  # like SGLang: wait for in-flight requests to finish
                         await asyncio.sleep(0.005)
 
-                def load(e, path=body["model_path"], v=version):
-                    e.load_weights(path, None if v is None else str(v))
+                def load(e, path=req.model_path, v=version):
+                    e.load_weights(path, v)
 
                 try:
                     await asyncio.wrap_future(state.worker.call(load))
                 except Exception as e:  # noqa: BLE001 - reported to the client, old weights stay
-                    return JSONResponse({"success": False, "message": f"Failed to update weights: {e}",
-                                         "num_paused_requests": 0}, status_code=400)
+                    return weight_reply(False, f"Failed to update weights: {e}", 400, num_paused_requests=0)
             finally:
                 state.updating -= 1
                 state.refresh_hold()
         msg = "Succeeded to update model weights."
         if version is not None:
             msg += f" Weight version updated to {version}."
-        return {"success": True, "message": msg, "num_paused_requests": 0}
-
-    def weight_reply(success: bool, message: str, status: int = 200, **extra):
-        return JSONResponse({"success": success, "message": message, **extra}, status_code=status)
+        return WeightUpdateReply(True, msg, num_paused_requests=0).to_json()
 
     def drop_group(name: str) -> None:
         from areal_cli.rollout.process_group import destroy_process_group
@@ -523,10 +337,9 @@ def build_app(state: ServerState):
     @app.post("/init_weights_update_group")
     async def init_weights_update_group(request: Request):
         from areal_cli.rollout.process_group import init_custom_process_group
-        from areal_cli.rollout.protocol import parse_init_weights_update_group_request
 
         try:
-            req = parse_init_weights_update_group_request(await read_json(request))
+            req = InitWeightsUpdateGroupRequest.from_json(await read_json(request))
         except ProtocolError as e:
             return weight_reply(False, str(e), 400)
         if req.backend != "gloo":
@@ -549,11 +362,9 @@ def build_app(state: ServerState):
 
     @app.post("/destroy_weights_update_group")
     async def destroy_weights_update_group(request: Request):
-        from areal_cli.rollout.protocol import parse_destroy_weights_update_group_request
-
         try:
             raw = await request.body()
-            name = parse_destroy_weights_update_group_request(json.loads(raw) if raw else {})
+            name = DestroyWeightsUpdateGroupRequest.from_json(json.loads(raw) if raw else {}).group_name
         except (ProtocolError, json.JSONDecodeError) as e:
             return weight_reply(False, str(e), 400)
         if name not in state.weight_groups:
@@ -563,10 +374,8 @@ def build_app(state: ServerState):
 
     @app.post("/update_weights_from_distributed")
     async def update_weights_from_distributed(request: Request):
-        from areal_cli.rollout.protocol import parse_update_weights_from_distributed_request
-
         try:
-            req = parse_update_weights_from_distributed_request(await read_json(request))
+            req = UpdateWeightsFromDistributedRequest.from_json(await read_json(request))
         except ProtocolError as e:
             return weight_reply(False, str(e), 400)
         name = req.group_name
@@ -685,15 +494,13 @@ def build_app(state: ServerState):
     @app.post("/abort_request")
     async def abort_request(request: Request):
         try:
-            body = await read_json(request)
-            if not isinstance(body, dict):
-                raise ProtocolError("body must be an object")
+            req = AbortRequest.from_json(await read_json(request))
         except ProtocolError as e:
             return _error(400, str(e))
-        if body.get("abort_all"):
+        if req.abort_all:
             await abort_all_and_wait()
-        elif body.get("rid") is not None:
-            res = await asyncio.wrap_future(state.worker.call(lambda e, rid=str(body["rid"]): e.abort(rid)))
+        elif req.rid is not None:
+            res = await asyncio.wrap_future(state.worker.call(lambda e, rid=req.rid: e.abort(rid)))
             if res is not None:
                 state._on_result(res)
         return Response(status_code=200)
@@ -704,282 +511,3 @@ def build_app(state: ServerState):
         return _error(500, f"{type(exc).__name__}: {exc}")
 
     return app
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Child process entry point
-# ----------------------------------------------------------------------------------------------------------
-
-
-def _parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m areal_cli.rollout.server",
-                                description="Embedded inference server (SGLang native protocol).")
-    p.add_argument("--model-path", required=True)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, required=True)
-    p.add_argument("--max-running-requests", type=int, default=64)
-    p.add_argument("--max-total-tokens", type=int, default=65536, help="KV-cache cap in tokens")
-    p.add_argument("--max-prefill-tokens", type=int, default=8192)
-    p.add_argument("--context-length", type=int, default=None)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--weight-version", default="0")
-    p.add_argument("--num-threads", type=int, default=1, help="torch intra-op threads (default 1)")
-    p.add_argument("--step-delay-s", type=float, default=0.0,
-                   help="sleep after each engine step (testing: makes generation interruptible)")
-    p.add_argument("--weight-sync-timeout-s", type=float, default=300.0,
-                   help="weight-update group: join and receive timeout (seconds)")
-    p.add_argument("--parent-pid", type=int, default=None, help="exit when this process is gone")
-    p.add_argument("--log-level", default="info")
-    return p.parse_args(argv)
-
-
-def _watch_parent(pid: int) -> None:
-    def run():
-        while True:
-            time.sleep(0.5)
-            if os.getppid() != pid:
-                log.warning("parent %d is gone: exiting", pid)
-                os._exit(0)
-
-    threading.Thread(target=run, name="parent-watchdog", daemon=True).start()
-
-
-def _precheck_model_dir(d: Path) -> str | None:
-    """A one-line problem with model directory ``d`` (no config.json / no safetensors), or None."""
-    if not (d / "config.json").is_file():
-        return f"{d}: not a model directory (no config.json)"
-    if not ((d / "model.safetensors").is_file() or (d / "model.safetensors.index.json").is_file()):
-        return f"{d}: no model.safetensors (or index) found"
-    return None
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Run one embedded server until SIGTERM/SIGINT (the child process of :class:`EmbeddedServer`)."""
-    args = _parse_args(argv)
-    logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.parent_pid:
-        _watch_parent(args.parent_pid)
-    problem = _precheck_model_dir(Path(args.model_path))
-    if problem:  # fail fast, before the slow imports
-        log.error("%s", problem)
-        sys.exit(2)
-    import torch
-
-    torch.set_num_threads(max(1, args.num_threads))
-    import uvicorn
-
-    from areal_cli.rollout.engine import InferenceEngine
-
-    t0 = time.time()
-    engine = InferenceEngine(args.model_path, max_running_requests=args.max_running_requests,
-                             max_total_tokens=args.max_total_tokens, context_length=args.context_length,
-                             seed=args.seed, weight_version=args.weight_version,
-                             max_prefill_tokens=args.max_prefill_tokens)
-    tokenizer = None
-    tok_path = Path(args.model_path) / "tokenizer.json"
-    if tok_path.is_file():
-        from tokenizers import Tokenizer
-
-        tokenizer = Tokenizer.from_file(str(tok_path))
-    s = engine.spec
-    log.info("loaded %s in %.2fs: %d layers, hidden %d, vocab %d, KV cap %d tokens (%.1f MiB), version %s",
-             args.model_path, time.time() - t0, s.num_layers, s.hidden_size, s.vocab_size,
-             engine.max_total_tokens, engine.k_pool.numel() * 2 * engine.k_pool.element_size() / 2**20,
-             engine.weight_version)
-    state = ServerState(engine, tokenizer, args)
-    app = build_app(state)
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False,
-                            timeout_graceful_shutdown=2, lifespan="on",
-                            timeout_keep_alive=75)
-    server = uvicorn.Server(config)
-    server.run()
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Launcher (parent side)
-# ----------------------------------------------------------------------------------------------------------
-
-_LIVE: "weakref.WeakSet[EmbeddedServer]" = weakref.WeakSet()
-
-
-@atexit.register
-def _stop_all_at_exit() -> None:
-    for s in list(_LIVE):
-        try:
-            s.stop()
-        except Exception:  # noqa: BLE001 - best effort at interpreter exit
-            pass
-
-
-class EmbeddedServer:
-    """Handle on one embedded server child process (create with :meth:`launch`).
-
-    Attributes:
-        url: ``"http://HOST:PORT"``. host, port, model_path, log_path, proc (``subprocess.Popen``).
-    Usable as a context manager (``with EmbeddedServer.launch(...) as srv:``); :meth:`stop` is idempotent.
-    """
-
-    def __init__(self, proc: subprocess.Popen, host: str, port: int, model_path: str, log_path: Path,
-                 log_file, auto_log: bool = False):
-        self.proc = proc
-        self.host = host
-        self.port = port
-        self.url = f"http://{host}:{port}"
-        self.model_path = model_path
-        self.log_path = log_path
-        self._log_file = log_file
-        self._auto_log = auto_log  # log_path is a temporary file we created (removed after a clean stop)
-        self._t_spawn = time.monotonic()
-        self._startup_timeout_s = 120.0
-        _LIVE.add(self)
-
-    @classmethod
-    def launch(cls, model_path: str | Path, *, host: str = "127.0.0.1", port: int | None = None,
-               max_running_requests: int = 64, max_total_tokens: int = 65536, seed: int = 0,
-               log_path: Path | None = None, weight_version: str = "0", startup_timeout_s: float = 120,
-               num_threads: int = 1, context_length: int | None = None, step_delay_s: float = 0.0,
-               extra_args: list[str] | None = None, wait: bool = True) -> "EmbeddedServer":
-        """Start ``python -m areal_cli.rollout.server`` and return once ``GET /health`` answers 200.
-
-        Args:
-            model_path: Hugging Face Qwen3 model directory.
-            port: None picks a free port (retried up to 3 times if another process takes it first).
-            max_running_requests, max_total_tokens, seed, weight_version, context_length: engine settings.
-            log_path: child stdout+stderr; default a temporary file (path in ``.log_path``).
-            startup_timeout_s: give up (kill the child, raise) after this many seconds.
-            num_threads: torch threads in the child (default 1: machines are shared).
-            step_delay_s: testing knob, sleep after each engine step.
-            wait: (added) False returns right after spawning; call :meth:`wait_until_ready` later (lets a
-                caller overlap the child's start-up with its own work).
-        Raises:
-            UserError: ``model_path`` is not a directory with config.json.
-            RuntimeError: the child exited or did not become ready in time; the message ends with the last
-                lines of its log.
-        """
-        from areal_cli.errors import UserError
-
-        mp = Path(model_path)
-        if not (mp / "config.json").is_file():
-            raise UserError(f"{mp}: not a model directory (no config.json)")
-        attempts = 3 if port is None else 1
-        last_err: Exception | None = None
-        for _ in range(attempts):
-            p = free_port(host) if port is None else port
-            try:
-                srv = cls._spawn(mp, host, p, max_running_requests, max_total_tokens, seed, log_path,
-                                 weight_version, num_threads, context_length, step_delay_s, extra_args or [])
-                srv._startup_timeout_s = startup_timeout_s
-                srv._t_spawn = time.monotonic()
-                if wait:
-                    srv.wait_until_ready()
-                return srv
-            except RuntimeError as e:
-                last_err = e
-                if "address already in use" not in str(e).lower():
-                    raise
-        raise last_err  # type: ignore[misc]
-
-    @classmethod
-    def _spawn(cls, mp, host, port, max_running_requests, max_total_tokens, seed, log_path, weight_version,
-               num_threads, context_length, step_delay_s, extra_args) -> "EmbeddedServer":
-        import tempfile
-
-        auto_log = log_path is None
-        if log_path is None:
-            fd, name = tempfile.mkstemp(prefix=f"areal-server-{port}-", suffix=".log")
-            os.close(fd)
-            log_path = Path(name)
-        log_path = Path(log_path)
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "areal_cli.rollout.server", "--model-path", str(mp), "--host", host,
-               "--port", str(port), "--max-running-requests", str(max_running_requests),
-               "--max-total-tokens", str(max_total_tokens), "--seed", str(seed),
-               "--weight-version", str(weight_version), "--num-threads", str(num_threads),
-               "--parent-pid", str(os.getpid())]
-        if context_length is not None:
-            cmd += ["--context-length", str(context_length)]
-        if step_delay_s:
-            cmd += ["--step-delay-s", str(step_delay_s)]
-        cmd += extra_args
-        env = dict(os.environ)
-        pkg_root = str(Path(__file__).resolve().parents[2])  # so the child imports this areal_cli
-        env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        env.setdefault("OMP_NUM_THREADS", str(num_threads))
-        log_file = open(log_path, "ab")
-        proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, start_new_session=True)
-        return cls(proc, host, port, str(mp), log_path, log_file, auto_log)
-
-    def wait_until_ready(self, timeout_s: float | None = None) -> "EmbeddedServer":
-        """Poll ``GET /health`` until 200 (every 0.1 s).
-
-        Args:
-            timeout_s: default the ``startup_timeout_s`` given to :meth:`launch`, counted from the spawn.
-        Raises:
-            RuntimeError: the child exited, or was not ready in time (it is then killed); the message ends
-                with the last lines of its log.
-        """
-        import httpx
-
-        if timeout_s is None:
-            deadline = self._t_spawn + self._startup_timeout_s
-        else:
-            deadline = time.monotonic() + timeout_s
-        with httpx.Client(timeout=2.0) as c:
-            while True:
-                rc = self.proc.poll()
-                if rc is not None:
-                    self.stop()
-                    raise RuntimeError(f"embedded server exited with code {rc} during startup "
-                                       f"(log {self.log_path}); last lines:\n{log_tail(self.log_path, 40, empty='')}")
-                try:
-                    if c.get(self.url + "/health").status_code == 200:
-                        return self
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(f"embedded server not ready after {deadline - self._t_spawn:.0f} s "
-                                       f"(log {self.log_path}); last lines:\n{log_tail(self.log_path, 40, empty='')}")
-                time.sleep(0.1)
-
-    def alive(self) -> bool:
-        """True while the child process runs."""
-        return self.proc.poll() is None
-
-    def stop(self) -> None:
-        """Terminate the child's process group (SIGTERM, then SIGKILL after 5 s). Idempotent."""
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                self.proc.wait(timeout=5)
-        if self._log_file is not None and not self._log_file.closed:
-            self._log_file.close()
-        if self._auto_log and self.proc.returncode in (0, -signal.SIGTERM):
-            # a temporary log of a server that stopped cleanly holds nothing worth keeping
-            self.log_path.unlink(missing_ok=True)
-        _LIVE.discard(self)
-
-    def __enter__(self) -> "EmbeddedServer":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    def __repr__(self) -> str:
-        state = "running" if self.alive() else f"exited({self.proc.returncode})"
-        return f"EmbeddedServer({self.url}, {self.model_path}, {state})"
-
-
-if __name__ == "__main__":
-    main()
