@@ -259,7 +259,7 @@ def build_app(state: ServerState):
     async def abort_all_and_wait() -> int:
         results = await asyncio.wrap_future(state.worker.call(lambda e: e.abort_all()))
         for res in results:
-            state._on_result(res)
+            state.on_result(res)
         await asyncio.sleep(0)  # let the deliveries run before answering
         return len(results)
 
@@ -502,7 +502,7 @@ def build_app(state: ServerState):
         elif req.rid is not None:
             res = await asyncio.wrap_future(state.worker.call(lambda e, rid=req.rid: e.abort(rid)))
             if res is not None:
-                state._on_result(res)
+                state.on_result(res)
         return Response(status_code=200)
 
     @app.exception_handler(Exception)

@@ -123,7 +123,7 @@ class ServerState:
         self.updating = 0
         self.unheld: asyncio.Event | None = None
         self.update_lock: asyncio.Lock | None = None
-        self.worker = EngineWorker(engine, self._on_result, step_delay_s=args.step_delay_s)
+        self.worker = EngineWorker(engine, self.on_result, step_delay_s=args.step_delay_s)
         self.weight_groups: dict[str, Any] = {}  # group_name -> torch process group (weight sync)
         self.receiving: set[str] = set()  # groups a receive is blocked on
         self.started = time.time()
@@ -131,8 +131,9 @@ class ServerState:
         self.health_requests = 0  # GET /health calls received (the kit's own clients never make any)
         self.chat_tokenizer = None  # Hugging Face tokenizer with the chat template (/v1/chat/completions)
 
-    # results arrive on the engine thread
-    def _on_result(self, res) -> None:
+    def on_result(self, res) -> None:
+        """Hand a finished (or aborted) request's EngineResult to the handler waiting for its rid, on the event
+        loop (results arrive on the engine thread; safe from any thread)."""
         loop = self.loop
         if loop is None:
             return
