@@ -398,6 +398,36 @@ class AbortRequest:
         return cls(None if rid is None else str(rid), bool(obj.get("abort_all")))
 
 
+@dataclass
+class UpdateWeightVersionRequest:
+    """``POST /update_weight_version`` body (SGLang ``UpdateWeightVersionReqInput``): relabel the loaded weights.
+
+    Attributes:
+        new_version: the new weight-version label.
+        abort_all_requests: abort in-flight requests first.
+    """
+
+    new_version: str
+    abort_all_requests: bool = False
+
+    def to_json(self) -> dict:
+        """``{"new_version", "abort_all_requests"}``."""
+        return {"new_version": str(self.new_version), "abort_all_requests": bool(self.abort_all_requests)}
+
+    @classmethod
+    def from_json(cls, obj: Any) -> "UpdateWeightVersionRequest":
+        """Parse a decoded body (server side; ``new_version`` of any JSON type is taken as its ``str``).
+
+        Raises:
+            ProtocolError: no ``new_version`` (the message is Python's for the failed lookup).
+        """
+        try:
+            new = obj["new_version"]
+        except (KeyError, TypeError) as e:
+            raise ProtocolError(str(e)) from None
+        return cls(str(new), bool(obj.get("abort_all_requests")))
+
+
 def build_generate_payload(input_ids: list[int], params: SamplingParams, *, return_logprob: bool = True,
                            rid: str | None = None) -> dict:
     """``POST /generate`` body for one prompt (pure; see :meth:`GenerateRequest.to_json`)."""

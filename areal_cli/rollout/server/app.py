@@ -74,8 +74,8 @@ def build_app(state: ServerState):
 
     from areal_cli.rollout.protocol import (
         AbortRequest, DestroyWeightsUpdateGroupRequest, InitWeightsUpdateGroupRequest, PauseGenerationRequest,
-        ProtocolError, UpdateWeightsFromDiskRequest, UpdateWeightsFromDistributedRequest, WeightUpdateReply,
-        build_generate_response, finish_reason_json, parse_generate_request,
+        ProtocolError, UpdateWeightsFromDiskRequest, UpdateWeightsFromDistributedRequest, UpdateWeightVersionRequest,
+        WeightUpdateReply, build_generate_response, finish_reason_json, parse_generate_request,
     )
     from areal_cli.rollout.engine import EngineError
 
@@ -427,17 +427,17 @@ def build_app(state: ServerState):
     @app.post("/update_weight_version")
     async def update_weight_version(request: Request):
         try:
-            body = await read_json(request)
-            new = body["new_version"]
-        except (ProtocolError, KeyError, TypeError) as e:
+            req = UpdateWeightVersionRequest.from_json(await read_json(request))
+        except ProtocolError as e:
             return _error(400, f"new_version is required ({e})")
-        if body.get("abort_all_requests"):
+        if req.abort_all_requests:
             await abort_all_and_wait()
 
-        def setv(e, v=str(new)):
+        def setv(e, v=req.new_version):
             e.weight_version = v
         await asyncio.wrap_future(state.worker.call(setv))
-        return {"success": True, "message": f"Weight version updated to {new}", "new_version": str(new)}
+        return {"success": True, "message": f"Weight version updated to {req.new_version}",
+                "new_version": req.new_version}
 
     @app.get("/health")
     @app.get("/health_generate")
