@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from areal_cli.errors import UserError
+from areal_cli.ports import free_port as find_free_port
 from areal_cli.trainer.group import (
     ENV_ADDR,
     ENV_AUTHKEY_FILE,
@@ -19,7 +20,6 @@ from areal_cli.trainer.group import (
     TorchrunTrainer,
     TrainerError,
     check_name,
-    find_free_port,
     resolve,
     run_call,
 )
