@@ -16,7 +16,7 @@ MLP 3072, vocab 151936, tied embeddings; ``transformers`` builds it here, nothin
    appendix B): 6N + 12 L H Q T for forward + backward and a third of that again for the proximal forward,
    N = parameters of the matmuls (embedding lookup excluded, the output layer included). Gate: finite
    loss and gradient norm, weights changed.
-4. ``engine``: the embedded rollout engine (``rollout/engine.py``) with its weights and KV cache on the GPU:
+4. ``engine``: the embedded rollout engine (``rollout/engine/``) with its weights and KV cache on the GPU:
    float32 logits vs HF (reported; gate <= 2e-3 when it runs), and greedy decoding throughput in bf16 with
    ``--engine-requests`` concurrent requests. It is reported, not required: the check passes if the engine
    cannot run there, with the reason.

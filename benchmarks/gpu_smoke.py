@@ -98,7 +98,8 @@ def main(argv=None) -> int:
     from rich.table import Table
 
     from areal_cli.atomic import write_json_atomic
-    from areal_cli.config import apply_overrides, load_recipe
+    from areal_cli.config import apply_overrides
+    from areal_cli.recipes import load_train_config
     from areal_cli.models.tiny import build_tiny_model
     from areal_cli.tasks import tiny_arith
     from areal_cli.train_loop import run_training
@@ -118,7 +119,7 @@ def main(argv=None) -> int:
         return 2
     # no CUDA graphs: their capture costs more than the whole smoke run saves
     extra = [] if a.cpu_rehearsal else ["--disable-cuda-graph"]
-    cfg, _ = load_recipe("tiny-arith")
+    cfg, _ = load_train_config("tiny-arith")
     cfg = apply_overrides(cfg, [
         f"model_path={model}", "rollout_engine=sglang", "n_servers=1", f"weight_update_mode={mode}",
         f"sglang_dtype={a.dtype}", f"sglang_mem_fraction_static={0.3 if n_gpus <= 1 else 0.8}",

@@ -36,10 +36,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--keep-weights", action="store_true")
     args = ap.parse_args()
-    from areal_cli.config import load_recipe
+    from areal_cli.recipes import load_train_config
     from areal_cli.workflows.multi_turn_eval import evaluate_run
 
-    wa = dict(load_recipe("tiny-arith-multiturn")[0].workflow_args)
+    wa = dict(load_train_config("tiny-arith-multiturn")[0].workflow_args)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "results.json"
     results = json.loads(path.read_text()) if path.exists() else {"steps": args.steps, "workflow_args": wa, "runs": {}}

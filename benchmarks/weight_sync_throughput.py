@@ -41,7 +41,7 @@ def run_size(name: str, repeats: int, work: Path) -> dict:
 
     from areal_cli.models.tiny import build_tiny_model
     from areal_cli.rollout.server import EmbeddedServer
-    from areal_cli.rollout.weight_sync import WeightSender
+    from areal_cli.rollout.weight_sender import WeightSender
 
     model = build_tiny_model(work / name / "model", seed=0, **SIZES[name])
     base = load_file(str(model / "model.safetensors"))

@@ -22,10 +22,11 @@ import pytest
 from areal_cli.errors import UserError
 from areal_cli.rollout.client import RolloutClient
 from areal_cli.rollout.fleet import (
-    ENV_ADDRS, FleetSpec, ServerDiedError, group_pids, launch_fleet, parse_server_addrs,
+    ENV_ADDRS, FleetSpec, ServerDiedError, launch_fleet, parse_server_addrs,
 )
 from areal_cli.rollout.protocol import SamplingParams
 from areal_cli.rollout.sglang_launcher import SGLangServerArgs
+from areal_cli.rollout.watchdog import group_pids
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # shared helpers live in test_rollout_engine
 from test_rollout_engine import tiny_dirs  # noqa: E402

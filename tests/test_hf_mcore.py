@@ -8,6 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from areal_cli.ports import free_port
 from areal_cli.trainer import cpu_compat, hf_mcore
 
 CORPUS = ["12+34=46", "the answer is 7", "compute the sum of the digits", "hello world"] * 4
@@ -241,5 +242,5 @@ def test_distributed_and_model_parallel_init_are_idempotent(megatron_ready):
     assert ps.get_tensor_model_parallel_world_size() == 1 and ps.get_data_parallel_world_size() == 1
     with pytest.raises(RuntimeError, match="already initialised"):
         cpu_compat.init_model_parallel(2, 1)
-    assert 0 < cpu_compat.find_free_port() < 65536
+    assert 0 < free_port() < 65536
 

@@ -462,7 +462,7 @@ def test_proxy_records_exact_ids_and_versions_through_a_weight_update(server, di
 
 
 def test_proxy_in_front_of_the_sglang_stand_in(dirs, tmp_path):
-    from areal_cli.rollout.server import free_port
+    from areal_cli.ports import free_port
 
     port = free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([FAKE_SGLANG, str(Path(__file__).resolve().parents[1])])}

@@ -63,7 +63,7 @@ def reference(model_dir) -> dict:
 
 
 def _torchrun(model_dir: Path, out: Path, tp: int = 1, pp: int = 1) -> list[dict]:
-    from areal_cli.trainer.cpu_compat import find_free_port
+    from areal_cli.ports import free_port as find_free_port
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",

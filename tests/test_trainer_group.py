@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from areal_cli.errors import UserError
+from areal_cli.ports import free_port as find_free_port
 from areal_cli.trainer.calls import check_name, resolve, run_call
 from areal_cli.trainer.group import (
     ENV_ADDR,
@@ -19,7 +20,6 @@ from areal_cli.trainer.group import (
     LocalTrainer,
     TorchrunTrainer,
     TrainerError,
-    find_free_port,
 )
 
 HERE = Path(__file__).resolve().parent

@@ -19,15 +19,16 @@ import httpx
 import pytest
 import torch
 
-from areal_cli.rollout.protocol import ProtocolError
-from areal_cli.rollout.server import EmbeddedServer
-from areal_cli.rollout.weight_sync import (
-    ParamSpec, WeightSender, WeightSyncError, WeightSyncSpec, build_destroy_weights_update_group_payload,
-    build_init_weights_update_group_payload, build_update_weights_from_distributed_payload, close_senders,
-    param_specs, parse_destroy_weights_update_group_request, parse_init_weights_update_group_request,
-    parse_update_weights_from_distributed_request, plan_buckets, rank_offsets, sync_weights_from_engine,
-    update_weights_distributed, weight_update_world_size,
+from areal_cli.rollout.protocol import (
+    ParamSpec, ProtocolError, build_destroy_weights_update_group_payload, build_init_weights_update_group_payload,
+    build_update_weights_from_distributed_payload, parse_destroy_weights_update_group_request,
+    parse_init_weights_update_group_request, parse_update_weights_from_distributed_request,
 )
+from areal_cli.rollout.server import EmbeddedServer
+from areal_cli.rollout.weight_sender import (
+    WeightSender, WeightSyncError, param_specs, plan_buckets, rank_offsets, weight_update_world_size,
+)
+from areal_cli.rollout.weight_sync import WeightSyncSpec, close_senders, sync_weights_from_engine, update_weights_distributed
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_rollout_engine import tiny_dirs  # noqa: E402
@@ -246,7 +247,7 @@ def test_sync_weights_from_engine_caches_its_sender_and_the_async_helper_pauses(
 
     import torch.distributed as dist
 
-    from areal_cli.rollout.weight_sync import free_port
+    from areal_cli.ports import free_port
 
     # the trainer's own default group (world of 1 here) exists before and is untouched by the sync
     # (earlier tests in this pytest process may have created it already: then it is used and kept)
@@ -300,7 +301,7 @@ def test_server_refuses_bad_group_requests_with_sglang_reply_shape(server, http)
 
 @pytest.mark.slow
 def test_unreachable_server_fails_group_init_at_once_and_the_live_server_keeps_serving(server, http):
-    from areal_cli.rollout.weight_sync import free_port
+    from areal_cli.ports import free_port
 
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens: this server never joins the group
     sender = WeightSender([server.url, dead], backend="gloo", group_name="wsync-dead", timeout_s=10)

@@ -16,11 +16,8 @@
   so the per-request timeout is long (``request_timeout_s``, default 1 h).
 - ``health()`` never probes ``/health`` while this client has the servers paused (SGLang's ``/health``
   blocks while paused and then marks the server unhealthy); it returns the last known states instead.
-- HTTP runs on aiohttp: with hundreds of concurrent requests httpx's connection pool cost ~17 ms of client
-  CPU per request here, aiohttp ~0.5 ms (measured side by side, 512 requests). An injected ``transport``
-  (tests: ``httpx.MockTransport``) uses httpx instead.
-- Keep-alive: the client drops idle connections after 30 s, before the server does (the embedded server
-  keeps them 75 s), so a request never races a connection the server is closing.
+- HTTP runs on aiohttp (an injected ``transport``, tests: ``httpx.MockTransport``, uses httpx); the exchange
+  itself, its keep-alive and its failure classes are :mod:`areal_cli.rollout.http_exchange`.
 - (added) ``interruptible=False``: a weight update does not abort anything; new submissions wait while the
   servers finish their in-flight requests (``abort_all_requests: false``, SGLang waits for them), then load.
   This is AReaL's non-interruptible baseline (blog v0.3, Fig. 5).
@@ -42,32 +39,23 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 import time
 from typing import Any, Callable
 
-import aiohttp
 import httpx
 
+from areal_cli.rollout.http_exchange import ConnectFailed, Dropped, HttpExchange
 from areal_cli.rollout.protocol import (
-    GenerateRequest, GenerateResponse, ProtocolError, SamplingParams, ServerError,
-    build_batch_generate_payload, build_continue_payload, build_pause_payload, build_update_weights_from_disk_payload,
-    parse_error_message, parse_generate_response, version_to_int, versions_from_spans,
+    BatchGenerateRequest, ContinueGenerationRequest, GenerateRequest, GenerateResponse, PauseGenerationRequest,
+    ProtocolError, SamplingParams, ServerError, UpdateWeightsFromDiskRequest, parse_error_message,
+    parse_generate_response, version_to_int, versions_from_spans,
 )
 
 
 _CLOSED = object()
-
-
-class _ConnectFailed(Exception):
-    """The request could not be sent (connection refused / failed)."""
-
-
-class _Dropped(Exception):
-    """The request was sent but the connection broke before a full response."""
 
 
 class _ServerDown(Exception):
@@ -143,11 +131,7 @@ class RolloutClient:
         self.vocab_size = int(vocab_size)
         self.request_timeout_s = float(request_timeout_s)
         self.max_retries = int(max_retries)
-        self._transport = transport
-        self._http: httpx.AsyncClient | None = None
-        self._aio: aiohttp.ClientSession | None = None
-        self._http_loop: asyncio.AbstractEventLoop | None = None
-        self._closing: asyncio.Event | None = None  # set by aclose(); bound to the client's loop
+        self._exchange = HttpExchange(self.request_timeout_s, transport)  # closing: set by aclose()
         self._rr = 0
         self._sticky: OrderedDict[str, str] = OrderedDict()
         self._paused = False
@@ -173,69 +157,6 @@ class RolloutClient:
     def paused(self) -> bool:
         """True between :meth:`pause` and :meth:`resume` (resubmissions wait)."""
         return self._paused
-
-    def _client(self) -> httpx.AsyncClient:
-        """httpx client over the injected transport (tests only)."""
-        loop = asyncio.get_running_loop()
-        if self._http is None or self._http_loop is not loop or self._http.is_closed:
-            self._http = httpx.AsyncClient(timeout=httpx.Timeout(self.request_timeout_s, connect=10.0),
-                                           transport=self._transport)
-            self._http_loop = loop
-            self._closing = asyncio.Event()
-        return self._http
-
-    def _session(self) -> aiohttp.ClientSession:
-        """One aiohttp session per event loop (a session cannot be shared across loops)."""
-        loop = asyncio.get_running_loop()
-        if self._aio is None or self._http_loop is not loop or self._aio.closed:
-            self._aio = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=256, keepalive_timeout=30.0),
-                timeout=aiohttp.ClientTimeout(total=self.request_timeout_s, sock_connect=10.0),
-            )
-            self._http_loop = loop
-            self._closing = asyncio.Event()
-        return self._aio
-
-    def _ensure_open(self) -> None:
-        if self._transport is not None:
-            self._client()
-        else:
-            self._session()
-
-    async def _request(self, method: str, url: str, body: Any = None, timeout_s: float | None = None
-                       ) -> tuple[int, Any]:
-        """One HTTP exchange -> (status, JSON body or text).
-
-        Raises:
-            _ConnectFailed: the request was never sent (connection refused / failed).
-            _Dropped: it was sent but the connection broke or timed out before a full response.
-        """
-        if self._transport is not None:
-            try:
-                kw: dict[str, Any] = {"timeout": timeout_s} if timeout_s else {}
-                r = await (self._client().post(url, json=body, **kw) if method == "POST"
-                           else self._client().get(url, **kw))
-            except httpx.ConnectError as e:
-                raise _ConnectFailed(f"{type(e).__name__}: {e}") from e
-            except httpx.TransportError as e:
-                raise _Dropped(f"{type(e).__name__}: {e}") from e
-            try:
-                return r.status_code, r.json()
-            except ValueError:
-                return r.status_code, r.text
-        try:
-            kw = {"timeout": aiohttp.ClientTimeout(total=timeout_s)} if timeout_s else {}
-            async with self._session().request(method, url, json=body, **kw) as r:
-                text = await r.text()
-                status = r.status
-        except aiohttp.ClientConnectorError as e:
-            raise _ConnectFailed(f"{type(e).__name__}: {e}") from e
-        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
-            raise _Dropped(f"{type(e).__name__}: {e}") from e
-        try:
-            return status, json.loads(text) if text else text
-        except ValueError:
-            return status, text
 
     def in_flight(self, url: str) -> int:
         """``/generate`` requests to ``url`` in flight now."""
@@ -280,14 +201,14 @@ class RolloutClient:
         crashes, and a resubmission would only hit the dead server again).
         """
         retries = self.max_retries if retries is None else retries
-        retryable: tuple[type[Exception], ...] = (_ConnectFailed,) if path == "/generate" else \
-            (_ConnectFailed, _Dropped)
+        retryable: tuple[type[Exception], ...] = (ConnectFailed,) if path == "/generate" else \
+            (ConnectFailed, Dropped)
         attempt = 0
         while True:
             try:
-                status, data = await self._request("POST", url + path, body)
+                status, data = await self._exchange.request("POST", url + path, body)
                 break
-            except (_ConnectFailed, _Dropped) as e:
+            except (ConnectFailed, Dropped) as e:
                 if self._closed or attempt >= retries or not isinstance(e, retryable):
                     raise ServerError(None, str(e), url) from e
                 await asyncio.sleep(0.5 * 2 ** attempt)
@@ -298,8 +219,8 @@ class RolloutClient:
 
     async def _post_or_closed(self, url: str, path: str, body: Any) -> Any:
         """:meth:`_post`, or ``_CLOSED`` as soon as :meth:`aclose` is called (the request is cancelled)."""
-        self._ensure_open()
-        closing = self._closing
+        self._exchange.ensure_open()
+        closing = self._exchange.closing
         post = asyncio.ensure_future(self._post(url, path, body))
         stop = asyncio.ensure_future(closing.wait())
         down = asyncio.ensure_future(self._down_event(url).wait())
@@ -379,9 +300,9 @@ class RolloutClient:
         """Whether ``url`` answers ``GET /model_info`` within ``timeout_s`` (never ``/health``, which blocks while
         generation is paused)."""
         try:
-            status, _ = await self._request("GET", url + "/model_info", timeout_s=timeout_s)
+            status, _ = await self._exchange.request("GET", url + "/model_info", timeout_s=timeout_s)
             return status == 200
-        except (_ConnectFailed, _Dropped):
+        except (ConnectFailed, Dropped):
             return False
 
     async def _server_failed(self, url: str, error: BaseException) -> None:
@@ -472,8 +393,8 @@ class RolloutClient:
         if self._closed:
             return [Completion(prompt, [], [], [], "abort", 0, url, None, r) for r in rids]
         try:
-            body = await self._post_or_closed(url, "/generate", build_batch_generate_payload(
-                [prompt] * n, params, return_logprob=True, rids=rids))
+            body = await self._post_or_closed(url, "/generate", BatchGenerateRequest(
+                [prompt] * n, params, return_logprob=True, rids=rids).to_json())
         except Exception as e:
             if not self._recoverable(e):
                 raise
@@ -527,15 +448,14 @@ class RolloutClient:
             order = list(parts)
             if not self._closed:
                 url = self.choose_server(parts[order[0]].rid)
-                payload = {
-                    "input_ids": [prompt + parts[i].ids for i in order],
-                    "sampling_params": [replace(params, max_new_tokens=budget - len(parts[i].ids),
-                                                min_new_tokens=max(0, params.min_new_tokens - len(parts[i].ids))
-                                                ).to_json() for i in order],
-                    "return_logprob": True,
+                payload = BatchGenerateRequest(
+                    [prompt + parts[i].ids for i in order],
+                    [replace(params, max_new_tokens=budget - len(parts[i].ids),
+                             min_new_tokens=max(0, params.min_new_tokens - len(parts[i].ids))) for i in order],
+                    return_logprob=True,
                     # each attempt has its own wire id (a server may still be releasing the aborted one)
-                    "rid": [f"{parts[i].rid}.r{parts[i].n_int}" for i in order],
-                }
+                    rids=[f"{parts[i].rid}.r{parts[i].n_int}" for i in order],
+                ).to_json()
                 try:
                     body = await self._post_or_closed(url, "/generate", payload)
                 except Exception as e:
@@ -664,7 +584,7 @@ class RolloutClient:
     async def _post_unless_down(self, url: str, path: str, body: Any) -> Any:
         """:meth:`_post`, abandoned with :class:`_ServerDown` when ``url`` is marked down meanwhile (a control
         call to a server that froze must not hold a weight update, and the restart waiting for it, forever)."""
-        self._ensure_open()
+        self._exchange.ensure_open()
         post = asyncio.ensure_future(self._post(url, path, body))
         down = asyncio.ensure_future(self._down_event(url).wait())
         started = self._control_started.setdefault(url, [])
@@ -686,12 +606,12 @@ class RolloutClient:
     async def pause(self) -> None:
         """Stop resubmissions and pause every server (mode abort: in-flight requests return partial)."""
         self._paused = True
-        await self._all("/pause_generation", build_pause_payload("abort"))
+        await self._all("/pause_generation", PauseGenerationRequest("abort").to_json())
 
     async def resume(self) -> None:
         """Continue every server, then let resubmissions go."""
         try:
-            await self._all("/continue_generation", build_continue_payload())
+            await self._all("/continue_generation", ContinueGenerationRequest().to_json())
         finally:
             self._paused = False
 
@@ -722,8 +642,8 @@ class RolloutClient:
             self._paused = True  # new submissions wait; in-flight ones run to completion on the servers
         err: BaseException | None = None
         try:
-            res = await self._all("/update_weights_from_disk", build_update_weights_from_disk_payload(
-                model_path, weight_version=str(int(version)), abort_all_requests=self.interruptible))
+            res = await self._all("/update_weights_from_disk", UpdateWeightsFromDiskRequest(
+                model_path, weight_version=str(int(version)), abort_all_requests=self.interruptible).to_json())
             for url, r in res.items():
                 if isinstance(r, dict) and r.get("success") is False:
                     raise ServerError(200, parse_error_message(r), url)
@@ -747,8 +667,8 @@ class RolloutClient:
         Raises:
             ServerError: it refused the update or could not be reached.
         """
-        r = await self._post(url, "/update_weights_from_disk", build_update_weights_from_disk_payload(
-            model_path, weight_version=str(int(version)), abort_all_requests=True))
+        r = await self._post(url, "/update_weights_from_disk", UpdateWeightsFromDiskRequest(
+            model_path, weight_version=str(int(version)), abort_all_requests=True).to_json())
         if isinstance(r, dict) and r.get("success") is False:
             raise ServerError(200, parse_error_message(r), url)
 
@@ -766,9 +686,9 @@ class RolloutClient:
 
         async def one(u: str) -> bool:
             try:
-                status, _ = await self._request("GET", u + "/health", timeout_s=5.0)
+                status, _ = await self._exchange.request("GET", u + "/health", timeout_s=5.0)
                 return status == 200
-            except (_ConnectFailed, _Dropped):
+            except (ConnectFailed, Dropped):
                 return False
         res = dict(zip(self.urls, await asyncio.gather(*(one(u) for u in self.urls))))
         self._health.update(res)
@@ -778,8 +698,8 @@ class RolloutClient:
         """(added) ``GET /model_info`` of one server (default the first)."""
         u = url or self.urls[0]
         try:
-            status, data = await self._request("GET", u + "/model_info")
-        except (_ConnectFailed, _Dropped) as e:
+            status, data = await self._exchange.request("GET", u + "/model_info")
+        except (ConnectFailed, Dropped) as e:
             raise ServerError(None, str(e), u) from e
         if status >= 400:
             raise ServerError(status, parse_error_message(data), u)
@@ -788,12 +708,7 @@ class RolloutClient:
     async def aclose(self) -> None:
         """Close the HTTP client; pending :meth:`generate` calls return with finish_reason "abort"."""
         self._closed = True
-        if self._closing is not None:
-            self._closing.set()
+        if self._exchange.closing is not None:
+            self._exchange.closing.set()
             await asyncio.sleep(0)  # let pending generate() calls see it before the pool closes
-        if self._http is not None:
-            await self._http.aclose()
-            self._http = None
-        if self._aio is not None:
-            await self._aio.close()
-            self._aio = None
+        await self._exchange.aclose()

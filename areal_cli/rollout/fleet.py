@@ -25,7 +25,8 @@ Lifecycle:
   left. It runs on context exit, at interpreter exit (``atexit``: normal exit, an exception, Ctrl-C), and --
   when this process dies without running atexit (SIGTERM, SIGKILL) -- from a watchdog process: a small
   ``python -c`` child in its own session that holds the read end of a pipe from this process; when the pipe
-  closes (this process is gone) or its parent changes, it SIGTERMs then SIGKILLs every server group.
+  closes (this process is gone) or its parent changes, it SIGTERMs then SIGKILLs every server group
+  (:mod:`areal_cli.rollout.watchdog`).
   Embedded servers also get ``--parent-pid`` (their own watchdog thread).
 """
 
@@ -35,7 +36,6 @@ import atexit
 import dataclasses
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -45,7 +45,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from areal_cli.errors import UserError
+from areal_cli.log_tail import log_tail
+from areal_cli.ports import free_ports, port_is_free
 from areal_cli.rollout.sglang_launcher import SGLangServerArgs, build_sglang_command, for_server
+from areal_cli.rollout.watchdog import Watchdog, group_alive, killpg
 
 ENGINES = ("embedded", "sglang", "external")
 ENV_ADDRS = "AREAL_LLM_SERVER_ADDRS"
@@ -125,42 +128,6 @@ class _Server:
 # ----------------------------------------------------------------------------------------------------------
 
 
-def log_tail(path: Path | None, n: int = TAIL_LINES) -> str:
-    """The last ``n`` lines of a log file ("(no log)" when it cannot be read)."""
-    if path is None:
-        return "(no log)"
-    try:
-        lines = Path(path).read_text(errors="replace").splitlines()
-    except OSError:
-        return "(no log)"
-    return "\n".join(lines[-n:]) if lines else "(log is empty)"
-
-
-def port_is_free(host: str, port: int) -> bool:
-    """True when ``host:port`` can be bound now (SO_REUSEADDR, as servers bind: TIME_WAIT does not count)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def _free_ports(host: str, n: int) -> list[int]:
-    """``n`` distinct ports that were free a moment ago (all sockets held open until all are chosen)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((host, 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def parse_server_addrs(text: str, where: str = ENV_ADDRS) -> list[str]:
     """``"h1:p1,h2:p2"`` (or full ``http://`` URLs) -> ``["http://h1:p1", "http://h2:p2"]``.
 
@@ -189,80 +156,6 @@ def _check_model_dir(model_path, engine: str) -> str:
     if (engine == "embedded" or local) and not (p / "config.json").is_file():
         raise UserError(f"{p}: not a model directory (no config.json)")
     return str(p)
-
-
-# ----------------------------------------------------------------------------------------------------------
-# watchdog (a separate process: survives this one)
-# ----------------------------------------------------------------------------------------------------------
-
-_WATCHDOG_SRC = r"""
-import os, select, signal, sys, time
-parent = int(sys.argv[1]); groups = set(); buf = b""
-def alive(g):
-    try:
-        os.killpg(g, 0); return True
-    except (ProcessLookupError, PermissionError):
-        return False
-while True:
-    r, _, _ = select.select([0], [], [], 0.5)
-    if r:
-        chunk = os.read(0, 4096)
-        if not chunk:
-            break
-        buf += chunk
-        *lines, buf = buf.split(b"\n")
-        for ln in lines:
-            if ln == b"exit":
-                sys.exit(0)
-            if ln.startswith(b"+"):
-                groups.add(int(ln[1:]))
-            elif ln.startswith(b"-"):
-                groups.discard(int(ln[1:]))
-    elif os.getppid() != parent:
-        break
-for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 2.0)):
-    for g in groups:
-        try:
-            os.killpg(g, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-    end = time.monotonic() + wait
-    while any(alive(g) for g in groups) and time.monotonic() < end:
-        time.sleep(0.1)
-"""
-
-
-class _Watchdog:
-    """Stops registered process groups when this process dies (see module docstring)."""
-
-    def __init__(self, python: str):
-        self.proc = subprocess.Popen([python, "-c", _WATCHDOG_SRC, str(os.getpid())], stdin=subprocess.PIPE,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                     start_new_session=True)
-
-    def _send(self, line: str) -> None:
-        try:
-            self.proc.stdin.write(line.encode() + b"\n")
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError, ValueError):
-            pass
-
-    def add(self, pgid: int) -> None:
-        self._send(f"+{pgid}")
-
-    def close(self) -> None:
-        """Tell the watchdog the groups are stopped; it exits without touching them."""
-        if self.proc.poll() is None:
-            self._send("exit")
-            try:
-                self.proc.stdin.close()
-            except OSError:
-                pass
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -300,7 +193,7 @@ class Fleet:
         self._t_launch = t_launch
         self._lock = threading.Lock()
         self._stopped = False
-        self._watchdog: _Watchdog | None = None
+        self._watchdog: Watchdog | None = None
         self._model_path = str(spec.model_path)
         _LIVE.add(self)
 
@@ -334,11 +227,11 @@ class Fleet:
     def _respawn_on_new_port(self, s: _Server) -> bool:
         """A server on a port we picked lost it to another process before binding: start it again on a
         fresh port (at most twice). True when respawned."""
-        if not s.auto_port or s.respawns >= 2 or "address already in use" not in log_tail(s.log_path).lower():
+        if not s.auto_port or s.respawns >= 2 or "address already in use" not in log_tail(s.log_path, TAIL_LINES).lower():
             return False
         s.respawns += 1
-        _killpg(s.proc.pid, signal.SIGKILL)  # anything the failed start left in its group
-        s.port = _free_ports(s.host, 1)[0]
+        killpg(s.proc.pid, signal.SIGKILL)  # anything the failed start left in its group
+        s.port = free_ports(s.host, 1)[0]
         s.url = f"http://{s.host}:{s.port}"
         s.cmd = _command(self.spec, self._model_path, s)
         self._spawn(s)
@@ -378,7 +271,7 @@ class Fleet:
                         rc = s.proc.returncode
                         self.stop()
                         raise UserError(f"{self._describe(s)} exited with code {rc} during start-up "
-                                        f"(log {s.log_path}); last lines:\n{log_tail(s.log_path)}")
+                                        f"(log {s.log_path}); last lines:\n{log_tail(s.log_path, TAIL_LINES)}")
                     try:
                         r = c.get(s.url + "/model_info")
                         if r.status_code == 200:
@@ -401,7 +294,7 @@ class Fleet:
                         raise UserError(f"{s.url}: /model_info did not answer 200 within {waited:.0f} s "
                                         f"(last error: {last_err.get(s.index, 'none')})")
                     raise UserError(f"{self._describe(s)} not ready after {waited:.0f} s "
-                                    f"(log {s.log_path}); last lines:\n{log_tail(s.log_path)}")
+                                    f"(log {s.log_path}); last lines:\n{log_tail(s.log_path, TAIL_LINES)}")
                 time.sleep(0.2)
         return self
 
@@ -437,7 +330,7 @@ class Fleet:
             raise UserError(f"{self._describe(s)}: an external server cannot be restarted from here")
         if self._stopped:
             raise RuntimeError(f"{self!r} is stopped")
-        _killpg(s.proc.pid, signal.SIGKILL)
+        killpg(s.proc.pid, signal.SIGKILL)
         try:
             s.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -460,7 +353,7 @@ class Fleet:
         for s in self._servers:
             if s.proc is not None and s.proc.poll() is not None:
                 raise ServerDiedError(f"{self._describe(s)} exited with code {s.proc.returncode} "
-                                      f"(log {s.log_path}); last lines:\n{log_tail(s.log_path)}")
+                                      f"(log {s.log_path}); last lines:\n{log_tail(s.log_path, TAIL_LINES)}")
 
     def stop(self, grace_s: float = 5.0) -> None:
         """Stop every launched server: SIGTERM to each process group, wait up to ``grace_s`` s in total,
@@ -471,18 +364,18 @@ class Fleet:
             self._stopped = True
         launched = [s for s in self._servers if s.proc is not None]
         for s in launched:
-            _killpg(s.proc.pid, signal.SIGTERM)
+            killpg(s.proc.pid, signal.SIGTERM)
         end = time.monotonic() + grace_s
         for s in launched:
             try:
                 s.proc.wait(timeout=max(0.0, end - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
-        while time.monotonic() < end and any(_group_alive(s.proc.pid) for s in launched):
+        while time.monotonic() < end and any(group_alive(s.proc.pid) for s in launched):
             time.sleep(0.05)
         for s in launched:
-            if _group_alive(s.proc.pid) or s.proc.poll() is None:
-                _killpg(s.proc.pid, signal.SIGKILL)
+            if group_alive(s.proc.pid) or s.proc.poll() is None:
+                killpg(s.proc.pid, signal.SIGKILL)
                 try:
                     s.proc.wait(timeout=5)
                 except subprocess.TimeoutExpired:
@@ -501,43 +394,6 @@ class Fleet:
 
     def __repr__(self) -> str:
         return f"Fleet({self.spec.engine}, {self.urls}, {'stopped' if self._stopped else 'running'})"
-
-
-def _killpg(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def group_pids(pgid: int) -> list[int]:
-    """Live (not zombie) processes of process group ``pgid``, read from ``/proc`` on Linux.
-
-    Elsewhere: ``[pgid]`` while ``killpg(pgid, 0)`` succeeds (zombies then count as alive), else ``[]``.
-    """
-    proc = Path("/proc")
-    if not proc.is_dir():
-        try:
-            os.killpg(pgid, 0)
-            return [pgid]
-        except (ProcessLookupError, PermissionError):
-            return []
-    out = []
-    for d in proc.iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp ...
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            out.append(int(d.name))
-    return out
-
-
-def _group_alive(pgid: int) -> bool:
-    return bool(group_pids(pgid))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -640,7 +496,7 @@ def launch_fleet(spec: FleetSpec, *, wait: bool = True) -> Fleet:
                 raise UserError(f"{spec.host}:{p}: port already in use (server {i})")
         ports = list(spec.ports)
     else:
-        ports = _free_ports(spec.host, n)
+        ports = free_ports(spec.host, n)
     servers = [_Server(i, spec.host, p, f"http://{spec.host}:{p}", auto_port=spec.ports is None)
                for i, p in enumerate(ports)]
     for s in servers:  # every command is built (and validated) before anything starts
@@ -651,7 +507,7 @@ def launch_fleet(spec: FleetSpec, *, wait: bool = True) -> Fleet:
     fleet = Fleet(spec, servers, t0)
     fleet._model_path = model_path
     try:
-        fleet._watchdog = _Watchdog(spec.python)
+        fleet._watchdog = Watchdog(spec.python)
         for s in servers:
             s.log_path = log_dir / f"server{s.index}.log"
             fleet._spawn(s)

@@ -1,7 +1,8 @@
 """The one wire format between rollout clients and inference servers: SGLang's native HTTP protocol.
 
 Everything here is pure (no I/O, no torch): dataclasses, payload builders and parsers, used by the client
-(:mod:`areal_cli.rollout.client`), the embedded server (:mod:`areal_cli.rollout.server`) and the tests.
+(:mod:`areal_cli.rollout.client`), the embedded server (:mod:`areal_cli.rollout.server`), the trainer's weight
+sender (:mod:`areal_cli.rollout.weight_sender`) and the tests.
 
 Shapes follow the recordings of a real SGLang 0.5.23 server in ``shared/fixtures/sglang`` of the workspace (README
 there; DESIGN.md §2):
@@ -15,6 +16,26 @@ there; DESIGN.md §2):
 - Error bodies: ``{"error": {"message": str}}``, ``{"error": str}``,
   ``{"object": "error", "message": str, ...}``, ``{"success": false, "message": str}`` (weight update) or a
   plain-text body (``/flush_cache``); :func:`parse_error_message` turns any of them into one string.
+- Control: ``/pause_generation {mode}``, ``/continue_generation {}``, ``/update_weights_from_disk {model_path,
+  weight_version?, abort_all_requests?}``, ``/abort_request {rid} | {abort_all: true}``.
+
+Weight updates over a collective (:mod:`areal_cli.rollout.weight_sync`). No recording of these endpoints exists
+in ``shared/fixtures/sglang``; the field names and types are those of SGLang's
+``python/sglang/srt/managers/io_struct.py``, sgl-project/sglang main:
+
+- ``InitWeightsUpdateGroupReqInput``: ``master_address: str, master_port: int, rank_offset: int,
+  world_size: int, group_name: str = "weight_update_group", backend: str = "nccl"``. AReaL sends
+  ``master_port`` as a string (pydantic coerces it); we do too, and parse both.
+- ``UpdateWeightsFromDistributedReqInput``: ``names: List[str], dtypes: List[str], shapes: List[List[int]],
+  group_name = "weight_update_group", flush_cache = True, abort_all_requests = False,
+  weight_version: Optional[str] = None, load_format: Optional[str] = None, torch_empty_cache = False``.
+  ``dtypes`` are torch dtype names without the ``torch.`` prefix (``"bfloat16"``, ``"float32"``).
+- ``DestroyWeightsUpdateGroupReqInput``: ``group_name = "weight_update_group"``.
+- Replies (``*ReqOutput``): ``{"success": bool, "message": str}``, HTTP 200 or 400.
+
+Each message is a dataclass with ``to_json()`` (what a client sends) and, where a server parses it,
+``from_json()`` (raising :class:`ProtocolError` with the message the server answers); the ``build_*_payload``
+and ``parse_*`` functions are those methods in function form. This file holds the wire format and nothing else.
 """
 
 from __future__ import annotations
@@ -22,7 +43,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 # Keys of SGLang's ``sampling_params`` schema (0.5.23; from the recorded "unknown field" error, which lists
 # the allowed keys, plus ``sampling_seed``). Anything else is rejected by SGLang with HTTP 400.
@@ -216,6 +237,197 @@ class GenerateRequest:
         return out
 
 
+@dataclass
+class BatchGenerateRequest:
+    """One ``POST /generate`` request for a batch of prompts (``input_ids`` is a list of lists).
+
+    The response is a JSON list in input order.
+
+    Attributes:
+        input_ids: one prompt (list of token ids) per entry.
+        sampling_params: one :class:`SamplingParams` for all prompts, or one per prompt.
+        return_logprob: ask for ``output_token_logprobs``.
+        rids: one request id per prompt, or None.
+    """
+
+    input_ids: list[list[int]]
+    sampling_params: SamplingParams | list[SamplingParams]
+    return_logprob: bool = True
+    rids: list[str] | None = None
+
+    def to_json(self) -> dict:
+        """SGLang ``/generate`` body for the batch.
+
+        Raises:
+            ValueError: ``rids`` (or a per-prompt ``sampling_params``) of another length than ``input_ids``.
+        """
+        n = len(self.input_ids)
+        if isinstance(self.sampling_params, list):
+            if len(self.sampling_params) != n:
+                raise ValueError(f"sampling_params has {len(self.sampling_params)} entries for {n} prompts")
+            sp: dict | list[dict] = [p.to_json() for p in self.sampling_params]
+        else:
+            sp = self.sampling_params.to_json()
+        out: dict[str, Any] = {
+            "input_ids": [[int(t) for t in ids] for ids in self.input_ids],
+            "sampling_params": sp,
+            "return_logprob": bool(self.return_logprob),
+        }
+        if self.rids is not None:
+            if len(self.rids) != n:
+                raise ValueError(f"rids has {len(self.rids)} entries for {n} prompts")
+            out["rid"] = [str(r) for r in self.rids]
+        return out
+
+
+PAUSE_MODES = ("abort", "retract", "in_place")
+
+
+@dataclass
+class PauseGenerationRequest:
+    """``POST /pause_generation`` body (SGLang ``PauseGenerationReqInput``).
+
+    Attributes:
+        mode: "abort" (SGLang's default): in-flight requests return at once with finish_reason abort and
+            their partial output; "retract": their KV is dropped and they stay queued; "in_place": the server
+            just stops stepping. New ``/generate`` requests wait until ``/continue_generation``.
+    """
+
+    mode: str = "abort"
+
+    def to_json(self) -> dict:
+        """``{"mode": mode}``."""
+        return {"mode": self.mode}
+
+    @classmethod
+    def from_json(cls, obj: Any) -> "PauseGenerationRequest":
+        """Parse a decoded body (None or empty -> mode "abort").
+
+        Raises:
+            ProtocolError: not an object, or an unknown mode.
+        """
+        obj = obj or {}
+        if not isinstance(obj, dict):
+            raise ProtocolError("pause_generation body must be a JSON object")
+        mode = obj.get("mode", "abort") or "abort"
+        if mode not in PAUSE_MODES:
+            raise ProtocolError(f"Invalid mode {mode!r}: expected abort, retract or in_place.")
+        return cls(mode)
+
+
+@dataclass
+class ContinueGenerationRequest:
+    """``POST /continue_generation`` body (SGLang ``ContinueGenerationReqInput``): an empty object."""
+
+    def to_json(self) -> dict:
+        """``{}``."""
+        return {}
+
+
+@dataclass
+class UpdateWeightsFromDiskRequest:
+    """``POST /update_weights_from_disk`` body (SGLang ``UpdateWeightFromDiskReqInput``).
+
+    Attributes:
+        model_path: Hugging Face model directory to load.
+        weight_version: the version label after the load (sent only when not None).
+        abort_all_requests: True aborts in-flight requests first; False (or None: not sent, SGLang's default)
+            lets them finish while new ones wait.
+    """
+
+    model_path: str
+    weight_version: str | None = None
+    abort_all_requests: bool | None = None
+
+    def to_json(self) -> dict:
+        """``{model_path, weight_version?, abort_all_requests?}``."""
+        out: dict[str, Any] = {"model_path": str(self.model_path)}
+        if self.weight_version is not None:
+            out["weight_version"] = str(self.weight_version)
+        if self.abort_all_requests is not None:
+            out["abort_all_requests"] = bool(self.abort_all_requests)
+        return out
+
+    @classmethod
+    def from_json(cls, obj: Any) -> "UpdateWeightsFromDiskRequest":
+        """Parse a decoded body (server side).
+
+        Raises:
+            ProtocolError: not an object, or no ``model_path`` string.
+        """
+        if not isinstance(obj, dict) or not isinstance(obj.get("model_path"), str):
+            raise ProtocolError("model_path (a string) is required.")
+        wv, abort = obj.get("weight_version"), obj.get("abort_all_requests")
+        return cls(obj["model_path"], None if wv is None else str(wv), None if abort is None else bool(abort))
+
+
+@dataclass
+class AbortRequest:
+    """``POST /abort_request`` body: ``{"rid": rid}`` or ``{"abort_all": true}`` (SGLang ``AbortReq``).
+
+    Attributes:
+        rid: the request to abort (ignored when ``abort_all``).
+        abort_all: abort every request.
+    """
+
+    rid: str | None = None
+    abort_all: bool = False
+
+    def to_json(self) -> dict:
+        """``{"abort_all": true}`` or ``{"rid": rid}``.
+
+        Raises:
+            ValueError: neither a rid nor abort_all.
+        """
+        if self.abort_all:
+            return {"abort_all": True}
+        if self.rid is None:
+            raise ValueError("give a rid or abort_all=True")
+        return {"rid": str(self.rid)}
+
+    @classmethod
+    def from_json(cls, obj: Any) -> "AbortRequest":
+        """Parse a decoded body (server side; neither field: nothing to abort).
+
+        Raises:
+            ProtocolError: not an object.
+        """
+        if not isinstance(obj, dict):
+            raise ProtocolError("body must be an object")
+        rid = obj.get("rid")
+        return cls(None if rid is None else str(rid), bool(obj.get("abort_all")))
+
+
+@dataclass
+class UpdateWeightVersionRequest:
+    """``POST /update_weight_version`` body (SGLang ``UpdateWeightVersionReqInput``): relabel the loaded weights.
+
+    Attributes:
+        new_version: the new weight-version label.
+        abort_all_requests: abort in-flight requests first.
+    """
+
+    new_version: str
+    abort_all_requests: bool = False
+
+    def to_json(self) -> dict:
+        """``{"new_version", "abort_all_requests"}``."""
+        return {"new_version": str(self.new_version), "abort_all_requests": bool(self.abort_all_requests)}
+
+    @classmethod
+    def from_json(cls, obj: Any) -> "UpdateWeightVersionRequest":
+        """Parse a decoded body (server side; ``new_version`` of any JSON type is taken as its ``str``).
+
+        Raises:
+            ProtocolError: no ``new_version`` (the message is Python's for the failed lookup).
+        """
+        try:
+            new = obj["new_version"]
+        except (KeyError, TypeError) as e:
+            raise ProtocolError(str(e)) from None
+        return cls(str(new), bool(obj.get("abort_all_requests")))
+
+
 def build_generate_payload(input_ids: list[int], params: SamplingParams, *, return_logprob: bool = True,
                            rid: str | None = None) -> dict:
     """``POST /generate`` body for one prompt (pure; see :meth:`GenerateRequest.to_json`)."""
@@ -225,50 +437,33 @@ def build_generate_payload(input_ids: list[int], params: SamplingParams, *, retu
 def build_batch_generate_payload(batch_input_ids: list[list[int]], params: SamplingParams, *,
                                  return_logprob: bool = True, rids: list[str] | None = None) -> dict:
     """``POST /generate`` body for a batch (``input_ids`` is a list of lists; one ``sampling_params`` for
-    all). The response is a JSON list in input order."""
-    out: dict[str, Any] = {
-        "input_ids": [[int(t) for t in ids] for ids in batch_input_ids],
-        "sampling_params": params.to_json(),
-        "return_logprob": bool(return_logprob),
-    }
-    if rids is not None:
-        if len(rids) != len(batch_input_ids):
-            raise ValueError(f"rids has {len(rids)} entries for {len(batch_input_ids)} prompts")
-        out["rid"] = [str(r) for r in rids]
-    return out
+    all). The response is a JSON list in input order. See :meth:`BatchGenerateRequest.to_json`."""
+    return BatchGenerateRequest(list(batch_input_ids), params, return_logprob, rids).to_json()
 
 
 def build_pause_payload(mode: str = "abort") -> dict:
     """``POST /pause_generation`` body. ``mode`` in {"abort", "retract", "in_place"}; SGLang's default is
     "abort" (in-flight requests return at once with finish_reason abort and their partial output)."""
-    if mode not in ("abort", "retract", "in_place"):
+    if mode not in PAUSE_MODES:
         raise ValueError(f"pause mode must be abort, retract or in_place, got {mode!r}")
-    return {"mode": mode}
+    return PauseGenerationRequest(mode).to_json()
 
 
 def build_continue_payload() -> dict:
     """``POST /continue_generation`` body (empty object)."""
-    return {}
+    return ContinueGenerationRequest().to_json()
 
 
 def build_update_weights_from_disk_payload(model_path: str, weight_version: str | None = None,
                                            abort_all_requests: bool | None = None) -> dict:
     """``POST /update_weights_from_disk`` body: ``{model_path, weight_version?, abort_all_requests?}``."""
-    out: dict[str, Any] = {"model_path": str(model_path)}
-    if weight_version is not None:
-        out["weight_version"] = str(weight_version)
-    if abort_all_requests is not None:
-        out["abort_all_requests"] = bool(abort_all_requests)
-    return out
+    return UpdateWeightsFromDiskRequest(model_path, None if weight_version is None else str(weight_version),
+                                        abort_all_requests).to_json()
 
 
 def build_abort_payload(rid: str | None = None, abort_all: bool = False) -> dict:
     """``POST /abort_request`` body: ``{"rid": rid}`` or ``{"abort_all": true}``."""
-    if abort_all:
-        return {"abort_all": True}
-    if rid is None:
-        raise ValueError("give a rid or abort_all=True")
-    return {"rid": str(rid)}
+    return AbortRequest(rid, abort_all).to_json()
 
 
 def parse_generate_request(body: Any, *, vocab_size: int | None = None,
@@ -354,6 +549,313 @@ def parse_generate_request(body: Any, *, vocab_size: int | None = None,
             logprob_start_len=int(start), return_text_in_logprobs=bool(rtl[i]),
         ))
     return out, is_batch
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Weight updates over a collective (trainer -> servers)
+# ----------------------------------------------------------------------------------------------------------
+
+DEFAULT_GROUP_NAME = "weight_update_group"  # SGLang's default group_name
+
+# torch dtype name (str(torch.dtype) without "torch.") -> bytes per element
+DTYPE_BYTES: dict[str, int] = {
+    "float32": 4, "float16": 2, "bfloat16": 2, "float64": 8,
+    "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
+    "float8_e4m3fn": 1, "float8_e5m2": 1,
+}
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One tensor of a weight update, as it travels in the payload.
+
+    Attributes:
+        name: Hugging Face parameter name (``model.layers.0.mlp.up_proj.weight``).
+        shape: tensor shape.
+        dtype: torch dtype name without ``torch.`` (``"bfloat16"``, ``"float32"``), a key of DTYPE_BYTES.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def nbytes(self) -> int:
+        """Size in bytes (numel * element size)."""
+        return math.prod(self.shape) * DTYPE_BYTES[self.dtype]
+
+
+@dataclass(frozen=True)
+class InitWeightsUpdateGroupRequest:
+    """``POST /init_weights_update_group`` body (SGLang ``InitWeightsUpdateGroupReqInput``).
+
+    Attributes:
+        master_address, master_port: the rendezvous (a TCPStore hosted by the trainer's head rank, rank 0).
+        rank_offset: rank of this server's first process in the group (in ``[1, world_size)``).
+        world_size: the trainer head rank + every server process.
+        group_name: SGLang's group name. backend: "nccl" | "gloo".
+    """
+
+    master_address: str
+    master_port: int
+    rank_offset: int
+    world_size: int
+    group_name: str = DEFAULT_GROUP_NAME
+    backend: str = "nccl"
+
+    def to_json(self) -> dict:
+        """The body; ``master_port`` is sent as a string, as AReaL does (SGLang's pydantic coerces it)."""
+        return {"master_address": str(self.master_address), "master_port": str(int(self.master_port)),
+                "rank_offset": int(self.rank_offset), "world_size": int(self.world_size),
+                "group_name": str(self.group_name), "backend": str(self.backend)}
+
+    @classmethod
+    def from_json(cls, body: Any) -> "InitWeightsUpdateGroupRequest":
+        """Parse and check a decoded body (server side); ``master_port`` as an int or a digit string.
+
+        Raises:
+            ProtocolError: missing/ill-typed field, port outside 1..65535, rank_offset outside [1, world_size).
+        """
+        if not isinstance(body, dict):
+            raise ProtocolError("The request body must be a JSON object.")
+        req = cls(
+            master_address=_str_field(body, "master_address"),
+            master_port=_int_field(body, "master_port", lo=1),
+            rank_offset=_int_field(body, "rank_offset", lo=0),
+            world_size=_int_field(body, "world_size", lo=2),
+            group_name=_str_field(body, "group_name", DEFAULT_GROUP_NAME),
+            backend=_str_field(body, "backend", "nccl"),
+        )
+        if req.master_port > 65535:
+            raise ProtocolError(f"master_port must be in 1..65535, got {req.master_port}")
+        if not 1 <= req.rank_offset < req.world_size:
+            raise ProtocolError(f"rank_offset {req.rank_offset} must be in [1, world_size={req.world_size}) "
+                                f"(rank 0 is the trainer)")
+        return req
+
+
+@dataclass(frozen=True)
+class UpdateWeightsFromDistributedRequest:
+    """``POST /update_weights_from_distributed`` body (SGLang ``UpdateWeightsFromDistributedReqInput``): one
+    bucket of tensors, then broadcast from rank 0 in this order.
+
+    Attributes:
+        specs: name, shape and dtype of each tensor (``names``, ``shapes``, ``dtypes`` on the wire).
+        group_name: the group the tensors come over.
+        weight_version: the version label after this bucket loads (the last bucket of an update), else None.
+        abort_all_requests: abort in-flight requests first (SGLang's default False: let them finish).
+        flush_cache: SGLang flushes its prefix cache after the load (default True).
+        extra: other fields of a parsed body (``load_format``, ``torch_empty_cache``, ...), sent back as is.
+    """
+
+    specs: list[ParamSpec]
+    group_name: str = DEFAULT_GROUP_NAME
+    weight_version: str | None = None
+    abort_all_requests: bool = False
+    flush_cache: bool = True
+    extra: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        """``{names, dtypes, shapes, group_name, flush_cache, abort_all_requests, weight_version?}``; ``dtypes``
+        are torch dtype names without the ``torch.`` prefix."""
+        out: dict[str, Any] = {
+            "names": [s.name for s in self.specs],
+            "dtypes": [s.dtype for s in self.specs],
+            "shapes": [list(s.shape) for s in self.specs],
+            "group_name": str(self.group_name),
+            "flush_cache": bool(self.flush_cache),
+            "abort_all_requests": bool(self.abort_all_requests),
+        }
+        if self.weight_version is not None:
+            out["weight_version"] = str(self.weight_version)
+        out.update(self.extra)
+        return out
+
+    @classmethod
+    def from_json(cls, body: Any) -> "UpdateWeightsFromDistributedRequest":
+        """Parse and check a decoded body (server side).
+
+        Raises:
+            ProtocolError: names/dtypes/shapes missing, of different lengths, an unknown dtype, a negative
+                dimension, a duplicate name; ill-typed optional fields.
+        """
+        if not isinstance(body, dict):
+            raise ProtocolError("The request body must be a JSON object.")
+        names, dtypes, shapes = body.get("names"), body.get("dtypes"), body.get("shapes")
+        for key, v in (("names", names), ("dtypes", dtypes), ("shapes", shapes)):
+            if not isinstance(v, list) or not v:
+                raise ProtocolError(f"{key} must be a non-empty list, got {v!r}")
+        if not len(names) == len(dtypes) == len(shapes):
+            raise ProtocolError(f"names, dtypes and shapes must have the same length "
+                                f"({len(names)}, {len(dtypes)}, {len(shapes)})")
+        specs: list[ParamSpec] = []
+        seen: set[str] = set()
+        for i, (n, d, s) in enumerate(zip(names, dtypes, shapes)):
+            if not isinstance(n, str) or not n:
+                raise ProtocolError(f"names[{i}] must be a non-empty string, got {n!r}")
+            if n in seen:
+                raise ProtocolError(f"names[{i}] = {n!r} appears twice")
+            seen.add(n)
+            if not isinstance(d, str) or d.removeprefix("torch.") not in DTYPE_BYTES:
+                raise ProtocolError(f"dtypes[{i}] = {d!r} is not a supported dtype "
+                                    f"({', '.join(sorted(DTYPE_BYTES))})")
+            if not isinstance(s, list) or not all(_is_int(x) and x >= 0 for x in s):
+                raise ProtocolError(f"shapes[{i}] = {s!r} must be a list of non-negative ints")
+            specs.append(ParamSpec(n, tuple(s), d.removeprefix("torch.")))
+        wv = body.get("weight_version")
+        if wv is not None and not isinstance(wv, (str, int)) or isinstance(wv, bool):
+            raise ProtocolError(f"weight_version must be a string, got {wv!r}")
+        if body.get("load_format") not in (None, "", "auto"):
+            raise ProtocolError(f"load_format {body.get('load_format')!r} is not supported by this server")
+        known = {"names", "dtypes", "shapes", "group_name", "weight_version", "abort_all_requests",
+                 "flush_cache", "load_format"}
+        return cls(
+            specs=specs,
+            group_name=_str_field(body, "group_name", DEFAULT_GROUP_NAME),
+            weight_version=None if wv is None else str(wv),
+            abort_all_requests=_bool_field(body, "abort_all_requests", False),
+            flush_cache=_bool_field(body, "flush_cache", True),
+            extra={k: v for k, v in body.items() if k not in known},
+        )
+
+
+@dataclass(frozen=True)
+class DestroyWeightsUpdateGroupRequest:
+    """``POST /destroy_weights_update_group`` body (SGLang ``DestroyWeightsUpdateGroupReqInput``)."""
+
+    group_name: str = DEFAULT_GROUP_NAME
+
+    def to_json(self) -> dict:
+        """``{"group_name": group_name}``."""
+        return {"group_name": str(self.group_name)}
+
+    @classmethod
+    def from_json(cls, body: Any) -> "DestroyWeightsUpdateGroupRequest":
+        """Parse a decoded body (None or ``{}`` -> the default name).
+
+        Raises:
+            ProtocolError: not an object or a bad group_name.
+        """
+        if body is None:
+            body = {}
+        if not isinstance(body, dict):
+            raise ProtocolError("The request body must be a JSON object.")
+        return cls(_str_field(body, "group_name", DEFAULT_GROUP_NAME))
+
+
+@dataclass(frozen=True)
+class WeightUpdateReply:
+    """Reply to every weight-update request (SGLang's ``*ReqOutput``): ``{"success", "message"}``, HTTP 200 or
+    400; ``/update_weights_from_disk`` adds ``num_paused_requests``.
+
+    Attributes:
+        success: the update (or group operation) was done.
+        message: what the server says (SGLang's wording).
+        num_paused_requests: sent only when not None.
+    """
+
+    success: bool
+    message: str
+    num_paused_requests: int | None = None
+
+    def to_json(self) -> dict:
+        """``{"success", "message", "num_paused_requests"?}``."""
+        out: dict[str, Any] = {"success": bool(self.success), "message": str(self.message)}
+        if self.num_paused_requests is not None:
+            out["num_paused_requests"] = int(self.num_paused_requests)
+        return out
+
+
+def build_init_weights_update_group_payload(master_address: str, master_port: int | str, rank_offset: int,
+                                            world_size: int, group_name: str = DEFAULT_GROUP_NAME,
+                                            backend: str = "nccl") -> dict:
+    """``POST /init_weights_update_group`` body (see :class:`InitWeightsUpdateGroupRequest`).
+
+    ``master_port`` is sent as a string, as AReaL does.
+
+    Raises:
+        ValueError: rank_offset outside ``[1, world_size)``, port outside 1..65535, empty address/name.
+    """
+    port = int(master_port)
+    if not 0 < port < 65536:
+        raise ValueError(f"master_port must be in 1..65535, got {master_port!r}")
+    if not 1 <= int(rank_offset) < int(world_size):
+        raise ValueError(f"rank_offset {rank_offset} must be in [1, world_size={world_size})")
+    if not master_address or not group_name:
+        raise ValueError("master_address and group_name must be non-empty")
+    return InitWeightsUpdateGroupRequest(str(master_address), port, int(rank_offset), int(world_size),
+                                         str(group_name), str(backend)).to_json()
+
+
+def build_update_weights_from_distributed_payload(specs: Sequence[ParamSpec],
+                                                  group_name: str = DEFAULT_GROUP_NAME,
+                                                  weight_version: str | int | None = None,
+                                                  abort_all_requests: bool = True,
+                                                  flush_cache: bool = True) -> dict:
+    """``POST /update_weights_from_distributed`` body (see :class:`UpdateWeightsFromDistributedRequest`):
+    ``{names, dtypes, shapes, group_name, flush_cache, abort_all_requests, weight_version?}``.
+
+    Raises:
+        ValueError: no specs.
+    """
+    if not specs:
+        raise ValueError("a weight update needs at least one tensor")
+    return UpdateWeightsFromDistributedRequest(
+        list(specs), str(group_name), None if weight_version is None else str(weight_version),
+        bool(abort_all_requests), bool(flush_cache)).to_json()
+
+
+def build_destroy_weights_update_group_payload(group_name: str = DEFAULT_GROUP_NAME) -> dict:
+    """``POST /destroy_weights_update_group`` body (SGLang ``DestroyWeightsUpdateGroupReqInput``)."""
+    return DestroyWeightsUpdateGroupRequest(str(group_name)).to_json()
+
+
+def parse_init_weights_update_group_request(body: Any) -> InitWeightsUpdateGroupRequest:
+    """Parse and check an ``/init_weights_update_group`` body (server side); see
+    :meth:`InitWeightsUpdateGroupRequest.from_json`."""
+    return InitWeightsUpdateGroupRequest.from_json(body)
+
+
+def parse_update_weights_from_distributed_request(body: Any) -> UpdateWeightsFromDistributedRequest:
+    """Parse and check an ``/update_weights_from_distributed`` body (server side); see
+    :meth:`UpdateWeightsFromDistributedRequest.from_json`."""
+    return UpdateWeightsFromDistributedRequest.from_json(body)
+
+
+def parse_destroy_weights_update_group_request(body: Any) -> str:
+    """Group name of a ``/destroy_weights_update_group`` body (``{}`` -> the default name).
+
+    Raises:
+        ProtocolError: not an object or a bad group_name.
+    """
+    return DestroyWeightsUpdateGroupRequest.from_json(body).group_name
+
+
+def _int_field(body: dict, key: str, *, lo: int | None = None) -> int:
+    v = body.get(key)
+    if isinstance(v, str) and v.strip().isdigit():  # pydantic's lax mode takes "29500" for an int
+        v = int(v)
+    if not _is_int(v):
+        raise ProtocolError(f"{key} must be an int, got {v!r}")
+    if lo is not None and v < lo:
+        raise ProtocolError(f"{key} must be >= {lo}, got {v}")
+    return int(v)
+
+
+def _str_field(body: dict, key: str, default: str | None = None) -> str:
+    v = body.get(key, default)
+    if not isinstance(v, str) or not v:
+        raise ProtocolError(f"{key} must be a non-empty string, got {v!r}")
+    return v
+
+
+def _bool_field(body: dict, key: str, default: bool) -> bool:
+    v = body.get(key, default)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise ProtocolError(f"{key} must be a bool, got {v!r}")
+    return v
 
 
 # ----------------------------------------------------------------------------------------------------------

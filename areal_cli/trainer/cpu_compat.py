@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
-import socket
 import threading
 from dataclasses import dataclass
 
@@ -34,7 +33,6 @@ __all__ = [
     "CpuRNGStatesTracker",
     "apply_cpu_compat",
     "cpu_compat_applied",
-    "find_free_port",
     "init_distributed",
     "init_single_process_gloo",
     "init_model_parallel",
@@ -261,13 +259,6 @@ def apply_cpu_compat() -> list[str]:
 # ---------------------------------------------------------------------------------------------------------
 # distributed / model-parallel initialisation
 # ---------------------------------------------------------------------------------------------------------
-
-
-def find_free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port on ``host`` that was free when checked (the OS picks it; racy by nature, use at once)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def _under_launcher() -> bool:

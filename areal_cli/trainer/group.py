@@ -48,6 +48,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from areal_cli.errors import RunFailure, UserError
+from areal_cli.log_tail import log_tail
+from areal_cli.ports import free_port
 from areal_cli.trainer.calls import build_engine, check_name, engine_info, parallel_kwargs, run_call
 
 DEFAULT_FACTORY = "areal_cli.trainer.megatron_engine:MegatronEngine"
@@ -132,14 +134,6 @@ class LocalTrainer(TrainerGroup):
         self.executor.shutdown(wait=True)
 
 
-def _tail(path: Path, n: int = LOG_TAIL_LINES) -> str:
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return f"({path}: no log)"
-    return "\n".join(lines[-n:]) if lines else f"({path}: empty)"
-
-
 class TorchrunTrainer(TrainerGroup):
     """Trainer ranks launched by torchrun (:meth:`launch`) or externally (:meth:`attach`); see the module docstring.
 
@@ -202,7 +196,7 @@ class TorchrunTrainer(TrainerGroup):
         for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):  # not ours to inherit
             child_env.pop(k, None)
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(world),
-               "--master-addr", "127.0.0.1", "--master-port", str(find_free_port()), "--max-restarts", "0",
+               "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "--max-restarts", "0",
                "-m", "areal_cli.trainer.worker"]
         tlog = open(log_dir / "trainer-torchrun.log", "w")
         try:
@@ -410,10 +404,12 @@ class TorchrunTrainer(TrainerGroup):
         parts = [message]
         for r in ranks[:4]:
             p = self.log_dir / f"trainer-rank{r}.log"
-            parts.append(f"--- last lines of {p}:\n{_tail(p)}")
+            tail = log_tail(p, LOG_TAIL_LINES, missing=f"({p}: no log)", empty=f"({p}: empty)")
+            parts.append(f"--- last lines of {p}:\n{tail}")
         p = self.log_dir / "trainer-torchrun.log"
         if p.exists():
-            parts.append(f"--- last lines of {p}:\n{_tail(p, 8)}")
+            tail = log_tail(p, 8, missing=f"({p}: no log)", empty=f"({p}: empty)")
+            parts.append(f"--- last lines of {p}:\n{tail}")
         return "\n".join(parts)
 
     # ---------------------------------------------------------------- stop
@@ -466,16 +462,6 @@ def send_msg(conn, msg: Any) -> None:
 def recv_msg(conn) -> Any:
     """Receive a message of :func:`send_msg`. Raises EOFError / OSError when the other end is gone."""
     return pickle.loads(conn.recv_bytes())
-
-
-def find_free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port on ``host`` free when checked (as :func:`areal_cli.trainer.cpu_compat.find_free_port`,
-    without importing megatron into the controller)."""
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def read_authkey(path: str | Path | None) -> bytes:

@@ -1,0 +1,19 @@
+"""Continuous-batching inference engine for Qwen3 / Qwen2 / Llama causal LMs (CPU first), with a capped KV cache.
+
+This is the engine inside the embedded server (:mod:`areal_cli.rollout.server`): SGLang does not run on
+these CPU machines (DESIGN.md §1), so we run our own small decoder forward, written for inference.
+
+Modules:
+
+- :mod:`~areal_cli.rollout.engine.model`: :class:`ModelSpec` and :class:`CausalLM`, the forward (same maths as
+  Hugging Face's; the equations are in its docstring).
+- :mod:`~areal_cli.rollout.engine.scheduler`: :class:`InferenceEngine`, admission into the KV pool, prefill and
+  decode steps, aborts and retractions; :class:`EngineResult`, :class:`EngineError`.
+- :mod:`~areal_cli.rollout.engine.sampling`: temperature / top-k / top-p sampling with per-request generators and
+  the reported logprob.
+"""
+
+from areal_cli.rollout.engine.model import CausalLM, ModelSpec, load_safetensors_state
+from areal_cli.rollout.engine.scheduler import EngineError, EngineResult, InferenceEngine
+
+__all__ = ["CausalLM", "EngineError", "EngineResult", "InferenceEngine", "ModelSpec", "load_safetensors_state"]
