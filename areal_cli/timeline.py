@@ -18,7 +18,7 @@ class Timeline:
     a batch, ``train`` = proximal recompute + PPO update, ``publish`` = save weights + load on the servers,
     ``eval``) and ``"server<i>"`` (``generate``: at least one request of this server in flight, seen by the
     client; ``update``: weight-update window). ``steps``: one record per RL step (see
-    :func:`areal_cli.train_loop.rl_loop`). ``cpu``: CPU seconds of this process and of every server process at
+    :func:`areal_cli.train_loop.loop.rl_loop`). ``cpu``: CPU seconds of this process and of every server process at
     RL start and end.
     """
 

@@ -21,7 +21,7 @@ produced; chat templates are not prefix-stable across turns, e.g. Qwen3 drops ea
   prefix of the new request's messages (same ``tools``). AReaL's ``InteractionCache`` parent rule.
 - with a parent, the prompt is ``parent.prompt_ids + parent.output_ids`` verbatim, the end-of-turn token when
   the parent did not end with it (budget exhausted), then only the template ids of the NEW messages (tool
-  results, a user turn) and the generation prompt: :func:`areal_cli.workflows.multi_turn.template_suffix_ids`,
+  results, a user turn) and the generation prompt: :func:`areal_cli.workflows.conversation.template_suffix_ids`,
   the multi-turn workflow's rule (one render of a stub conversation cut after the stub answer's end-of-turn).
 - without one (a first request, or a history the agent edited), the whole conversation is rendered by the chat
   template (:func:`~areal_cli.agents.openai_schema.render_prompt_ids`).
@@ -269,7 +269,7 @@ class AgentSession:
         return out[::-1]
 
     def conversation(self, response_id: str) -> Conversation:
-        """The token-exact :class:`~areal_cli.workflows.multi_turn.Conversation` ending with ``response_id``:
+        """The token-exact :class:`~areal_cli.workflows.conversation.Conversation` ending with ``response_id``:
         each turn's generated ids (mask 1, engine logprobs and versions) and the template/tool ids between turns
         (mask 0, logprob 0, version -1).
 
