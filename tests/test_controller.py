@@ -114,7 +114,9 @@ def test_filtered_groups_are_counted_and_replaced():
         assert ctl.stats.groups_dropped_filter >= 2
         assert ctl.n_ready == 0  # all groups dropped
         assert ctl.staleness.accepted == 0 and ctl.staleness.running <= 2  # dropped slots are refilled
-        assert ctl.stats.groups_submitted >= ctl.stats.groups_dropped_filter + 1
+        # dropped slots are refilled: far more groups went out than the capacity of 2 (a refill may still be
+        # on its way to submission at this instant, so not '>= dropped + 1')
+        assert ctl.stats.groups_submitted >= ctl.stats.groups_dropped_filter and ctl.stats.groups_submitted > 2
         # the reward before the filter counts the dropped groups (all-0 and all-1 alike)
         dropped = ctl.stats.groups_dropped_filter
         assert ctl.stats.samples_scored >= dropped * 2 and ctl.stats.samples_scored % 2 == 0
