@@ -47,7 +47,7 @@ def _cpu_snapshot(ctx: RunContext) -> dict:
 async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None) -> dict:
     """Asynchronous RL until ``max_steps``, the target accuracy or the time limit.
 
-    Every ``checkpoint_every`` steps a checkpoint (:func:`save_checkpoint`) is written after the step's
+    Every ``checkpoint_every`` steps a checkpoint (:func:`~areal_cli.trainer.steps.save_trainer_checkpoint`) is written after the step's
     metrics line. With ``resume``, the loop continues after the checkpointed step: weights and optimizer are
     already restored (:func:`~areal_cli.train_loop.setup.run_job`); here the data position, staleness
     counters, controller counters and RNG states are, ``metrics.jsonl`` is cut back to the checkpointed step,

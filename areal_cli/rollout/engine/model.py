@@ -114,9 +114,6 @@ class ModelSpec:
                 "rope_parameters": dict(self.rope)}
 
 
-#: Former name (the engine ran Qwen3 only).
-Qwen3Spec = ModelSpec
-
 
 def load_safetensors_state(model_dir: str | Path) -> dict[str, torch.Tensor]:
     """All tensors of ``model.safetensors`` or of the shards listed in ``model.safetensors.index.json``.
@@ -343,6 +340,3 @@ class CausalLM:
         hid = self.forward(torch.tensor([input_ids]), torch.arange(L)[None, :], kp, vp, idx, idx)
         return self.logits(hid[0])
 
-
-#: Former name (the engine ran Qwen3 only).
-Qwen3Model = CausalLM
