@@ -189,30 +189,6 @@ SYNC = ["-o", "max_head_offpolicyness=0", "-o", "temperature=0", "-o", "adv_norm
 ASYNC = ["-o", "max_head_offpolicyness=2", "-o", "group_size=2"]
 
 
-@pytest.fixture(scope="module")
-def warm_model(tmp_path_factory) -> Path:
-    """The tiny recipe's model after 30 warm-start (SFT stage) steps: rewards are neither all 0 nor all 1."""
-    from areal_cli.recipes import load_train_config
-    from areal_cli.models.tiny import build_tiny_model, load_tokenizer
-    from areal_cli.sft import SftConfig, SftStage
-    from areal_cli.tasks.task import Task
-    from areal_cli.trainer.megatron_engine import MegatronEngine
-
-    cfg, _ = load_train_config("tiny-arith")
-    task = Task(cfg)
-    d = tmp_path_factory.mktemp("warm")
-    base = build_tiny_model(d / "base", seed=cfg.seed, corpus=task.tokenizer_corpus())
-    tok = load_tokenizer(base)
-    task.bind(tok)
-    eng = MegatronEngine(base, lr=cfg.sft_lr, seed=cfg.seed)
-    exs = [(item.prompt_ids, tok.encode(t, add_special_tokens=False) + [tok.eos_token_id])
-           for item, t in task.sft_examples(cfg.sft_n_examples)]
-    stage = SftStage(eng, exs, SftConfig.from_train_config(cfg), pad_id=tok.pad_token_id)
-    for _ in range(30):
-        stage.step()
-    return eng.save_hf(d / "warm")
-
-
 def _start(out: Path, model: Path, extra: list[str], resume: bool = False) -> subprocess.Popen:
     args = ["train", "--resume", str(out)] if resume else ["train", "--out", str(out), *COMMON,
                                                          "-o", f"model_path={model}", *extra]

@@ -116,12 +116,12 @@ def test_the_embedded_engine_decodes_greedily_like_hf_generate(models):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["qwen2", "llama3-tied"])
 def test_tensor_parallel_2_matches_single_process_per_family(models, name, tmp_path):
-    from tests.test_parallel_engine import _check_parity, _load_script, _torchrun
+    from helpers.torchrun_parity import check_parity, load_parity_script, torchrun_parity
 
-    ref = _load_script().run_parity(models[name])
-    ranks = _torchrun(models[name], tmp_path / "tp2", tp=2)
+    ref = load_parity_script().run_parity(models[name])
+    ranks = torchrun_parity(models[name], tmp_path / "tp2", tp=2)
     assert [(r["tp"], r["dp"]) for r in ranks] == [(2, 1)] * 2
-    _check_parity(ranks, ref, tmp_path / "tp2", models[name])
+    check_parity(ranks, ref, tmp_path / "tp2", models[name])
 
 
 def test_an_unsupported_family_or_feature_is_one_line_naming_what_is_supported(models, tmp_path):

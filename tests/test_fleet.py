@@ -28,16 +28,9 @@ from areal_cli.rollout.protocol import SamplingParams
 from areal_cli.rollout.sglang_launcher import SGLangServerArgs
 from areal_cli.rollout.watchdog import group_pids
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # shared helpers live in test_rollout_engine
-from test_rollout_engine import tiny_dirs  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_SGLANG = str(Path(__file__).resolve().parent / "fake_sglang")
-
-
-@pytest.fixture(scope="module")
-def dirs(tmp_path_factory):
-    return tiny_dirs(tmp_path_factory)
 
 
 def sglang_spec(model: Path, run_dir: Path, **kw) -> FleetSpec:

@@ -161,7 +161,7 @@ def test_reproduce_retrain_of_a_gpu_recipe_downloads_trains_evaluates_and_compar
     fake SGLang server and a tiny model (downloads and the final evaluation's generation are stand-ins)."""
     import areal_cli.reproduce.run as rp
     from areal_cli.eval import runner
-    from tests.test_reproduce import quiet_console
+    from helpers.consoles import quiet_console
 
     monkeypatch.setenv("PYTHONPATH", FAKE_SGLANG + os.pathsep + os.environ.get("PYTHONPATH", ""))
     monkeypatch.syspath_prepend(FAKE_SGLANG)

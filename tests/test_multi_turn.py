@@ -19,14 +19,11 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 import torch
 
-from areal_cli.api.types import Item
 from areal_cli.api.workflow import make_workflow
 from areal_cli.errors import UserError
-from areal_cli.reward.pool import RewardResult
 from areal_cli.rollout.client import Completion, RolloutClient
 from areal_cli.rollout.episode import EpisodeClient
 from areal_cli.rollout.protocol import SamplingParams
@@ -39,8 +36,8 @@ from areal_cli.workflows.multi_turn import (
     per_turn_returns,
 )
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_rollout_engine import tiny_dirs
+from helpers.scripted import Rewards, ScriptedEngine, episode_client, ids_of, item_of
+from helpers.servers import spawn_server, wait_generating
 
 torch.set_num_threads(1)
 SPEC = "areal_cli.workflows.multi_turn:MultiTurnWorkflow"
@@ -53,62 +50,6 @@ def tok(tmp_path_factory):
     from areal_cli.tasks.tiny_arith_multiturn import tokenizer_corpus
 
     return load_tokenizer(build_tiny_model(tmp_path_factory.mktemp("mt") / "m", corpus=tokenizer_corpus()))
-
-
-class ScriptedEngine:
-    """A rollout client answering turn k of every conversation with ``outputs[k]`` (ids), logprob -0.25 - k and
-    version 3 + k; records every prompt it was given. The turn is read off the prompt: ChatML opens two messages
-    (``<|im_start|>``, id 1) per turn."""
-
-    def __init__(self, outputs, im_start: int = 1):
-        self.outputs = outputs
-        self.im_start = im_start
-        self.prompts: list[list[int]] = []
-
-    async def generate(self, prompt_ids, params, rid=None):
-        self.prompts.append(list(prompt_ids))
-        k = list(prompt_ids).count(self.im_start) // 2 - 1
-        out = list(self.outputs[min(k, len(self.outputs) - 1)])
-        return Completion(list(prompt_ids), out, [-0.25 - k] * len(out), [3 + k] * len(out), "stop", 0, "fake")
-
-    async def generate_group(self, prompt_ids, n, params, rid=None):
-        return [await self.generate(prompt_ids, params, f"{rid}.{i}") for i in range(n)]
-
-
-class Rewards:
-    """The reward pool's ``call``: ``verdict(completion_text, turn)`` per call, counted per conversation by the
-    number of calls seen so far (one conversation at a time)."""
-
-    def __init__(self, verdict):
-        self.verdict = verdict
-        self.calls: list[tuple[str, list[int], list[int]]] = []
-
-    async def call(self, fn, spec, code_dir, prompt, completion, prompt_ids, completion_ids, fields):
-        self.calls.append((completion, list(prompt_ids), list(completion_ids)))
-        return RewardResult(float(self.verdict(completion, len(self.calls) - 1, fields)), "ok")
-
-
-def episode_client(engine, tokenizer, verdict, *, group_size=1, rid_prefix="g", max_new_tokens=8):
-    pool = Rewards(verdict)
-    stop = [tokenizer.eos_token_id]
-    return EpisodeClient(engine, pool, "tests:reward", tokenizer, SamplingParams(max_new_tokens, stop_token_ids=stop),
-                         group_size, rid_prefix=rid_prefix), pool
-
-
-def item_of(tokenizer, text="reverse 123", answer="321"):
-    msgs = [{"role": "user", "content": text}]
-    rendered = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-    return Item("q", tokenizer(rendered, add_special_tokens=False)["input_ids"], rendered, {"answer": answer})
-
-
-def ids_of(tokenizer, *pieces):
-    """Token ids of single pieces (each must be one token of the vocabulary)."""
-    out = []
-    for p in pieces:
-        i = tokenizer.convert_tokens_to_ids(p)
-        assert isinstance(i, int) and i != tokenizer.unk_token_id, p
-        out.append(i)
-    return out
 
 
 # ---------------------------------------------------------------------------------------- token-exact
@@ -392,28 +333,10 @@ def test_a_turn_end_token_the_tokenizer_lacks_is_one_line(tok):
 
 # ------------------------------------------------------------------------- interruption (embedded server)
 @pytest.fixture(scope="module")
-def dirs(tmp_path_factory):
-    return tiny_dirs(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
 def server(dirs, tmp_path_factory):
-    from areal_cli.rollout.server import EmbeddedServer
-
-    srv = EmbeddedServer.launch(dirs[0], max_total_tokens=4096, step_delay_s=0.01,
-                                log_path=tmp_path_factory.mktemp("srv") / "server.log")
+    srv = spawn_server(dirs[0], tmp_path_factory, max_total_tokens=4096, step_delay_s=0.01)
     yield srv
     srv.stop()
-
-
-async def _wait_generating(url: str, at_least: int = 5) -> None:
-    async with httpx.AsyncClient() as h:
-        async def n():
-            return (await h.get(url + "/server_info")).json()["internal_states"][0]["decode_tokens"]
-        base, t0 = await n(), time.monotonic()
-        while await n() < base + at_least:
-            assert time.monotonic() - t0 < 20
-            await asyncio.sleep(0.01)
 
 
 class Watched:
@@ -449,7 +372,7 @@ def _interrupted_conversation(server, dirs, interrupt):
             ep = EpisodeClient(watched, Rewards(lambda *a: 0.0), "t:r", tokenizer, params, 1)
             task = asyncio.create_task(wf.run_conversation(ep, it))
             await watched.started.wait()
-            await _wait_generating(server.url)  # >= 5 tokens into turn 2, far from its 40
+            await wait_generating(server.url)  # >= 5 tokens into turn 2, far from its 40
             await interrupt(rc)
             got = await task
             return ref, got

@@ -4,7 +4,6 @@ evaluation, and the CPU recipe end to end (the CI regression of tiny-arith's exp
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import struct
@@ -14,7 +13,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from rich.console import Console
 
 from areal_cli import download as dl
 from areal_cli.errors import UserError
@@ -34,16 +32,9 @@ from areal_cli.reproduce import (
     rough_hours,
 )
 from areal_cli.reproduce_cmd import reproduce as reproduce_cmd
+from helpers.consoles import quiet_console, text_of
 
 SNAPSHOT = "0123456789abcdef0123456789abcdef01234567"
-
-
-def quiet_console() -> Console:
-    return Console(file=io.StringIO(), width=200)
-
-
-def text_of(console: Console) -> str:
-    return console.file.getvalue()
 
 
 def one_line_error(res, *needles):

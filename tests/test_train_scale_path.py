@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_trainer_group import SYNC, warm_model  # noqa: F401  (module-scoped fixture)
+from helpers.warm_model import SYNC
 
 FAKE_SGLANG = str(Path(__file__).resolve().parent / "fake_sglang")
 

@@ -21,6 +21,7 @@ from areal_cli.trainer.group import (
     TorchrunTrainer,
     TrainerError,
 )
+from helpers.warm_model import SYNC
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -217,36 +218,6 @@ def test_torchrun_world2_group_matches_the_in_process_trainer_names_failing_rank
 # ------------------------------------------------------------------------------------------ areal train, DP 2
 # Needs the SPMD engine (every rank gets the full batch, the engine splits it over data-parallel ranks and sums
 # the gradients): with an engine that trains every rank on the whole batch, gradients come out doubled.
-
-SYNC = ["max_head_offpolicyness=0", "temperature=0", "adv_norm=global", "success_rate_lb=0", "success_rate_ub=1",
-        "group_size=1", "sft_max_steps=0", "batch_size=8", "eval_n_prompts=16", "target_accuracy=0",
-        "torch_threads=1", "max_steps=3"]
-
-
-@pytest.fixture(scope="module")
-def warm_model(tmp_path_factory) -> Path:
-    """The tiny recipe's model after 30 warm-start steps (rewards neither all 0 nor all 1), as in
-    test_checkpoint."""
-    from areal_cli.recipes import load_train_config
-    from areal_cli.models.tiny import build_tiny_model, load_tokenizer
-    from areal_cli.sft import SftConfig, SftStage
-    from areal_cli.tasks.task import Task
-    from areal_cli.trainer.megatron_engine import MegatronEngine
-
-    cfg, _ = load_train_config("tiny-arith")
-    task = Task(cfg)
-    d = tmp_path_factory.mktemp("warm")
-    base = build_tiny_model(d / "base", seed=cfg.seed, corpus=task.tokenizer_corpus())
-    tok = load_tokenizer(base)
-    task.bind(tok)
-    eng = MegatronEngine(base, lr=cfg.sft_lr, seed=cfg.seed)
-    exs = [(item.prompt_ids, tok.encode(t, add_special_tokens=False) + [tok.eos_token_id])
-           for item, t in task.sft_examples(cfg.sft_n_examples)]
-    stage = SftStage(eng, exs, SftConfig.from_train_config(cfg), pad_id=tok.pad_token_id)
-    for _ in range(30):
-        stage.step()
-    return eng.save_hf(d / "warm")
-
 
 @pytest.mark.slow
 def test_areal_train_with_data_or_tensor_parallel_2_matches_the_single_process_run_step_by_step(warm_model, tmp_path):

@@ -11,7 +11,6 @@ shared/fixtures/sglang; the field names below are those of SGLang's io_struct.py
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from pathlib import Path
 
@@ -24,14 +23,12 @@ from areal_cli.rollout.protocol import (
     build_update_weights_from_distributed_payload, parse_destroy_weights_update_group_request,
     parse_init_weights_update_group_request, parse_update_weights_from_distributed_request,
 )
-from areal_cli.rollout.server import EmbeddedServer
 from areal_cli.rollout.weight_sender import (
     WeightSender, WeightSyncError, param_specs, plan_buckets, rank_offsets, weight_update_world_size,
 )
 from areal_cli.rollout.weight_sync import WeightSyncSpec, close_senders, sync_weights_from_engine, update_weights_distributed
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_rollout_engine import tiny_dirs  # noqa: E402
+from helpers.servers import spawn_server
 
 # Field names of SGLang's request dataclasses (sgl-project/sglang python/sglang/srt/managers/io_struct.py).
 SGLANG_INIT_FIELDS = {"master_address", "master_port", "rank_offset", "world_size", "group_name", "backend"}
@@ -132,15 +129,9 @@ def _greedy(http: httpx.Client) -> list[tuple[list[int], list[float], str]]:
 
 
 @pytest.fixture(scope="module")
-def dirs(tmp_path_factory):
-    return tiny_dirs(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
 def server(dirs, tmp_path_factory):
-    log = tmp_path_factory.mktemp("wsrv") / "server.log"
-    srv = EmbeddedServer.launch(dirs[0], max_total_tokens=2048, log_path=log,
-                                extra_args=["--weight-sync-timeout-s", "20"])
+    srv = spawn_server(dirs[0], tmp_path_factory, log_folder="wsrv", max_total_tokens=2048,
+                       extra_args=["--weight-sync-timeout-s", "20"])
     yield srv
     srv.stop()
 
