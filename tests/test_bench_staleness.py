@@ -68,6 +68,7 @@ def test_custom_variants_and_the_plan():
     assert st.default_scenario().n_runs == 2 * (1 + 5 * 3)
 
 
+@pytest.mark.multiproc
 def test_command_module_imports_only_click_and_stdlib_and_is_registered():
     import subprocess
     import sys

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import huggingface_hub
+import pytest
 from click.testing import CliRunner
 
 from areal_cli.catalog_cmd import download, ls
@@ -72,6 +73,7 @@ def test_download_prints_where_each_part_went(tmp_path, monkeypatch):
     assert res.exit_code == 0 and "nothing to download" in res.output
 
 
+@pytest.mark.multiproc
 def test_importing_the_commands_is_light():
     code = ("import sys, areal_cli.catalog_cmd; "
             "bad = [m for m in ('huggingface_hub', 'rich', 'torch', 'transformers') if m in sys.modules]; "

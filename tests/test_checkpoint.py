@@ -265,6 +265,7 @@ class Observed(RLVRWorkflow):
 """
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_the_resumed_async_run_first_issues_the_checkpoints_pending_prompts(runs):
     """Observed on the workflow side, not computed from the same state: the first training episodes the resumed
@@ -292,6 +293,7 @@ def test_the_resumed_async_run_first_issues_the_checkpoints_pending_prompts(runs
     assert before[:next_index] == ids[:len(before[:next_index])]  # the first process drew the stream in order
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_kill9_then_resume_trains_every_step_once_with_the_uninterrupted_runs_numbers(runs, warm_model):
     full, resumed = _steps(runs["sync_full"]), _steps(runs["sync_killed"])
@@ -321,6 +323,7 @@ def test_kill9_then_resume_trains_every_step_once_with_the_uninterrupted_runs_nu
     assert max_diff < 1e-4 and moved > 100 * max_diff  # RL really changed the weights, identically
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_kill9_then_resume_of_an_async_run_restores_the_staleness_capacity(runs):
     rows = _steps(runs["async_killed"])

@@ -27,6 +27,7 @@ def assert_one_line_error(code, out, *needles):
         assert n in lines[0], (n, lines[0])
 
 
+@pytest.mark.multiproc
 def test_help_does_not_import_torch():
     code = (
         "import sys; from click.testing import CliRunner; from areal_cli.cli import main; "
@@ -117,6 +118,7 @@ def test_eval_record_without_answer(tmp_path):
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
+@pytest.mark.multiproc
 def test_bad_input_via_console_script_has_no_traceback(tmp_path):
     exe = Path(sys.executable).with_name("areal")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "areal_cli.cli"]

@@ -149,6 +149,7 @@ def crashing_reward(text, answer):
     return 1.0
 
 
+@pytest.mark.multiproc
 def test_crashing_reward_in_a_real_pool_is_reported():
     async def go():
         with RewardPool("tests.test_controller:crashing_reward", timeout_s=5) as pool:

@@ -180,6 +180,7 @@ def test_hub_errors_are_one_line(tmp_path, monkeypatch, exc, needle):
         download("Qwen/Qwen3-8B")
 
 
+@pytest.mark.multiproc
 def test_the_real_client_offline_fails_in_one_line_without_network(tmp_path):
     """A fresh process with HF_HUB_OFFLINE=1 and an empty HF_HOME: huggingface_hub itself refuses."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}

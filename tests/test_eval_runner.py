@@ -168,6 +168,7 @@ def small_data_dir(root: Path) -> Path:
     return data
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_end_to_end_with_embedded_server_writes_results_and_samples_reproducibly(tmp_path, cache_dir, tiny_dir):
     from transformers import AutoTokenizer

@@ -113,6 +113,7 @@ def test_the_embedded_engine_decodes_greedily_like_hf_generate(models):
             assert r.output_ids == out[0, len(p):].tolist(), name
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["qwen2", "llama3-tied"])
 def test_tensor_parallel_2_matches_single_process_per_family(models, name, tmp_path):
@@ -148,6 +149,7 @@ def test_an_unsupported_family_or_feature_is_one_line_naming_what_is_supported(m
         hf_mcore.check_supported(LlamaConfig(attention_bias=True))
 
 
+@pytest.mark.multiproc
 def test_areal_eval_on_an_unsupported_family_is_one_line_exit_2(models, tmp_path, shared_dir):
     import os
     import shutil

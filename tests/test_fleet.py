@@ -28,6 +28,8 @@ from areal_cli.rollout.protocol import SamplingParams
 from areal_cli.rollout.sglang_launcher import SGLangServerArgs
 from areal_cli.rollout.watchdog import group_pids
 
+pytestmark = pytest.mark.multiproc  # every test here starts processes
+
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_SGLANG = str(Path(__file__).resolve().parent / "fake_sglang")

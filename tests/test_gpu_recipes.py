@@ -146,6 +146,7 @@ def test_reproduce_trains_a_gpu_recipe_only_where_its_gpus_are():
         make_plan(r, gpus_here=384, overrides=["nope=1"])
 
 
+@pytest.mark.multiproc
 def test_reproduce_without_the_gpus_is_one_line_exit_2(tmp_path):
     r = subprocess.run([sys.executable, "-m", "areal_cli.cli", "reproduce", "boba2-14b-code", "--out",
                         str(tmp_path / "o")], capture_output=True, text=True, cwd=tmp_path,
@@ -192,6 +193,7 @@ def test_reproduce_retrain_of_a_gpu_recipe_downloads_trains_evaluates_and_compar
 
 
 # ------------------------------------------------------------------------------------------------ launch
+@pytest.mark.multiproc
 def test_launch_slurm_writes_the_multi_node_job_of_a_gpu_recipe(tmp_path):
     model = tmp_path / "model"
     model.mkdir()

@@ -40,6 +40,7 @@ def one_line_error(res, code, *needles):
 # --- files ------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.multiproc
 def test_sbatch_script_runs_one_launch_node_task_per_node_with_slurm_host_names(tmp_path):
     plan = plan_for_config("tiny-arith", nodes=2, gpus_per_node=8, run_dir=tmp_path / "run",
                            allocation="sglang.d4m2p1+d2m2p2", model_path=tmp_path,
@@ -71,6 +72,7 @@ def test_sbatch_script_runs_one_launch_node_task_per_node_with_slurm_host_names(
         "--master-addr", "gpu-b", "--master-port", "29500", "--max-restarts", "0", "-m", "areal_cli.trainer.worker"]
 
 
+@pytest.mark.multiproc
 def test_trainer_ranks_spanning_two_nodes_get_one_torchrun_per_node_in_rank_order(tmp_path):
     # servers: GPUs 0-3 of node 0; ranks 0-3 on node 0 (GPUs 4-7), ranks 4-11 on node 1
     p = place(parse_allocation("sglang.d2m2+d2m2p3"), nodes=2, gpus_per_node=8)
@@ -215,6 +217,7 @@ def small_model(tmp_path_factory) -> Path:
     return d
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_two_loopback_nodes_run_servers_torchrun_and_the_controller_then_stop_cleanly(tmp_path, small_model):
     plan_path, out, n_ranks = loopback_plan(tmp_path, "embedded.d2+d2", small_model)
@@ -243,6 +246,7 @@ def test_two_loopback_nodes_run_servers_torchrun_and_the_controller_then_stop_cl
     assert children_left(run) == []
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_two_loopback_nodes_run_a_real_areal_train_with_external_servers_and_a_two_node_trainer(tmp_path):
     """No stand-ins: node 0 runs `areal train tiny-arith -o rollout_engine=external` (the default controller
@@ -278,6 +282,7 @@ def test_two_loopback_nodes_run_a_real_areal_train_with_external_servers_and_a_t
     assert children_left(run) == []
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_a_failing_node_stops_the_other_one_with_one_line(tmp_path):
     plan_path, out, _ = loopback_plan(tmp_path, "d2", None)  # training only: one rank per node
@@ -294,6 +299,7 @@ def test_a_failing_node_stops_the_other_one_with_one_line(tmp_path):
     assert not list(out.glob("rank*.json")) and children_left(run) == []
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_a_server_that_fails_to_start_shows_its_log_and_stops_every_node(tmp_path):
     broken = tmp_path / "broken-model"
@@ -316,6 +322,7 @@ def test_a_server_that_fails_to_start_shows_its_log_and_stops_every_node(tmp_pat
     assert children_left(run) == []
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_the_trainer_worker_ranks_of_two_nodes_attach_to_the_controller_on_node_0(tmp_path):
     # the real path of `areal train` on node 0: torchrun ... -m areal_cli.trainer.worker on each node, rank 0

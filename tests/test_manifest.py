@@ -52,6 +52,7 @@ def test_git_info_outside_a_checkout_is_unknown(tmp_path):
     assert mf.git_info(tmp_path) == {"commit": "unknown", "dirty": None, "root": None}
 
 
+@pytest.mark.multiproc
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_git_info_reads_the_commit_and_the_dirty_flag(tmp_path):
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",

@@ -316,6 +316,7 @@ def test_bad_workflow_args_are_one_line_errors(args, match):
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.multiproc
 def test_bad_workflow_args_stop_areal_train_with_one_line(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text("task: tiny-arith-multiturn\nworkflow_args: {max_turns: 2, turn_discount: 2.0}\n")
@@ -383,6 +384,7 @@ def _interrupted_conversation(server, dirs, interrupt):
     return asyncio.run(run())
 
 
+@pytest.mark.multiproc
 def test_a_turn_interrupted_mid_generation_resumes_exactly(server, dirs):
     async def pause_resume(rc):
         await rc.pause()
@@ -397,6 +399,7 @@ def test_a_turn_interrupted_mid_generation_resumes_exactly(server, dirs):
     assert [t.finish_reason for t in got.turns] == ["length"] * 3 and len(got.turns[1:2]) == 1
 
 
+@pytest.mark.multiproc
 def test_a_weight_update_inside_a_turn_labels_versions_and_the_next_turn_extends_exactly(server, dirs):
     async def update(rc):
         await rc.update_weights_from_disk(str(dirs[1]), 1)

@@ -339,6 +339,7 @@ def server(dirs, tmp_path_factory):
     srv.stop()
 
 
+@pytest.mark.multiproc
 def test_embedded_server_serves_v1_chat_completions_to_the_openai_client(server, dirs):
     from areal_cli.models.tiny import load_tokenizer
 
@@ -413,6 +414,7 @@ def _proxy_against(url: str, dirs, update: bool):
     return sess, g
 
 
+@pytest.mark.multiproc
 def test_proxy_records_exact_ids_and_versions_through_a_weight_update(server, dirs):
     sess, g = _proxy_against(server.url, dirs, update=True)
     a, b = sess.interactions.values()
@@ -427,6 +429,7 @@ def test_proxy_records_exact_ids_and_versions_through_a_weight_update(server, di
     assert c.check() is None and c.head_version == 0 and sum(c.loss_mask) == 80
 
 
+@pytest.mark.multiproc
 def test_proxy_in_front_of_the_sglang_stand_in(dirs, tmp_path):
     from areal_cli.ports import free_port
 

@@ -43,6 +43,7 @@ def reference(model_dir) -> dict:
     return load_parity_script().run_parity(model_dir)
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_tensor_parallel_2_matches_single_process(model_dir, reference, tmp_path):
     ranks = torchrun_parity(model_dir, tmp_path / "tp2", tp=2)
@@ -50,6 +51,7 @@ def test_tensor_parallel_2_matches_single_process(model_dir, reference, tmp_path
     check_parity(ranks, reference, tmp_path / "tp2", model_dir)
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_data_parallel_2_matches_single_process(model_dir, reference, tmp_path):
     ranks = torchrun_parity(model_dir, tmp_path / "dp2")
@@ -57,6 +59,7 @@ def test_data_parallel_2_matches_single_process(model_dir, reference, tmp_path):
     check_parity(ranks, reference, tmp_path / "dp2", model_dir)
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_pipeline_parallel_2_matches_single_process(model_dir, reference, tmp_path):
     """Megatron's forward_backward_pipelining_without_interleaving on CPU (one layer per stage)."""

@@ -424,6 +424,7 @@ def test_eval_settings_can_be_overridden_and_the_override_is_recorded(tmp_path, 
 
 # --- end to end (the CI regression of tiny-arith's expected numbers) -----------------------------------
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_areal_reproduce_tiny_arith_trains_on_cpu_and_meets_the_expected_numbers(tmp_path):
     out = tmp_path / "rep"
@@ -450,6 +451,7 @@ def test_areal_reproduce_tiny_arith_trains_on_cpu_and_meets_the_expected_numbers
     assert manifest["started_at"] <= manifest["finished_at"] and manifest["runs"] == {"train": "train"}
 
 
+@pytest.mark.multiproc
 def test_importing_the_command_is_light():
     code = ("import sys, areal_cli.reproduce_cmd; "
             "print(sorted(m for m in ('torch', 'rich', 'huggingface_hub', 'transformers', 'yaml') if m in sys.modules))")

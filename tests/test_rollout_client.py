@@ -333,6 +333,7 @@ def _reference_then_interrupted(server, vocab_size, call):
     return asyncio.run(run())
 
 
+@pytest.mark.multiproc
 def test_resumed_sample_matches_uninterrupted_greedy(server, hf_models):
     V = hf_models[0].config.vocab_size
     sp = SamplingParams(max_new_tokens=120, temperature=0.0, ignore_eos=True)
@@ -345,6 +346,7 @@ def test_resumed_sample_matches_uninterrupted_greedy(server, hf_models):
     assert got.finish_reason == "length" and got.output_versions == [0] * 120
 
 
+@pytest.mark.multiproc
 def test_resumed_group_matches_uninterrupted_greedy_group(server, hf_models):
     """A GRPO group sent as one batched /generate, interrupted mid-way, resumes sample by sample."""
     V = hf_models[0].config.vocab_size
@@ -358,6 +360,7 @@ def test_resumed_group_matches_uninterrupted_greedy_group(server, hf_models):
         assert g.finish_reason == "length" and len(g.output_ids) == 120
 
 
+@pytest.mark.multiproc
 def test_weight_update_mid_generation_labels_versions_and_matches_hf_with_new_weights(server, dirs,
                                                                                        hf_models):
     old, new = hf_models
@@ -398,6 +401,7 @@ def test_weight_update_mid_generation_labels_versions_and_matches_hf_with_new_we
                                           hf_logprobs(new, PROMPT, after.output_ids, 0.0))) <= 1e-4
 
 
+@pytest.mark.multiproc
 def test_embedded_server_rejects_what_the_client_would_not_send(server, hf_models):
     V = hf_models[0].config.vocab_size
 
@@ -414,6 +418,7 @@ def test_embedded_server_rejects_what_the_client_would_not_send(server, hf_model
     assert err.status == 400 and "out of the vocabulary" in err.message
 
 
+@pytest.mark.multiproc
 def test_a_dead_server_is_marked_down_and_its_samples_are_reissued_on_a_live_one(server, hf_models):
     """A server that refuses connections: the first group sent to it is re-issued on the live server (prefix
     empty, full budget), the dead one leaves the rotation (callback once), and control calls skip it."""

@@ -24,6 +24,8 @@ from areal_cli.rollout.server import FLUSH_FAILED, FLUSH_OK, EmbeddedServer
 from helpers.hf_reference import hf_logprobs
 from helpers.servers import spawn_server
 
+pytestmark = pytest.mark.multiproc  # every test here starts processes
+
 torch.set_num_threads(1)
 PROMPTS = [[5, 17, 33], [40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50], [7, 8, 9, 10, 11, 12]]
 

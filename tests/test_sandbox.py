@@ -188,6 +188,7 @@ def test_the_reduced_mode_says_so_and_still_drops_root_and_caps_tasks(reduced_mo
         assert int(out.split()[2]) <= limits.max_procs - 2, out
 
 
+@pytest.mark.multiproc
 def test_as_root_without_a_reachable_interpreter_the_sandbox_refuses_rather_than_run_as_root(monkeypatch):
     """Root, no namespaces, and an interpreter no unprivileged uid can reach: one line saying why and what to
     do, and nothing runs (never a program as the host's root)."""
@@ -206,6 +207,7 @@ def test_as_root_without_a_reachable_interpreter_the_sandbox_refuses_rather_than
     assert not os.path.exists("/tmp/areal-ran-as-root")
 
 
+@pytest.mark.multiproc
 def test_strict_isolation_refuses_the_reduced_mode_and_runs_with_the_full_set(monkeypatch, isolation_info):
     from areal_cli.sandbox import SandboxError
 
@@ -221,6 +223,7 @@ def test_strict_isolation_refuses_the_reduced_mode_and_runs_with_the_full_set(mo
         assert run.isolation["level"] == "full" and run.results[0].stdout == "1\n"
 
 
+@pytest.mark.multiproc
 @pytest.mark.parametrize(
     "name, value, match",
     [
@@ -274,6 +277,7 @@ def test_a_file_in_the_host_temp_dir_cannot_be_read_inside(isolation_info, audit
         marker.unlink()
 
 
+@pytest.mark.multiproc
 @pytest.mark.parametrize("mode", ["auto", "reduced"])
 def test_killing_the_grader_takes_the_sandbox_down_with_it(mode, open_tmp, request):
     """The harness and the program die with the grader (parent-death signals, pid namespace)."""
@@ -592,6 +596,7 @@ def canary_factory(open_tmp, monkeypatch):
     return lambda: make_canary(open_tmp / f"c{next(counter)}", marker)
 
 
+@pytest.mark.multiproc
 @pytest.mark.parametrize("program", ["23_socket_connect.py", "25_dns_and_udp.py"])
 def test_the_network_checks_catch_bytes_that_get_through(program, canary_factory, reduced_mode):
     """With every layer off (no namespaces, no audit hook) the program's bytes reach the grader's own sockets, and
@@ -607,11 +612,13 @@ def test_hostile_suite_has_at_least_30_documented_programs():
         assert header.get("harm") and header.get("check"), f"{path.name}: header needs '# harm:' and '# check:'"
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_hostile_programs_do_no_harm_with_all_layers(canary_factory):
     _run_suite(canary_factory, "auto", audit_hook=True)
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_hostile_programs_do_no_harm_in_the_reduced_mode_of_a_container_that_refuses_namespaces(canary_factory, reduced_mode):
     """No process outlives its test, nothing is written outside its directory, no planted secret is read, no
@@ -620,6 +627,7 @@ def test_hostile_programs_do_no_harm_in_the_reduced_mode_of_a_container_that_ref
     _run_suite(canary_factory, "auto", audit_hook=True)
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_operating_system_layers_alone_contain_hostile_programs(canary_factory, isolation_info):
     if NAMESPACES_ABSENT:  # declared: the reduced-mode suite covers the sandbox; strict grading must refuse here
@@ -631,6 +639,7 @@ def test_operating_system_layers_alone_contain_hostile_programs(canary_factory, 
     _run_suite(canary_factory, "strict", audit_hook=False, only_os_layer=True)
 
 
+@pytest.mark.multiproc
 def test_a_uid_range_over_real_accounts_is_refused(monkeypatch, reduced_mode):
     """A program must never run as a real user (``nobody`` included): such a range is one line, nothing runs."""
     import pwd

@@ -86,6 +86,7 @@ def test_every_flag_is_a_server_arg_of_the_recorded_sglang_server(shared_dir):
     assert len(flags) == 17 and missing == []
 
 
+@pytest.mark.multiproc
 def test_the_test_stand_in_accepts_exactly_these_flags_and_refuses_unknown_ones():
     a = fake_launch_server.parse(build_sglang_command(FULL)[3:])
     assert (a.model_path, a.port, a.tp_size, a.pp_size, a.random_seed, a.skip_tokenizer_init) == \

@@ -24,8 +24,9 @@ def _run(cfg, out: Path, overrides: list[str]) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
-def test_sglang_launch_and_collective_weight_sync_train_exactly_like_the_default(warm_model, tmp_path, monkeypatch):  # noqa: F811
+def test_sglang_launch_and_collective_weight_sync_train_exactly_like_the_default(warm_model, tmp_path, monkeypatch):
     from areal_cli.recipes import load_train_config
 
     monkeypatch.setenv("PYTHONPATH", FAKE_SGLANG + os.pathsep + os.environ.get("PYTHONPATH", ""))  # the servers

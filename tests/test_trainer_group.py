@@ -91,6 +91,7 @@ def test_call_names_are_engine_attributes_or_module_functions():
         run_call(eng, "no_such_module_xyz:f", (), {})
 
 
+@pytest.mark.multiproc
 def test_local_trainer_runs_every_call_in_order_on_one_thread_and_raises_unchanged():
     async def go():
         g = await LocalTrainer.launch({"scale": 2.0}, factory=FAKE)
@@ -111,6 +112,7 @@ def test_local_trainer_runs_every_call_in_order_on_one_thread_and_raises_unchang
 # ------------------------------------------------------------------------------------------ torchrun groups
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_attach_mode_takes_ranks_launched_elsewhere_and_close_stops_them(tmp_path):
     key = tmp_path / "key"
@@ -154,6 +156,7 @@ def masked_nll(n_valid: int, lp, mb):
     return -(lp * mb.loss_mask).sum() / n_valid
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_torchrun_world2_group_matches_the_in_process_trainer_names_failing_ranks_and_leaves_nothing(tmp_path):
     """One world-2 group (data parallel 2) on a tiny model: the same answers as the in-process trainer;

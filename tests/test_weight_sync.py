@@ -142,6 +142,7 @@ def http(server):
         yield c
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_gloo_broadcast_in_buckets_loads_what_a_disk_update_loads(server, http, dirs, tmp_path):
     before = _greedy(http)
@@ -169,6 +170,7 @@ def test_gloo_broadcast_in_buckets_loads_what_a_disk_update_loads(server, http, 
     assert r.status_code == 400 and not r.json()["success"] and "not initialized" in r.json()["message"]
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_refused_bucket_names_the_server_and_the_next_send_works(server, http, dirs):
     new = _perturbed(dirs[0], seed=3)
@@ -189,6 +191,7 @@ def test_refused_bucket_names_the_server_and_the_next_send_works(server, http, d
     assert http.get("/health").status_code == 200
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_server_that_never_receives_gives_an_error_not_a_hang(server, http, dirs):
     """The server lost the group (destroyed behind the sender's back): it refuses at once, the sender stops
@@ -214,6 +217,7 @@ class _FakeEngine:
         return dict(self.state)
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_sync_weights_from_engine_caches_its_sender_and_the_async_helper_pauses(server, http, dirs):
     from areal_cli.rollout.client import RolloutClient
@@ -277,6 +281,7 @@ def test_only_global_rank_zero_sends_but_every_rank_gathers(monkeypatch):
     assert Counting.calls == 1 and not ws._SENDERS
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_server_refuses_bad_group_requests_with_sglang_reply_shape(server, http):
     ok = build_init_weights_update_group_payload("127.0.0.1", 29999, 1, 2, group_name="g", backend="nccl")
@@ -290,6 +295,7 @@ def test_server_refuses_bad_group_requests_with_sglang_reply_shape(server, http)
     assert r.status_code == 400 and r.json()["success"] is False
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_unreachable_server_fails_group_init_at_once_and_the_live_server_keeps_serving(server, http):
     from areal_cli.ports import free_port
