@@ -13,14 +13,7 @@ from click.testing import CliRunner
 
 from areal_cli.catalog_cmd import download, ls
 from areal_cli.recipes import recipe_names
-
-
-def one_line_error(res, *needles):
-    assert res.exit_code == 2, res.output
-    lines = [x for x in res.output.splitlines() if x.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in res.output, res.output
-    for n in needles:
-        assert n in lines[0], (n, lines[0])
+from helpers.one_line import one_line_error
 
 
 def test_ls_shows_every_recipe_with_model_data_gpus_and_headline_numbers():

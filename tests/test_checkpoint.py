@@ -31,6 +31,7 @@ from areal_cli.checkpoint import (
 )
 from areal_cli.cli import main
 from areal_cli.errors import UserError
+from helpers.one_line import assert_one_line
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -100,7 +101,8 @@ def test_a_corrupted_checkpoint_is_named_in_one_line(tmp_path, damage, message):
         (ck / "manifest.json").unlink()
     with pytest.raises(UserError) as e:
         load_checkpoint(tmp_path / "run")
-    assert str(e.value).startswith(str(ck)) and message in str(e.value) and "\n" not in str(e.value)
+    assert str(e.value).startswith(str(ck))
+    assert_one_line(str(e.value), message)
 
 
 def _fake_run_with_checkpoint(tmp_path: Path) -> tuple[Path, Path]:

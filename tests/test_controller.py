@@ -13,6 +13,7 @@ from areal_cli.rollout.episode import EpisodeClient
 from areal_cli.rollout.protocol import SamplingParams, ServerError
 from areal_cli.rollout.staleness import StalenessManager
 from areal_cli.workflows.rlvr import RLVRWorkflow
+from helpers.one_line import assert_one_line
 
 
 class FakeClient:
@@ -231,7 +232,8 @@ def test_a_workflow_that_breaks_the_contract_ends_the_run_in_one_line(result, me
         return str(e.value)
 
     text = asyncio.run(go())
-    assert text.startswith("workflow tests:wf: ") and message in text and "\n" not in text
+    assert text.startswith("workflow tests:wf: ")
+    assert_one_line(text, message)
 
 
 def test_a_starving_trainer_is_told_why_and_what_to_change():

@@ -18,6 +18,7 @@ from areal_cli.errors import UserError
 from areal_cli.eval.datasets import load_datasets
 from areal_cli.eval.grading import Graders
 from areal_cli.eval.runner import run_eval
+from helpers.one_line import assert_one_line
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 DATA = SHARED / "data" / "math"
@@ -172,7 +173,7 @@ def test_different_configuration_is_refused_naming_what_differs(tmp_path, model_
         evaluate(out, gen, temperature=0.7, seed=6)
     msg = str(info.value)
     assert msg.startswith(f"{out / PARTIAL}: an interrupted run with a different configuration")
-    assert "differs in: protocol.temperature, seed" in msg and "\n" not in msg
+    assert_one_line(msg, "differs in: protocol.temperature, seed")
     assert gen.calls == [] and (out / PARTIAL).read_text() == before
 
 

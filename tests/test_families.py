@@ -12,6 +12,7 @@ from safetensors.torch import load_file, save_file
 
 from areal_cli.errors import UserError
 from areal_cli.trainer import hf_mcore
+from helpers.one_line import assert_one_line
 
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 16, "rope_theta": 10000.0}
@@ -142,7 +143,7 @@ def test_an_unsupported_family_or_feature_is_one_line_naming_what_is_supported(m
         (d / "config.json").write_text(json.dumps({**cfg, **change}))
         with pytest.raises(UserError) as e:
             ModelSpec.from_model_dir(d)
-        assert message in str(e.value) and "\n" not in str(e.value)
+        assert_one_line(str(e.value), message)
     from transformers import LlamaConfig
 
     with pytest.raises(hf_mcore.ConversionError, match="attention_bias"):

@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from areal_cli.errors import UserError
+from areal_cli.ports import free_port
 from areal_cli.rollout.client import RolloutClient
 from areal_cli.rollout.fleet import (
     ENV_ADDRS, FleetSpec, ServerDiedError, launch_fleet, parse_server_addrs,
@@ -27,6 +28,7 @@ from areal_cli.rollout.fleet import (
 from areal_cli.rollout.protocol import SamplingParams
 from areal_cli.rollout.sglang_launcher import SGLangServerArgs
 from areal_cli.rollout.watchdog import group_pids
+from helpers.one_line import assert_one_line
 
 pytestmark = pytest.mark.multiproc  # every test here starts processes
 
@@ -184,7 +186,7 @@ def test_bad_specs_raise_one_line_naming_the_field(tmp_path, kw, msg):
     spec = FleetSpec(**{"n_servers": 2, "model_path": model, "run_dir": tmp_path, **kw})
     with pytest.raises(UserError) as ei:
         launch_fleet(spec)
-    assert msg in str(ei.value) and "\n" not in str(ei.value)
+    assert_one_line(str(ei.value), msg)
     assert not (tmp_path / "logs").exists()
 
 
@@ -196,9 +198,7 @@ def test_external_addresses_are_parsed_and_checked(monkeypatch):
     monkeypatch.delenv(ENV_ADDRS, raising=False)
     with pytest.raises(UserError, match=f"{ENV_ADDRS}: not set"):
         launch_fleet(FleetSpec(engine="external", n_servers=0))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dead = s.getsockname()[1]  # nothing listens there
+    dead = free_port()  # nothing listens there
     with pytest.raises(UserError, match=rf"http://127.0.0.1:{dead}: /model_info did not answer 200 within"):
         launch_fleet(FleetSpec(engine="external", n_servers=1, urls=[f"127.0.0.1:{dead}"], startup_timeout_s=0.5))
 

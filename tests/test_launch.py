@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from areal_cli.launch.setup import plan_for_config
 from areal_cli.launch.slurm import sbatch_text, write_slurm_files
 from areal_cli.launch_cmd import launch
 from areal_cli.placement import parse_allocation, place
+from areal_cli.ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = Path(__file__).resolve().parent / "launch_scripts"
@@ -150,12 +150,6 @@ def test_launch_node_without_host_names_or_node_rank_is_one_line(tmp_path, monke
 
 
 # --- loopback: two nodes on 127.0.0.1 ------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def loopback_plan(tmp_path: Path, allocation: str, model: Path | None) -> tuple[Path, Path, int]:

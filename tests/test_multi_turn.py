@@ -38,6 +38,7 @@ from areal_cli.workflows.multi_turn import (
 
 from helpers.scripted import Rewards, ScriptedEngine, episode_client, ids_of, item_of
 from helpers.servers import spawn_server, wait_generating
+from helpers.one_line import assert_one_line
 
 torch.set_num_threads(1)
 SPEC = "areal_cli.workflows.multi_turn:MultiTurnWorkflow"
@@ -313,7 +314,7 @@ def test_a_group_holds_every_conversations_turns_and_evaluation_gets_one_sample_
 def test_bad_workflow_args_are_one_line_errors(args, match):
     with pytest.raises(UserError, match=match) as e:
         make_workflow(SPEC, args)
-    assert "\n" not in str(e.value)
+    assert_one_line(str(e.value))
 
 
 @pytest.mark.multiproc

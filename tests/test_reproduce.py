@@ -33,17 +33,9 @@ from areal_cli.reproduce import (
 )
 from areal_cli.reproduce_cmd import reproduce as reproduce_cmd
 from helpers.consoles import quiet_console, text_of
+from helpers.one_line import assert_one_line, one_line_error
 
 SNAPSHOT = "0123456789abcdef0123456789abcdef01234567"
-
-
-def one_line_error(res, *needles):
-    assert res.exit_code == 2, res.output
-    lines = [x for x in res.output.splitlines() if x.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in res.output, res.output
-    for n in needles:
-        assert n in lines[0], (n, lines[0])
-    return lines[0]
 
 
 # --- plan --------------------------------------------------------------------------------------------
@@ -326,7 +318,7 @@ def test_a_corrupted_checkpoint_is_refused_in_one_line(tmp_path, damage, needle)
             {"weight_map": {"w": "model.safetensors", "v": "model-00002-of-00002.safetensors"}}))
     with pytest.raises(UserError) as e:
         check_checkpoint(ck)
-    assert needle in str(e.value) and "\n" not in str(e.value)
+    assert_one_line(str(e.value), needle)
     res = CliRunner().invoke(reproduce_cmd, ["boba2-8b-code", "--eval-only", "--model", str(ck),
                                              "--out", str(tmp_path / "o")])
     one_line_error(res, needle)

@@ -26,9 +26,11 @@ from pathlib import Path
 
 import pytest
 
+from areal_cli.ports import free_port
 from areal_cli.reward.code_grader import judge_run
 from areal_cli.sandbox import Limits, SandboxRun, network_isolation, run_python, run_tests
 from areal_cli.sandbox.limits import MiB
+from helpers.one_line import assert_one_line
 
 HOSTILE_DIR = Path(__file__).resolve().parent / "hostile"
 HOSTILE = sorted(HOSTILE_DIR.glob("[0-9][0-9]_*.py"))
@@ -203,7 +205,7 @@ def test_as_root_without_a_reachable_interpreter_the_sandbox_refuses_rather_than
     with pytest.raises(SandboxError) as err:
         run_tests("open('/tmp/areal-ran-as-root', 'w')", [""], limits=FAST)
     message = str(err.value)
-    assert "\n" not in message and "/opt/private is mode 700" in message and "AREAL_SANDBOX_PYTHON" in message
+    assert_one_line(message, "/opt/private is mode 700", "AREAL_SANDBOX_PYTHON")
     assert not os.path.exists("/tmp/areal-ran-as-root")
 
 
@@ -240,7 +242,7 @@ def test_malformed_sandbox_settings_are_one_line_errors(monkeypatch, name, value
     monkeypatch.setenv(name, value)
     with pytest.raises(SandboxError, match=match) as err:
         run_tests("print(1)", [""], limits=FAST)
-    assert "\n" not in str(err.value) and name in str(err.value)
+    assert_one_line(str(err.value), name)
 
 
 def test_the_uid_comes_from_the_configured_range(monkeypatch, reduced_mode):
@@ -427,12 +429,6 @@ class Sink:
         return self.received
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def make_canary(base: Path, env_marker: str) -> Canary:
     """A world-readable, world-writable directory with a victim file and a secret file (random name)."""
     d = base / "canary"
@@ -446,7 +442,7 @@ def make_canary(base: Path, env_marker: str) -> Canary:
     secret = d / f"secret_{secrets.token_hex(6)}.txt"
     secret.write_text(secret_text + "\n")
     os.chmod(secret, 0o644)
-    c = Canary(d, victim, secret, secret_text, secrets.token_hex(6), _free_port(), env_marker, {}, Sink())
+    c = Canary(d, victim, secret, secret_text, secrets.token_hex(6), free_port(), env_marker, {}, Sink())
     c.before = c.snapshot()
     return c
 
@@ -650,4 +646,4 @@ def test_a_uid_range_over_real_accounts_is_refused(monkeypatch, reduced_mode):
     monkeypatch.setenv("AREAL_SANDBOX_UID_RANGE", f"{uid}-{uid}")
     with pytest.raises(SandboxError, match="belong to accounts of this machine") as err:
         run_tests("print(1)", [""], limits=FAST)
-    assert "\n" not in str(err.value)
+    assert_one_line(str(err.value))

@@ -15,6 +15,7 @@ from areal_cli.errors import UserError
 from areal_cli.rollout.sglang_launcher import (
     SGLangServerArgs, build_sglang_command, for_server, sglang_args_from_config,
 )
+from helpers.one_line import assert_one_line
 
 FAKE = Path(__file__).resolve().parent / "fake_sglang"
 
@@ -119,7 +120,7 @@ def test_bad_values_raise_one_line_naming_the_field(field, value, msg):
 
     with pytest.raises(UserError) as ei:
         build_sglang_command(replace(FULL, **{field: value}))
-    assert msg in str(ei.value) and "\n" not in str(ei.value)
+    assert_one_line(str(ei.value), msg)
 
 
 def test_recipe_helper_sets_context_length_and_per_server_seed():
