@@ -124,6 +124,7 @@ def interrupt(evaluate, out, model_dir, data_dir, after=8):
     return saved_keys(out)
 
 
+@pytest.mark.multiproc
 def test_uninterrupted_run_has_greedy_pass_and_records_the_protocol(reference):
     res = reference.results
     # 5 problems x (1 greedy + 4 samples), each generated once
@@ -137,6 +138,7 @@ def test_uninterrupted_run_has_greedy_pass_and_records_the_protocol(reference):
     assert not (reference.out / PARTIAL).exists()
 
 
+@pytest.mark.multiproc
 def test_interrupted_run_resumes_without_regenerating_and_matches_uninterrupted(tmp_path, model_dir, data_dir,
                                                                                reference, evaluate):
     out = tmp_path / "out"
@@ -152,6 +154,7 @@ def test_interrupted_run_resumes_without_regenerating_and_matches_uninterrupted(
     assert not (out / PARTIAL).exists()
 
 
+@pytest.mark.multiproc
 def test_torn_last_line_is_dropped_and_that_sample_generated_again(tmp_path, model_dir, data_dir, reference,
                                                                   evaluate):
     out = tmp_path / "out"
@@ -164,6 +167,7 @@ def test_torn_last_line_is_dropped_and_that_sample_generated_again(tmp_path, mod
     assert metrics_of(res) == metrics_of(reference.results)
 
 
+@pytest.mark.multiproc
 def test_different_configuration_is_refused_naming_what_differs(tmp_path, model_dir, data_dir, evaluate):
     out = tmp_path / "out"
     interrupt(evaluate, out, model_dir, data_dir)
@@ -177,6 +181,7 @@ def test_different_configuration_is_refused_naming_what_differs(tmp_path, model_
     assert gen.calls == [] and (out / PARTIAL).read_text() == before
 
 
+@pytest.mark.multiproc
 def test_damaged_resume_file_is_reported_with_file_and_line(tmp_path, model_dir, data_dir, evaluate):
     out = tmp_path / "out"
     interrupt(evaluate, out, model_dir, data_dir)
@@ -187,6 +192,7 @@ def test_damaged_resume_file_is_reported_with_file_and_line(tmp_path, model_dir,
         evaluate(out, FakeGenerator(model_dir, data_dir))
 
 
+@pytest.mark.multiproc
 def test_finished_run_is_refused(reference, model_dir, data_dir, evaluate):
     gen = FakeGenerator(model_dir, data_dir)
     with pytest.raises(UserError, match="already holds results.json; choose another --out"):

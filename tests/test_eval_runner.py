@@ -135,6 +135,7 @@ class ScriptedGenerator:
         pass
 
 
+@pytest.mark.multiproc
 def test_code_benchmark_is_generated_then_graded_by_running_its_tests(tmp_path, tiny_dir):
     from transformers import AutoTokenizer
 

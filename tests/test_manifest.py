@@ -19,6 +19,7 @@ from areal_cli.recipes import load_recipe
 SNAPSHOT = "0123456789abcdef0123456789abcdef01234567"
 
 
+@pytest.mark.multiproc
 def test_manifest_records_recipe_hash_revisions_versions_git_hardware_and_times(tmp_path):
     recipe = load_recipe("boba2-14b-code")
     snap = tmp_path / "models--inclusionAI--AReaL-boba-2-14B" / "snapshots" / SNAPSHOT
@@ -82,6 +83,7 @@ def fake_nvidia_smi(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
 
 
+@pytest.mark.multiproc
 def test_gpus_come_from_nvidia_smi_and_respect_cuda_visible_devices(tmp_path, monkeypatch):
     fake_nvidia_smi(tmp_path, monkeypatch)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)

@@ -363,6 +363,7 @@ CODE_RESULTS = {  # fractions, as areal eval writes them
 }
 
 
+@pytest.mark.multiproc
 def test_eval_only_downloads_the_checkpoint_evaluates_each_benchmark_and_reports_a_regression(tmp_path, monkeypatch):
     fake, downloads = stand_ins(tmp_path, monkeypatch, CODE_RESULTS)
     out, data = tmp_path / "o", tmp_path / "data"
@@ -392,6 +393,7 @@ def test_eval_only_downloads_the_checkpoint_evaluates_each_benchmark_and_reports
     assert manifest["status"] == "failed" and manifest["command"][:2] == ["areal", "reproduce"]
 
 
+@pytest.mark.multiproc
 def test_eval_only_of_the_base_model_checks_the_base_rows_and_passes(tmp_path, monkeypatch):
     results = {"aime24": {"pass@1": 0.55, "n_problems": 30, "n_samples": 32},
                "aime25": {"pass@1": 0.40, "n_problems": 30, "n_samples": 32}}
@@ -405,6 +407,7 @@ def test_eval_only_of_the_base_model_checks_the_base_rows_and_passes(tmp_path, m
     assert outcome.exit_code == 0
 
 
+@pytest.mark.multiproc
 def test_eval_settings_can_be_overridden_and_the_override_is_recorded(tmp_path, monkeypatch):
     fake, _ = stand_ins(tmp_path, monkeypatch, CODE_RESULTS)
     out = tmp_path / "o"
@@ -451,6 +454,7 @@ def test_importing_the_command_is_light():
     assert out.strip() == "[]"
 
 
+@pytest.mark.multiproc
 def test_a_failed_training_start_leaves_no_trace_and_a_failed_run_is_recorded(tmp_path, monkeypatch):
     import areal_cli.train_loop as tl
 

@@ -259,6 +259,7 @@ def test_mini_math_prompts_are_used_verbatim_with_r1_bos(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------- code-rl
+@pytest.mark.multiproc
 def test_every_mini_code_reference_solution_passes_and_a_wrong_one_fails():
     from areal_cli.tasks import code_rl
 
@@ -273,6 +274,7 @@ def test_every_mini_code_reference_solution_passes_and_a_wrong_one_fails():
     assert code_rl.reward(prompt, wrong, [1], [2], **reward_kwargs(recs[0])) == 0.0
 
 
+@pytest.mark.multiproc
 def test_code_rl_honours_a_tolerance_its_statement_declares():
     """The reward reads the tolerance from the prompt, as areal eval's loaders read it from the statement."""
     from areal_cli.tasks import code_rl

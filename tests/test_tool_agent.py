@@ -22,6 +22,8 @@ from areal_cli.api.types import Item
 
 from helpers.scripted import Scripted, episode, text_ids
 
+pytestmark = pytest.mark.multiproc  # every test here starts processes
+
 
 @pytest.fixture(scope="module")
 def tok(tmp_path_factory):
@@ -75,7 +77,6 @@ def test_a_tool_call_runs_in_the_sandbox_and_its_output_is_masked(tok):
     assert a.output_ids == outputs[0] and a.reward == 1.0 and b.reward == 1.0  # turn_discount 1
 
 
-@pytest.mark.multiproc
 def test_hostile_tool_calls_are_contained_and_answered_with_an_error(tok, tmp_path):
     eos = tok.eos_token_id
     target = tmp_path / f"pwned-{uuid.uuid4().hex}.txt"
