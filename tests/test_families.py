@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from areal_cli.errors import UserError
 from areal_cli.trainer import hf_mcore
 from helpers.one_line import assert_one_line
+from helpers.perturbed_models import make_model_dir
 
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 16, "rope_theta": 10000.0}
@@ -23,19 +24,11 @@ CASES = {
     "llama3-tied": dict(family="llama", tie_word_embeddings=True, rope_parameters=LLAMA3_ROPE),
     "llama": dict(family="llama"),
 }
-CORPUS = ["12+34=46", "the answer is 7", "compute the sum of the digits", "hello world"] * 4
 
 
 def make_family_model(path: Path, seed: int = 0, **kw) -> Path:
     """Tiny model of a family with every weight perturbed (biases and norms far from their init)."""
-    from areal_cli.models.tiny import build_tiny_model
-
-    build_tiny_model(path, seed=seed, corpus=CORPUS, vocab_size=301, intermediate_size=256, **kw)
-    sd = load_file(str(path / "model.safetensors"))
-    g = torch.Generator().manual_seed(seed + 1)
-    sd = {k: (v + 0.05 * torch.randn(v.shape, generator=g)).contiguous() for k, v in sorted(sd.items())}
-    save_file(sd, str(path / "model.safetensors"), metadata={"format": "pt"})
-    return path
+    return make_model_dir(path, seed=seed, vocab_size=301, **kw)
 
 
 @pytest.fixture(scope="module")

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
 
 from areal_cli.errors import UserError
 from areal_cli.trainer import hf_mcore
 from areal_cli.trainer import parallel_shard as psh
 from areal_cli.trainer.collectives import dp_row_ranges
 from areal_cli.trainer.megatron_engine import MegatronEngine
+from helpers.perturbed_models import perturb_weights
 from helpers.torchrun_parity import check_parity, load_parity_script, torchrun_parity
 
 @pytest.fixture(scope="module")
@@ -30,11 +30,7 @@ def model_dir(tmp_path_factory) -> Path:
 
     d = tmp_path_factory.mktemp("parallel_model")
     build_tiny_model(d, vocab_size=301, intermediate_size=256)
-    sd = load_file(str(d / "model.safetensors"))
-    g = torch.Generator().manual_seed(1)
-    sd = {k: (v + 0.05 * torch.randn(v.shape, generator=g)).contiguous() for k, v in sorted(sd.items())}
-    save_file(sd, str(d / "model.safetensors"), metadata={"format": "pt"})
-    return d
+    return perturb_weights(d, 1)
 
 
 @pytest.fixture(scope="module")
