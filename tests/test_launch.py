@@ -23,24 +23,15 @@ from areal_cli.launch.slurm import sbatch_text, write_slurm_files
 from areal_cli.launch_cmd import launch
 from areal_cli.placement import parse_allocation, place
 from areal_cli.ports import free_port
+from helpers.one_line import last_error_line
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = Path(__file__).resolve().parent / "launch_scripts"
 
 
-def one_line_error(res, code, *needles):
-    assert res.exit_code == code, res.output
-    lines = [x for x in res.output.splitlines() if x.strip()]
-    assert lines and lines[-1].startswith("error: ") and "Traceback" not in res.output, res.output
-    for n in needles:
-        assert n in lines[-1], (n, lines[-1])
-    return lines[-1]
-
-
 # --- files ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.multiproc
 def test_sbatch_script_runs_one_launch_node_task_per_node_with_slurm_host_names(tmp_path):
     plan = plan_for_config("tiny-arith", nodes=2, gpus_per_node=8, run_dir=tmp_path / "run",
                            allocation="sglang.d4m2p1+d2m2p2", model_path=tmp_path,
@@ -72,7 +63,6 @@ def test_sbatch_script_runs_one_launch_node_task_per_node_with_slurm_host_names(
         "--master-addr", "gpu-b", "--master-port", "29500", "--max-restarts", "0", "-m", "areal_cli.trainer.worker"]
 
 
-@pytest.mark.multiproc
 def test_trainer_ranks_spanning_two_nodes_get_one_torchrun_per_node_in_rank_order(tmp_path):
     # servers: GPUs 0-3 of node 0; ranks 0-3 on node 0 (GPUs 4-7), ranks 4-11 on node 1
     p = place(parse_allocation("sglang.d2m2+d2m2p3"), nodes=2, gpus_per_node=8)
@@ -110,18 +100,18 @@ def test_launch_slurm_writes_the_files_and_submit_without_sbatch_is_one_line(tmp
     (tmp_path / "config.json").write_text("{}")  # stands for the model directory on the shared filesystem
     res = CliRunner().invoke(launch, ["slurm", "tiny-arith", "--nodes", "2", "--gpus-per-node", "0", "--out", str(out),
                                       "--allocation", "embedded.d2+d2", "--model", str(tmp_path), "--submit"])
-    one_line_error(res, 2, "sbatch: not found on PATH", str(out / "launch" / "job.sbatch"))
+    last_error_line(res, 2, "sbatch: not found on PATH", str(out / "launch" / "job.sbatch"))
     assert (out / "launch" / "plan.json").is_file() and (out / "launch" / "job.sbatch").is_file()
     assert "node 1: servers 1; trainer ranks 1" in res.output
     res = CliRunner().invoke(launch, ["slurm", "tiny-arith", "--nodes", "2", "--gpus-per-node", "0", "--out", str(out),
                                       "--allocation", "embedded.d2+d2", "--model", str(tmp_path)])
-    one_line_error(res, 2, "already holds a launch plan")
+    last_error_line(res, 2, "already holds a launch plan")
     res = CliRunner().invoke(launch, ["slurm", "tiny-arith", "--nodes", "2", "--gpus-per-node", "0", "--out",
                                       str(tmp_path / "run2"), "--allocation", "embedded.d2+d2", "--model", str(out)])
-    one_line_error(res, 2, "not a model directory")
+    last_error_line(res, 2, "not a model directory")
     res = CliRunner().invoke(launch, ["slurm", "tiny-arith", "--nodes", "2", "--gpus-per-node", "0", "--out",
                                       "/proc/nope", "--allocation", "embedded.d2+d2", "--model", str(tmp_path)])
-    one_line_error(res, 2, "cannot write the launch files")
+    last_error_line(res, 2, "cannot write the launch files")
 
 
 @pytest.mark.parametrize("args, needles", [
@@ -133,7 +123,7 @@ def test_launch_slurm_writes_the_files_and_submit_without_sbatch_is_one_line(tmp
 ])
 def test_launch_slurm_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, needles):
     out = tmp_path / "run"
-    one_line_error(CliRunner().invoke(launch, ["slurm", "tiny-arith", "--out", str(out), *args]), 2, *needles)
+    last_error_line(CliRunner().invoke(launch, ["slurm", "tiny-arith", "--out", str(out), *args]), 2, *needles)
     assert not out.exists()
 
 
@@ -141,11 +131,11 @@ def test_launch_node_without_host_names_or_node_rank_is_one_line(tmp_path, monke
     monkeypatch.delenv("SLURM_NODEID", raising=False)
     plan = build_plan(place(parse_allocation("d2"), nodes=2, gpus_per_node=0), tmp_path, controller_cmd=["true"])
     path = write_plan(plan)
-    one_line_error(CliRunner().invoke(launch, ["node", "--plan", str(path), "--hosts", "a,b"]), 2,
+    last_error_line(CliRunner().invoke(launch, ["node", "--plan", str(path), "--hosts", "a,b"]), 2,
                    "node rank unknown", "SLURM_NODEID")
-    one_line_error(CliRunner().invoke(launch, ["node", "--plan", str(path), "--node-rank", "1"]), 2,
+    last_error_line(CliRunner().invoke(launch, ["node", "--plan", str(path), "--node-rank", "1"]), 2,
                    "host names unknown for 2 nodes")
-    one_line_error(CliRunner().invoke(launch, ["node", "--plan", str(path), "--node-rank", "2", "--hosts", "a,b"]), 2,
+    last_error_line(CliRunner().invoke(launch, ["node", "--plan", str(path), "--node-rank", "2", "--hosts", "a,b"]), 2,
                    "node rank 2 out of range")
 
 

@@ -240,7 +240,6 @@ def test_strict_isolation_refuses_the_reduced_mode_and_runs_with_the_full_set(mo
         assert run.isolation["level"] == "full" and run.results[0].stdout == "1\n"
 
 
-@pytest.mark.multiproc
 @pytest.mark.parametrize(
     "name, value, match",
     [

@@ -91,7 +91,6 @@ def test_call_names_are_engine_attributes_or_module_functions():
         run_call(eng, "no_such_module_xyz:f", (), {})
 
 
-@pytest.mark.multiproc
 def test_local_trainer_runs_every_call_in_order_on_one_thread_and_raises_unchanged():
     async def go():
         g = await LocalTrainer.launch({"scale": 2.0}, factory=FAKE)

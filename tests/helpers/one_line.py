@@ -27,3 +27,15 @@ def cli_error_line(exit_code: int, output: str, *needles: str, code: int = 2) ->
 def one_line_error(res, *needles: str, code: int = 2) -> str:
     """``cli_error_line`` of a click ``CliRunner`` result."""
     return cli_error_line(res.exit_code, res.output, *needles, code=code)
+
+
+def last_error_line(res, code: int, *needles: str) -> str:
+    """Like ``one_line_error`` for a command that may print its plan first: a click ``CliRunner`` result that
+    exited with ``code`` and whose last non-blank line is ``error: ...`` with every needle in it, with no
+    traceback anywhere in the output; returns that line."""
+    assert res.exit_code == code, res.output
+    lines = [x for x in res.output.splitlines() if x.strip()]
+    assert lines and lines[-1].startswith("error: ") and "Traceback" not in res.output, res.output
+    for n in needles:
+        assert n in lines[-1], (n, lines[-1])
+    return lines[-1]
