@@ -167,6 +167,7 @@ def test_results_table_markdown_and_plot(tmp_path):
 # ------------------------------------------------------------------------------------------------ end to end
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_command_runs_a_tiny_grid_into_table_json_and_plot(tmp_path):
     cpus = sorted(os.sched_getaffinity(0))

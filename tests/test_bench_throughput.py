@@ -345,6 +345,7 @@ def test_noninterruptible_update_lets_in_flight_samples_finish_with_old_weights(
 # ------------------------------------------------------------------------------------------------ end to end
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_bench_command_writes_results_and_plots(tmp_path):
     cpus = sorted(os.sched_getaffinity(0))

@@ -85,6 +85,7 @@ def tiny_models(tmp_path_factory) -> dict[str, Path]:
     return out
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 @pytest.mark.parametrize("name", RL_GPU)
 def test_each_gpu_recipe_runs_two_steps_of_its_own_task_through_the_sglang_path(name, tiny_models, tmp_path,
@@ -112,6 +113,7 @@ def test_each_gpu_recipe_runs_two_steps_of_its_own_task_through_the_sglang_path(
     assert "fake sglang" in log and f"dtype={cfg.sglang_dtype}" in log and "schedule_policy=lpm" in log
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_the_sft_recipe_runs_two_steps_of_its_sft_job(tiny_models, tmp_path):
     from areal_cli.sft_job import run_sft_job
@@ -155,6 +157,7 @@ def test_reproduce_without_the_gpus_is_one_line_exit_2(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_reproduce_retrain_of_a_gpu_recipe_downloads_trains_evaluates_and_compares(tiny_models, tmp_path,
                                                                                    monkeypatch):

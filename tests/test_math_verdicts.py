@@ -216,6 +216,7 @@ def test_the_problem_reaches_pool_workers_and_regrades():
         assert res.value == ("y^2+5y+6", False)
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_eval_grading_passes_the_problem():
     from types import SimpleNamespace

@@ -435,6 +435,7 @@ def test_locked_recipe_loads_with_the_multi_turn_workflow():
 STEPS = 20
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_multi_turn_recipe_learns_first_try_and_within_max_turns_vs_single_turn(tmp_path):
     """Both recipes trained for the same number of RL steps (seed 1, eta 4), then the warm-start and final weights
@@ -491,6 +492,7 @@ def test_boba2_math_multiturn_recipe_maps_onto_the_agent_with_an_identity_traine
 MINI_MATH = Path(__file__).resolve().parents[1] / "recipes" / "data" / "boba-106k-mini.jsonl"
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_boba2_math_multiturn_recipe_runs_two_steps_through_the_sglang_path(tmp_path, monkeypatch):
     """The GPU recipe's mapped config shrunk to one fake SGLang server and a tiny R1-template model: five-turn

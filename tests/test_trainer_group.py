@@ -221,6 +221,7 @@ def test_torchrun_world2_group_matches_the_in_process_trainer_names_failing_rank
 # Needs the SPMD engine (every rank gets the full batch, the engine splits it over data-parallel ranks and sums
 # the gradients): with an engine that trains every rank on the whole batch, gradients come out doubled.
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_areal_train_with_data_or_tensor_parallel_2_matches_the_single_process_run_step_by_step(warm_model, tmp_path):
     from areal_cli.config import apply_overrides
