@@ -1,5 +1,17 @@
-"""Shared test settings: one torch thread per process (the machines are 2 shared cores); the sandbox's reduced
-mode as a container that refuses namespaces runs it."""
+"""Shared test settings and fixtures.
+
+Settings: one torch thread per process (the machines are 2 shared cores). Every test runs under the default
+per-test timeout of pyproject.toml's ``[tool.pytest.ini_options] timeout = 900`` (pytest-timeout): a hung test
+fails after 15 minutes instead of hanging CI; a test that needs longer says so with ``@pytest.mark.timeout(n)``.
+
+Markers (registered in pyproject.toml): ``slow`` (learning runs, long multi-process runs) and ``multiproc``
+(tests that start processes: servers, torchrun, CLI subprocesses). The fast part is
+``pytest -m "not slow and not multiproc"``; CI runs everything.
+
+Fixtures: ``shared_dir`` (../shared), ``dirs`` (the tiny model pair of the rollout tests, one per module),
+``warm_model`` (the tiny recipe's model after a short warm start, one per module), ``reduced_mode`` (the sandbox
+as a container that refuses namespaces runs it). Helpers that are not fixtures live in ``tests/helpers/``.
+"""
 
 import os
 import sys
@@ -23,6 +35,22 @@ def shared_dir() -> Path:
     if not SHARED.is_dir():
         pytest.fail(f"{SHARED} not found: tests need ../shared beside the repository")
     return SHARED
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory) -> tuple[Path, Path]:
+    """(tiny model, same model with perturbed weights): built once per session, see helpers.tiny_models."""
+    from helpers.tiny_models import tiny_dirs
+
+    return tiny_dirs(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def warm_model(tmp_path_factory) -> Path:
+    """The tiny recipe's model after 30 warm-start (SFT stage) steps: rewards are neither all 0 nor all 1."""
+    from helpers.warm_model import build_warm_model
+
+    return build_warm_model(tmp_path_factory.mktemp("warm"))
 
 
 def reachable_python() -> str | None:

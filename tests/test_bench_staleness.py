@@ -68,6 +68,7 @@ def test_custom_variants_and_the_plan():
     assert st.default_scenario().n_runs == 2 * (1 + 5 * 3)
 
 
+@pytest.mark.multiproc
 def test_command_module_imports_only_click_and_stdlib_and_is_registered():
     import subprocess
     import sys
@@ -166,6 +167,7 @@ def test_results_table_markdown_and_plot(tmp_path):
 # ------------------------------------------------------------------------------------------------ end to end
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_command_runs_a_tiny_grid_into_table_json_and_plot(tmp_path):
     cpus = sorted(os.sched_getaffinity(0))

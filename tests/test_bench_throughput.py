@@ -252,6 +252,7 @@ def test_results_json_schema_plots_and_table(tmp_path):
     assert "1.86x" in text and "effective training throughput" in text
 
 
+@pytest.mark.multiproc
 def test_command_module_imports_only_click_and_stdlib():
     code = ("import sys; import areal_cli.bench.throughput_cmd as m; "
             "print(sorted(x for x in ('torch', 'numpy', 'yaml', 'rich', 'matplotlib', 'transformers', 'httpx') "
@@ -314,6 +315,7 @@ def test_client_records_generation_activity_and_update_windows(interruptible):
         assert update["abort_all_requests"] is False
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_noninterruptible_update_lets_in_flight_samples_finish_with_old_weights(tmp_path):
     from areal_cli.models.tiny import build_tiny_model
@@ -343,6 +345,7 @@ def test_noninterruptible_update_lets_in_flight_samples_finish_with_old_weights(
 # ------------------------------------------------------------------------------------------------ end to end
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_bench_command_writes_results_and_plots(tmp_path):
     cpus = sorted(os.sched_getaffinity(0))

@@ -8,18 +8,12 @@ import subprocess
 import sys
 
 import huggingface_hub
+import pytest
 from click.testing import CliRunner
 
 from areal_cli.catalog_cmd import download, ls
 from areal_cli.recipes import recipe_names
-
-
-def one_line_error(res, *needles):
-    assert res.exit_code == 2, res.output
-    lines = [x for x in res.output.splitlines() if x.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in res.output, res.output
-    for n in needles:
-        assert n in lines[0], (n, lines[0])
+from helpers.one_line import one_line_error
 
 
 def test_ls_shows_every_recipe_with_model_data_gpus_and_headline_numbers():
@@ -72,6 +66,7 @@ def test_download_prints_where_each_part_went(tmp_path, monkeypatch):
     assert res.exit_code == 0 and "nothing to download" in res.output
 
 
+@pytest.mark.multiproc
 def test_importing_the_commands_is_light():
     code = ("import sys, areal_cli.catalog_cmd; "
             "bad = [m for m in ('huggingface_hub', 'rich', 'torch', 'transformers') if m in sys.modules]; "

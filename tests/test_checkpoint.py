@@ -31,6 +31,7 @@ from areal_cli.checkpoint import (
 )
 from areal_cli.cli import main
 from areal_cli.errors import UserError
+from helpers.one_line import assert_one_line
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -100,7 +101,8 @@ def test_a_corrupted_checkpoint_is_named_in_one_line(tmp_path, damage, message):
         (ck / "manifest.json").unlink()
     with pytest.raises(UserError) as e:
         load_checkpoint(tmp_path / "run")
-    assert str(e.value).startswith(str(ck)) and message in str(e.value) and "\n" not in str(e.value)
+    assert str(e.value).startswith(str(ck))
+    assert_one_line(str(e.value), message)
 
 
 def _fake_run_with_checkpoint(tmp_path: Path) -> tuple[Path, Path]:
@@ -189,30 +191,6 @@ SYNC = ["-o", "max_head_offpolicyness=0", "-o", "temperature=0", "-o", "adv_norm
 ASYNC = ["-o", "max_head_offpolicyness=2", "-o", "group_size=2"]
 
 
-@pytest.fixture(scope="module")
-def warm_model(tmp_path_factory) -> Path:
-    """The tiny recipe's model after 30 warm-start (SFT stage) steps: rewards are neither all 0 nor all 1."""
-    from areal_cli.recipes import load_train_config
-    from areal_cli.models.tiny import build_tiny_model, load_tokenizer
-    from areal_cli.sft import SftConfig, SftStage
-    from areal_cli.tasks.task import Task
-    from areal_cli.trainer.megatron_engine import MegatronEngine
-
-    cfg, _ = load_train_config("tiny-arith")
-    task = Task(cfg)
-    d = tmp_path_factory.mktemp("warm")
-    base = build_tiny_model(d / "base", seed=cfg.seed, corpus=task.tokenizer_corpus())
-    tok = load_tokenizer(base)
-    task.bind(tok)
-    eng = MegatronEngine(base, lr=cfg.sft_lr, seed=cfg.seed)
-    exs = [(item.prompt_ids, tok.encode(t, add_special_tokens=False) + [tok.eos_token_id])
-           for item, t in task.sft_examples(cfg.sft_n_examples)]
-    stage = SftStage(eng, exs, SftConfig.from_train_config(cfg), pad_id=tok.pad_token_id)
-    for _ in range(30):
-        stage.step()
-    return eng.save_hf(d / "warm")
-
-
 def _start(out: Path, model: Path, extra: list[str], resume: bool = False) -> subprocess.Popen:
     args = ["train", "--resume", str(out)] if resume else ["train", "--out", str(out), *COMMON,
                                                          "-o", f"model_path={model}", *extra]
@@ -289,6 +267,7 @@ class Observed(RLVRWorkflow):
 """
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_the_resumed_async_run_first_issues_the_checkpoints_pending_prompts(runs):
     """Observed on the workflow side, not computed from the same state: the first training episodes the resumed
@@ -316,6 +295,7 @@ def test_the_resumed_async_run_first_issues_the_checkpoints_pending_prompts(runs
     assert before[:next_index] == ids[:len(before[:next_index])]  # the first process drew the stream in order
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_kill9_then_resume_trains_every_step_once_with_the_uninterrupted_runs_numbers(runs, warm_model):
     full, resumed = _steps(runs["sync_full"]), _steps(runs["sync_killed"])
@@ -345,6 +325,7 @@ def test_kill9_then_resume_trains_every_step_once_with_the_uninterrupted_runs_nu
     assert max_diff < 1e-4 and moved > 100 * max_diff  # RL really changed the weights, identically
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_kill9_then_resume_of_an_async_run_restores_the_staleness_capacity(runs):
     rows = _steps(runs["async_killed"])

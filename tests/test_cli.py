@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from areal_cli.cli import main
 from areal_cli.config import TrainConfig, apply_overrides
 from areal_cli.recipes import load_train_config
+from helpers.one_line import cli_error_line
 
 
 def run(args):
@@ -18,15 +19,7 @@ def run(args):
     return res.exit_code, res.output
 
 
-def assert_one_line_error(code, out, *needles):
-    assert code == 2, out
-    lines = [line for line in out.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), out
-    assert "Traceback" not in out
-    for n in needles:
-        assert n in lines[0], (n, lines[0])
-
-
+@pytest.mark.multiproc
 def test_help_does_not_import_torch():
     code = (
         "import sys; from click.testing import CliRunner; from areal_cli.cli import main; "
@@ -39,7 +32,7 @@ def test_help_does_not_import_torch():
 
 
 def test_unknown_recipe(tmp_path):
-    assert_one_line_error(*run(["train", "no-such-recipe", "--out", str(tmp_path / "o")]),
+    cli_error_line(*run(["train", "no-such-recipe", "--out", str(tmp_path / "o")]),
                           "unknown recipe 'no-such-recipe'", "tiny-arith")
     assert not (tmp_path / "o").exists()
 
@@ -55,25 +48,25 @@ def test_unknown_recipe(tmp_path):
     ],
 )
 def test_invalid_override(tmp_path, override, needles):
-    assert_one_line_error(*run(["train", "--out", str(tmp_path / "o"), "-o", override]), *needles)
+    cli_error_line(*run(["train", "--out", str(tmp_path / "o"), "-o", override]), *needles)
     assert not (tmp_path / "o").exists()
 
 
 def test_recipe_errors_name_file_and_line(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("recipe: x\nbatch_size: 4\nbogus: 1\n")
-    assert_one_line_error(*run(["train", str(bad), "--out", str(tmp_path / "o")]), f"{bad}:3", "field 'bogus'")
+    cli_error_line(*run(["train", str(bad), "--out", str(tmp_path / "o")]), f"{bad}:3", "field 'bogus'")
     bad.write_text("recipe: x\ngroup_size: [1, 2]\n")
-    assert_one_line_error(*run(["train", str(bad), "--out", str(tmp_path / "o")]), f"{bad}:2", "field 'group_size'")
+    cli_error_line(*run(["train", str(bad), "--out", str(tmp_path / "o")]), f"{bad}:2", "field 'group_size'")
     bad.write_text("recipe: x\n  : : :\n")
-    assert_one_line_error(*run(["train", str(bad), "--out", str(tmp_path / "o")]), str(bad), "invalid YAML")
+    cli_error_line(*run(["train", str(bad), "--out", str(tmp_path / "o")]), str(bad), "invalid YAML")
 
 
 def test_existing_run_dir_is_not_overwritten(tmp_path):
     out = tmp_path / "o"
     out.mkdir()
     (out / "metrics.jsonl").write_text('{"step": 0}\n')
-    assert_one_line_error(*run(["train", "--out", str(out), "--max-steps", "1"]), "already holds a run")
+    cli_error_line(*run(["train", "--out", str(out), "--max-steps", "1"]), "already holds a run")
     assert (out / "metrics.jsonl").read_text() == '{"step": 0}\n'
 
 
@@ -92,12 +85,12 @@ def _eval(tmp_path, data_dir, *extra):
 
 def test_eval_unknown_dataset(tmp_path):
     code, out = run(["eval", "--data", "aime24,gsm9k", "--data-dir", str(tmp_path), "--out", str(tmp_path / "out")])
-    assert_one_line_error(code, out, "gsm9k", "aime24")
+    cli_error_line(code, out, "gsm9k", "aime24")
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
 def test_eval_missing_file(tmp_path):
-    assert_one_line_error(*_eval(tmp_path, tmp_path), "aime24.jsonl", "not found")
+    cli_error_line(*_eval(tmp_path, tmp_path), "aime24.jsonl", "not found")
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
@@ -105,7 +98,7 @@ def test_eval_malformed_jsonl_line(tmp_path):
     d = tmp_path / "data"
     d.mkdir()
     (d / "aime24.jsonl").write_text(json.dumps({"id": 1, "problem": "p", "answer": "1"}) + "\n{not json\n")
-    assert_one_line_error(*_eval(tmp_path, d), f"{d / 'aime24.jsonl'}:2")
+    cli_error_line(*_eval(tmp_path, d), f"{d / 'aime24.jsonl'}:2")
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
@@ -113,10 +106,11 @@ def test_eval_record_without_answer(tmp_path):
     d = tmp_path / "data"
     d.mkdir()
     (d / "aime24.jsonl").write_text(json.dumps({"id": 1, "problem": "p"}) + "\n")
-    assert_one_line_error(*_eval(tmp_path, d), f"{d / 'aime24.jsonl'}:1", "field 'answer'")
+    cli_error_line(*_eval(tmp_path, d), f"{d / 'aime24.jsonl'}:1", "field 'answer'")
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
+@pytest.mark.multiproc
 def test_bad_input_via_console_script_has_no_traceback(tmp_path):
     exe = Path(sys.executable).with_name("areal")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "areal_cli.cli"]
@@ -128,21 +122,21 @@ def test_bad_input_via_console_script_has_no_traceback(tmp_path):
 def test_more_bad_inputs_are_one_line(tmp_path):
     binary = tmp_path / "binary.yaml"
     binary.write_bytes(b"\xff\xfe\x00recipe")
-    assert_one_line_error(*run(["train", str(binary), "--out", str(tmp_path / "o")]), str(binary), "UTF-8")
+    cli_error_line(*run(["train", str(binary), "--out", str(tmp_path / "o")]), str(binary), "UTF-8")
     dup = tmp_path / "dup.yaml"
     dup.write_text("batch_size: 32\nbatch_size: 16\n")
-    assert_one_line_error(*run(["train", str(dup), "--out", str(tmp_path / "o")]), f"{dup}:2", "duplicate key")
+    cli_error_line(*run(["train", str(dup), "--out", str(tmp_path / "o")]), f"{dup}:2", "duplicate key")
     rng = tmp_path / "range.yaml"
     rng.write_text("recipe: r\nmax_new_tokens: 0\n")
-    assert_one_line_error(*run(["train", str(rng), "--out", str(tmp_path / "o")]), f"{rng}:2", "max_new_tokens")
+    cli_error_line(*run(["train", str(rng), "--out", str(tmp_path / "o")]), f"{rng}:2", "max_new_tokens")
     afile = tmp_path / "afile"
     afile.write_text("x")
-    assert_one_line_error(*run(["train", "--out", str(afile)]), "not a directory")
-    assert_one_line_error(*run(["train", "--out", str(tmp_path / "o"), "-o", "target_accuracy=2"]), "target_accuracy")
+    cli_error_line(*run(["train", "--out", str(afile)]), "not a directory")
+    cli_error_line(*run(["train", "--out", str(tmp_path / "o"), "-o", "target_accuracy=2"]), "target_accuracy")
     interrupted = tmp_path / "interrupted"
     interrupted.mkdir()
     (interrupted / "config.json").write_text("{}")
-    assert_one_line_error(*run(["train", "--out", str(interrupted)]), "already holds a run")
+    cli_error_line(*run(["train", "--out", str(interrupted)]), "already holds a run")
 
 
 def test_eval_refuses_to_overwrite_results(tmp_path):
@@ -151,7 +145,7 @@ def test_eval_refuses_to_overwrite_results(tmp_path):
     (out / "results.json").write_text("{}")
     (tmp_path / "aime24.jsonl").write_text(json.dumps({"id": 1, "problem": "p", "answer": "1"}) + "\n")
     code, text = run(["eval", "--data", "aime24", "--data-dir", str(tmp_path), "--out", str(out)])
-    assert_one_line_error(code, text, "already holds results.json")
+    cli_error_line(code, text, "already holds results.json")
     assert (out / "results.json").read_text() == "{}"
 
 
@@ -178,7 +172,7 @@ def _math_dir(tmp_path):
 def test_eval_bad_options_are_one_line_and_write_nothing(tmp_path, args, needles):
     data = _math_dir(tmp_path)
     args = [a.replace("{data}", str(data)) for a in args]
-    assert_one_line_error(*run(["eval", *args, "--out", str(tmp_path / "out")]), *needles)
+    cli_error_line(*run(["eval", *args, "--out", str(tmp_path / "out")]), *needles)
     assert not (tmp_path / "out").exists()
 
 
@@ -192,5 +186,5 @@ def test_eval_undecodable_code_tests_name_file_line_and_problem(tmp_path):
     d.mkdir()
     (d / "lcb_v5.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     code, out = run(["eval", "--data", "lcb_v5", "--data-dir", str(d), "--out", str(tmp_path / "out")])
-    assert_one_line_error(code, out, f"{d / 'lcb_v5.jsonl'}:2: problem '{rows[1]['question_id']}': undecodable tests")
+    cli_error_line(code, out, f"{d / 'lcb_v5.jsonl'}:2: problem '{rows[1]['question_id']}': undecodable tests")
     assert not (tmp_path / "out").exists()

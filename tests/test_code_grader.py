@@ -160,6 +160,7 @@ def test_cases_file_covers_both_modes():
     assert len({c["id"] for c in CASES}) == len(CASES)
 
 
+@pytest.mark.multiproc
 def test_every_case_gets_its_expected_verdict():
     with ThreadPoolExecutor(max_workers=2) as pool:
         outcomes = list(pool.map(_grade_case, CASES))
@@ -178,6 +179,7 @@ def test_every_case_gets_its_expected_verdict():
     assert by_id["stdin_lcb_compressed_private_correct"]["n_tests"] == 5
 
 
+@pytest.mark.multiproc
 def test_detail_is_json_and_picklable_for_the_reward_pool():
     case = next(c for c in CASES if c["id"] == "stdin_sum_correct")
     result = grade_code(case["completion"], case["tests"], per_test_timeout_s=2.0)
@@ -194,6 +196,7 @@ def test_malformed_tests_are_no_tests_not_a_pass():
         assert not passed and detail["status"] == "no_tests" and detail["error"]
 
 
+@pytest.mark.multiproc
 def test_problem_limits_apply_only_when_asked():
     completion = "```python\nimport time\ntime.sleep(1.5)\nprint(sum(map(int, input().split())))\n```"
     tests = TestSuite(inputs=["1 2"], outputs=["3"], time_limit_s=0.5).to_dict()
@@ -353,6 +356,7 @@ def test_suite_carries_the_tolerance_and_lcb_decoding_reads_it_from_the_statemen
     assert stated.tolerance == tol and decode_lcb_tests(public, "", "{}").tolerance is None
 
 
+@pytest.mark.multiproc
 def test_grading_honours_the_declared_tolerance_only_when_declared():
     completion = "```python\nn = int(input())\nprint(f'{n / 3:.7f}')\n```"
     exact = TestSuite(inputs=["1\n"], outputs=["0.333333333333\n"])
@@ -395,6 +399,7 @@ def test_exit_policy_a_run_passes_only_if_the_program_ended_normally_in_both_mod
 SUM = TestSuite(inputs=["1 2\n", "10 20\n"], outputs=["3\n", "30\n"]).to_dict()
 
 
+@pytest.mark.multiproc
 def test_stdin_program_that_prints_the_right_output_then_exits_non_zero_fails():
     completion = "```python\nimport sys\nprint(sum(map(int, input().split())))\nsys.exit(1)\n```"
     _, passed, detail = grade_code(completion, SUM, per_test_timeout_s=2.0)
@@ -404,6 +409,7 @@ def test_stdin_program_that_prints_the_right_output_then_exits_non_zero_fails():
     assert grade_code(completion, SUM, per_test_timeout_s=2.0)[2]["status"] == "runtime_error"  # a message is status 1
 
 
+@pytest.mark.multiproc
 def test_os_exit_zero_after_the_output_is_a_normal_end_and_non_zero_is_not():
     ok = "```python\nimport os, sys\nprint(sum(map(int, input().split())))\nsys.stdout.flush()\nos._exit(0)\n```"
     assert grade_code(ok, SUM, per_test_timeout_s=2.0)[1] is True

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -134,8 +132,7 @@ def test_head_version_and_staleness_skip_environment_tokens():
 
 
 def test_multi_turn_workflow_concat_layout_gives_one_masked_sample_per_conversation(tmp_path):
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from test_multi_turn import ScriptedEngine, episode_client, ids_of, item_of
+    from helpers.scripted import ScriptedEngine, episode_client, ids_of, item_of
 
     from areal_cli.errors import UserError
     from areal_cli.models.tiny import build_tiny_model, load_tokenizer

@@ -13,6 +13,7 @@ from areal_cli.rollout.episode import EpisodeClient
 from areal_cli.rollout.protocol import SamplingParams, ServerError
 from areal_cli.rollout.staleness import StalenessManager
 from areal_cli.workflows.rlvr import RLVRWorkflow
+from helpers.one_line import assert_one_line
 
 
 class FakeClient:
@@ -151,6 +152,7 @@ def crashing_reward(text, answer):
     return 1.0
 
 
+@pytest.mark.multiproc
 def test_crashing_reward_in_a_real_pool_is_reported():
     async def go():
         with RewardPool("tests.test_controller:crashing_reward", timeout_s=5) as pool:
@@ -232,7 +234,8 @@ def test_a_workflow_that_breaks_the_contract_ends_the_run_in_one_line(result, me
         return str(e.value)
 
     text = asyncio.run(go())
-    assert text.startswith("workflow tests:wf: ") and message in text and "\n" not in text
+    assert text.startswith("workflow tests:wf: ")
+    assert_one_line(text, message)
 
 
 def test_a_starving_trainer_is_told_why_and_what_to_change():

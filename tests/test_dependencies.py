@@ -11,7 +11,7 @@ from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[1]
 # modules of the sandbox found through its own folder on sys.path in the child process (not packages)
-SANDBOX_LOCAL = {"guard", "namespaces"}
+SANDBOX_LOCAL = {"child", "guard", "namespaces"}
 # declared though never imported by name, with the reason
 NOT_IMPORTED = {"accelerate": "transformers needs it to dequantise .gguf files (areal_cli.models.gguf)",
                 "tensorboard": "torch.utils.tensorboard writes the event files with it (areal_cli.tracking)"}

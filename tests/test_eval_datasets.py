@@ -24,6 +24,7 @@ from areal_cli.eval.datasets import (
     load_dataset,
     load_datasets,
 )
+from helpers.one_line import assert_one_line
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 DATA = SHARED / "data" / "math"
@@ -50,7 +51,7 @@ def one_line_error(fn, *args, **kwargs) -> str:
     with pytest.raises(UserError) as info:
         fn(*args, **kwargs)
     msg = str(info.value)
-    assert "\n" not in msg
+    assert_one_line(msg)
     return msg
 
 

@@ -14,6 +14,8 @@ from areal_cli.eval.datasets import load_datasets
 from areal_cli.eval.runner import GRADE_FN, grade_completions, summarize
 from areal_cli.reward.pool import RewardPool
 
+pytestmark = pytest.mark.multiproc  # every test here starts processes
+
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 DATA = SHARED / "data" / "math"
 NAMES = ["aime24", "aime25", "amc23", "math_500"]

@@ -42,6 +42,7 @@ def own_answers(problems, names):
             for ds in names for p in problems[ds]]
 
 
+@pytest.mark.multiproc
 def test_regrade_of_each_problems_own_answer_scores_one_on_all_four_real_math_files(tmp_path, problems):
     gens = write_jsonl(tmp_path / "gens.jsonl", own_answers(problems, NAMES))
     out = tmp_path / "out"
@@ -59,6 +60,7 @@ def test_regrade_of_each_problems_own_answer_scores_one_on_all_four_real_math_fi
     assert "| aime24 | 30 | 1 |" in report and "100.0" in report and "mode: regrade" in report
 
 
+@pytest.mark.multiproc
 def test_regrade_metrics_over_several_samples_follow_the_definitions(tmp_path, problems):
     # aime24 only; sample 0 right, sample 1 wrong; sample_index omitted (= order within the problem).
     recs = []
@@ -138,6 +140,7 @@ LCB_COMPLETIONS = {  # lcb_v5 problems inside the declared 2024-10-01..2025-02-0
 }
 
 
+@pytest.mark.multiproc
 def test_code_regrade_runs_the_tests_and_breaks_down_by_difficulty_and_platform(tmp_path):
     gens = write_jsonl(tmp_path / "gens.jsonl", [{"dataset": "lcb_v5", "problem_id": pid, "text": text}
                                                   for pid, text in LCB_COMPLETIONS.items()])
@@ -174,6 +177,7 @@ def synthetic_contest(contest_id: int, n_rows: int = 250) -> dict:
     }
 
 
+@pytest.mark.multiproc
 def test_codeforces_rating_needs_cf_data_and_is_computed_with_it(tmp_path):
     square = fenced("n = int(input())\nprint(n * n)")
     gens = write_jsonl(tmp_path / "gens.jsonl", [{"dataset": "codeforces", "problem_id": "2057A", "text": square},
@@ -200,6 +204,7 @@ def test_codeforces_rating_needs_cf_data_and_is_computed_with_it(tmp_path):
     assert 0 < rating["rating"] < 1500 and f"rating: {rating['summary']} (rating / percentile" in res.output
 
 
+@pytest.mark.multiproc
 def test_completions_with_unicode_line_separators_regrade_with_exact_line_numbers(tmp_path, problems):
     # json.dumps(ensure_ascii=False), as samples.jsonl is written, leaves U+2028, \x85 and \x1d raw inside
     # strings; only "\n" separates JSON Lines records.
@@ -230,6 +235,7 @@ def test_infinite_temperature_is_refused_in_one_line(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.multiproc
 def test_a_completion_cut_off_while_thinking_has_no_answer_in_regrade_as_in_generation(tmp_path, problems):
     recs = own_answers(problems, ["aime24"])
     cut = [{**r, "text": "let me think... " + r["text"]} for r in recs]  # no </think>
@@ -243,6 +249,7 @@ def test_a_completion_cut_off_while_thinking_has_no_answer_in_regrade_as_in_gene
     assert json.loads((tmp_path / "b" / "results.json").read_text())["aime24"]["pass@1"] == 0.0
 
 
+@pytest.mark.multiproc
 def test_report_names_the_data_the_generations_file_and_results_state_units(tmp_path, problems):
     import hashlib
 
@@ -257,6 +264,7 @@ def test_report_names_the_data_the_generations_file_and_results_state_units(tmp_
 
 
 # ------------------------------------------------------------- input as people write it: --data, completion
+@pytest.mark.multiproc
 def test_data_names_the_benchmark_of_records_without_one_and_completion_is_text(tmp_path, problems):
     recs = [{"problem_id": p.id, ("completion" if i % 2 else "text"): f"\\boxed{{{p.answer}}}"}
             for i, p in enumerate(problems["aime24"])]
@@ -305,6 +313,7 @@ def _lcb_row(qid: str, content: str, tests: list[dict], func_name: str | None = 
             "metadata": json.dumps({"func_name": func_name} if func_name else {})}
 
 
+@pytest.mark.multiproc
 def test_code_regrade_honours_a_tolerance_declared_in_the_statement(tmp_path):
     stdin_tests = [{"input": "1\n", "output": "0.333333333333\n", "testtype": "stdin"}]
     rows = [

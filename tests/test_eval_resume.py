@@ -18,6 +18,7 @@ from areal_cli.errors import UserError
 from areal_cli.eval.datasets import load_datasets
 from areal_cli.eval.grading import Graders
 from areal_cli.eval.runner import run_eval
+from helpers.one_line import assert_one_line
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 DATA = SHARED / "data" / "math"
@@ -123,6 +124,7 @@ def interrupt(evaluate, out, model_dir, data_dir, after=8):
     return saved_keys(out)
 
 
+@pytest.mark.multiproc
 def test_uninterrupted_run_has_greedy_pass_and_records_the_protocol(reference):
     res = reference.results
     # 5 problems x (1 greedy + 4 samples), each generated once
@@ -136,6 +138,7 @@ def test_uninterrupted_run_has_greedy_pass_and_records_the_protocol(reference):
     assert not (reference.out / PARTIAL).exists()
 
 
+@pytest.mark.multiproc
 def test_interrupted_run_resumes_without_regenerating_and_matches_uninterrupted(tmp_path, model_dir, data_dir,
                                                                                reference, evaluate):
     out = tmp_path / "out"
@@ -151,6 +154,7 @@ def test_interrupted_run_resumes_without_regenerating_and_matches_uninterrupted(
     assert not (out / PARTIAL).exists()
 
 
+@pytest.mark.multiproc
 def test_torn_last_line_is_dropped_and_that_sample_generated_again(tmp_path, model_dir, data_dir, reference,
                                                                   evaluate):
     out = tmp_path / "out"
@@ -163,6 +167,7 @@ def test_torn_last_line_is_dropped_and_that_sample_generated_again(tmp_path, mod
     assert metrics_of(res) == metrics_of(reference.results)
 
 
+@pytest.mark.multiproc
 def test_different_configuration_is_refused_naming_what_differs(tmp_path, model_dir, data_dir, evaluate):
     out = tmp_path / "out"
     interrupt(evaluate, out, model_dir, data_dir)
@@ -172,10 +177,11 @@ def test_different_configuration_is_refused_naming_what_differs(tmp_path, model_
         evaluate(out, gen, temperature=0.7, seed=6)
     msg = str(info.value)
     assert msg.startswith(f"{out / PARTIAL}: an interrupted run with a different configuration")
-    assert "differs in: protocol.temperature, seed" in msg and "\n" not in msg
+    assert_one_line(msg, "differs in: protocol.temperature, seed")
     assert gen.calls == [] and (out / PARTIAL).read_text() == before
 
 
+@pytest.mark.multiproc
 def test_damaged_resume_file_is_reported_with_file_and_line(tmp_path, model_dir, data_dir, evaluate):
     out = tmp_path / "out"
     interrupt(evaluate, out, model_dir, data_dir)
@@ -186,6 +192,7 @@ def test_damaged_resume_file_is_reported_with_file_and_line(tmp_path, model_dir,
         evaluate(out, FakeGenerator(model_dir, data_dir))
 
 
+@pytest.mark.multiproc
 def test_finished_run_is_refused(reference, model_dir, data_dir, evaluate):
     gen = FakeGenerator(model_dir, data_dir)
     with pytest.raises(UserError, match="already holds results.json; choose another --out"):

@@ -135,6 +135,7 @@ class ScriptedGenerator:
         pass
 
 
+@pytest.mark.multiproc
 def test_code_benchmark_is_generated_then_graded_by_running_its_tests(tmp_path, tiny_dir):
     from transformers import AutoTokenizer
 
@@ -168,6 +169,7 @@ def small_data_dir(root: Path) -> Path:
     return data
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_end_to_end_with_embedded_server_writes_results_and_samples_reproducibly(tmp_path, cache_dir, tiny_dir):
     from transformers import AutoTokenizer

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from areal_cli.errors import UserError
 from areal_cli.trainer import hf_mcore
+from helpers.one_line import assert_one_line
+from helpers.perturbed_models import make_model_dir
 
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 16, "rope_theta": 10000.0}
@@ -22,19 +24,11 @@ CASES = {
     "llama3-tied": dict(family="llama", tie_word_embeddings=True, rope_parameters=LLAMA3_ROPE),
     "llama": dict(family="llama"),
 }
-CORPUS = ["12+34=46", "the answer is 7", "compute the sum of the digits", "hello world"] * 4
 
 
 def make_family_model(path: Path, seed: int = 0, **kw) -> Path:
     """Tiny model of a family with every weight perturbed (biases and norms far from their init)."""
-    from areal_cli.models.tiny import build_tiny_model
-
-    build_tiny_model(path, seed=seed, corpus=CORPUS, vocab_size=301, intermediate_size=256, **kw)
-    sd = load_file(str(path / "model.safetensors"))
-    g = torch.Generator().manual_seed(seed + 1)
-    sd = {k: (v + 0.05 * torch.randn(v.shape, generator=g)).contiguous() for k, v in sorted(sd.items())}
-    save_file(sd, str(path / "model.safetensors"), metadata={"format": "pt"})
-    return path
+    return make_model_dir(path, seed=seed, vocab_size=301, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -113,15 +107,16 @@ def test_the_embedded_engine_decodes_greedily_like_hf_generate(models):
             assert r.output_ids == out[0, len(p):].tolist(), name
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["qwen2", "llama3-tied"])
 def test_tensor_parallel_2_matches_single_process_per_family(models, name, tmp_path):
-    from tests.test_parallel_engine import _check_parity, _load_script, _torchrun
+    from helpers.torchrun_parity import check_parity, load_parity_script, torchrun_parity
 
-    ref = _load_script().run_parity(models[name])
-    ranks = _torchrun(models[name], tmp_path / "tp2", tp=2)
+    ref = load_parity_script().run_parity(models[name])
+    ranks = torchrun_parity(models[name], tmp_path / "tp2", tp=2)
     assert [(r["tp"], r["dp"]) for r in ranks] == [(2, 1)] * 2
-    _check_parity(ranks, ref, tmp_path / "tp2", models[name])
+    check_parity(ranks, ref, tmp_path / "tp2", models[name])
 
 
 def test_an_unsupported_family_or_feature_is_one_line_naming_what_is_supported(models, tmp_path):
@@ -141,13 +136,14 @@ def test_an_unsupported_family_or_feature_is_one_line_naming_what_is_supported(m
         (d / "config.json").write_text(json.dumps({**cfg, **change}))
         with pytest.raises(UserError) as e:
             ModelSpec.from_model_dir(d)
-        assert message in str(e.value) and "\n" not in str(e.value)
+        assert_one_line(str(e.value), message)
     from transformers import LlamaConfig
 
     with pytest.raises(hf_mcore.ConversionError, match="attention_bias"):
         hf_mcore.check_supported(LlamaConfig(attention_bias=True))
 
 
+@pytest.mark.multiproc
 def test_areal_eval_on_an_unsupported_family_is_one_line_exit_2(models, tmp_path, shared_dir):
     import os
     import shutil

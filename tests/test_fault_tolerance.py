@@ -67,6 +67,7 @@ def _rows(out: Path) -> list[dict]:
     return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_a_killed_and_a_frozen_embedded_server_are_restarted_and_every_step_runs_once(tmp_path):
     out = tmp_path / "run"
@@ -91,6 +92,7 @@ def test_a_killed_and_a_frozen_embedded_server_are_restarted_and_every_step_runs
     assert stdout.count("is serving again") == 2
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_the_only_sglang_stand_in_server_killed_mid_run_comes_back_and_the_run_finishes(tmp_path):
     out = tmp_path / "run"
@@ -111,6 +113,7 @@ def test_the_only_sglang_stand_in_server_killed_mid_run_comes_back_and_the_run_f
     assert "--weight-version 0" not in launches[1]  # restarted with the policy version the fleet served
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_a_server_that_keeps_dying_ends_the_run_with_one_line(tmp_path):
     out = tmp_path / "run"
@@ -150,6 +153,7 @@ def _rank_pid(rank: int) -> int | None:
     return None
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_a_dying_trainer_rank_ends_the_run_with_one_line_naming_it_and_resume_continues(tmp_path):
     out = tmp_path / "run"

@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from areal_cli.errors import UserError
+from areal_cli.ports import free_port
 from areal_cli.rollout.client import RolloutClient
 from areal_cli.rollout.fleet import (
     ENV_ADDRS, FleetSpec, ServerDiedError, launch_fleet, parse_server_addrs,
@@ -27,17 +28,10 @@ from areal_cli.rollout.fleet import (
 from areal_cli.rollout.protocol import SamplingParams
 from areal_cli.rollout.sglang_launcher import SGLangServerArgs
 from areal_cli.rollout.watchdog import group_pids
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # shared helpers live in test_rollout_engine
-from test_rollout_engine import tiny_dirs  # noqa: E402
+from helpers.one_line import assert_one_line
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_SGLANG = str(Path(__file__).resolve().parent / "fake_sglang")
-
-
-@pytest.fixture(scope="module")
-def dirs(tmp_path_factory):
-    return tiny_dirs(tmp_path_factory)
 
 
 def sglang_spec(model: Path, run_dir: Path, **kw) -> FleetSpec:
@@ -66,6 +60,7 @@ def child_env(pid: int) -> dict[str, str]:
     return dict(x.decode(errors="replace").split("=", 1) for x in raw if b"=" in x)
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_two_sglang_servers_generate_pause_update_and_stop_end_to_end(dirs, tmp_path, monkeypatch):
     model, perturbed = dirs
@@ -138,6 +133,7 @@ def test_two_sglang_servers_generate_pause_update_and_stop_end_to_end(dirs, tmp_
     fleet.stop()  # idempotent
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_embedded_server_that_loses_its_picked_port_is_restarted_on_another(dirs, tmp_path):
     fleet = launch_fleet(FleetSpec(engine="embedded", n_servers=1, model_path=dirs[0], run_dir=tmp_path,
@@ -189,7 +185,7 @@ def test_bad_specs_raise_one_line_naming_the_field(tmp_path, kw, msg):
     spec = FleetSpec(**{"n_servers": 2, "model_path": model, "run_dir": tmp_path, **kw})
     with pytest.raises(UserError) as ei:
         launch_fleet(spec)
-    assert msg in str(ei.value) and "\n" not in str(ei.value)
+    assert_one_line(str(ei.value), msg)
     assert not (tmp_path / "logs").exists()
 
 
@@ -201,13 +197,12 @@ def test_external_addresses_are_parsed_and_checked(monkeypatch):
     monkeypatch.delenv(ENV_ADDRS, raising=False)
     with pytest.raises(UserError, match=f"{ENV_ADDRS}: not set"):
         launch_fleet(FleetSpec(engine="external", n_servers=0))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dead = s.getsockname()[1]  # nothing listens there
+    dead = free_port()  # nothing listens there
     with pytest.raises(UserError, match=rf"http://127.0.0.1:{dead}: /model_info did not answer 200 within"):
         launch_fleet(FleetSpec(engine="external", n_servers=1, urls=[f"127.0.0.1:{dead}"], startup_timeout_s=0.5))
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_server_that_fails_at_startup_shows_its_log_tail_and_no_child_remains(dirs, tmp_path):
     broken = tmp_path / "broken"  # config.json but no weights: the server exits at start
@@ -222,6 +217,7 @@ def test_server_that_fails_at_startup_shows_its_log_tail_and_no_child_remains(di
     assert "fake sglang:" in msg  # earlier log lines are part of the tail too
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_startup_timeout_stops_every_server(dirs, tmp_path):
     spec = sglang_spec(dirs[0], tmp_path, startup_timeout_s=0.3)
@@ -232,6 +228,7 @@ def test_startup_timeout_stops_every_server(dirs, tmp_path):
     assert wait_groups_gone(pgids, timeout_s=0) == []
 
 
+@pytest.mark.multiproc
 def test_check_alive_reports_a_dead_server_with_its_log_tail(dirs, tmp_path):
     fleet = launch_fleet(sglang_spec(dirs[0], tmp_path, n_servers=1), wait=False)
     try:
@@ -272,6 +269,7 @@ def _run_parent(model: Path, tmp_path: Path, mode: str) -> tuple[subprocess.Pope
     return proc, pids
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_ctrl_c_in_the_parent_stops_every_server(dirs, tmp_path):
     proc, pids = _run_parent(dirs[0], tmp_path, "sigint")
@@ -280,6 +278,7 @@ def test_ctrl_c_in_the_parent_stops_every_server(dirs, tmp_path):
     assert wait_groups_gone(pids[:2], timeout_s=0) == []  # stopped by atexit before the parent exited
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_parent_killed_without_cleanup_still_leaves_no_server(dirs, tmp_path, sig):

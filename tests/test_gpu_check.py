@@ -21,6 +21,7 @@ def _sh(*args, timeout=300, **env):
                           env={**os.environ, "PYTHON": sys.executable, **env})
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_pack_then_dry_run_installs_the_wheels_aside_and_passes_every_gate(tmp_path):
     wheels = tmp_path / "wheels"
@@ -50,6 +51,7 @@ def test_pack_then_dry_run_installs_the_wheels_aside_and_passes_every_gate(tmp_p
     assert "all gates passed" in r.stdout and "GPU check on cpu" in r.stdout
 
 
+@pytest.mark.multiproc
 def test_run_without_packed_wheels_or_with_a_tampered_wheel_is_one_line(tmp_path):
     r = _sh("run", str(tmp_path / "nowhere"), "--dry-run")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no packed wheels" in r.stderr
@@ -64,6 +66,7 @@ def test_run_without_packed_wheels_or_with_a_tampered_wheel_is_one_line(tmp_path
     assert r.returncode == 2 and "usage:" in r.stderr
 
 
+@pytest.mark.multiproc
 def test_without_a_gpu_the_check_refuses_unless_dry_run(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--out", str(tmp_path / "o")],
                        capture_output=True, text=True, timeout=120)

@@ -85,6 +85,7 @@ def tiny_models(tmp_path_factory) -> dict[str, Path]:
     return out
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 @pytest.mark.parametrize("name", RL_GPU)
 def test_each_gpu_recipe_runs_two_steps_of_its_own_task_through_the_sglang_path(name, tiny_models, tmp_path,
@@ -112,6 +113,7 @@ def test_each_gpu_recipe_runs_two_steps_of_its_own_task_through_the_sglang_path(
     assert "fake sglang" in log and f"dtype={cfg.sglang_dtype}" in log and "schedule_policy=lpm" in log
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_the_sft_recipe_runs_two_steps_of_its_sft_job(tiny_models, tmp_path):
     from areal_cli.sft_job import run_sft_job
@@ -146,6 +148,7 @@ def test_reproduce_trains_a_gpu_recipe_only_where_its_gpus_are():
         make_plan(r, gpus_here=384, overrides=["nope=1"])
 
 
+@pytest.mark.multiproc
 def test_reproduce_without_the_gpus_is_one_line_exit_2(tmp_path):
     r = subprocess.run([sys.executable, "-m", "areal_cli.cli", "reproduce", "boba2-14b-code", "--out",
                         str(tmp_path / "o")], capture_output=True, text=True, cwd=tmp_path,
@@ -154,6 +157,7 @@ def test_reproduce_without_the_gpus_is_one_line_exit_2(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_reproduce_retrain_of_a_gpu_recipe_downloads_trains_evaluates_and_compares(tiny_models, tmp_path,
                                                                                    monkeypatch):
@@ -161,7 +165,7 @@ def test_reproduce_retrain_of_a_gpu_recipe_downloads_trains_evaluates_and_compar
     fake SGLang server and a tiny model (downloads and the final evaluation's generation are stand-ins)."""
     import areal_cli.reproduce.run as rp
     from areal_cli.eval import runner
-    from tests.test_reproduce import quiet_console
+    from helpers.consoles import quiet_console
 
     monkeypatch.setenv("PYTHONPATH", FAKE_SGLANG + os.pathsep + os.environ.get("PYTHONPATH", ""))
     monkeypatch.syspath_prepend(FAKE_SGLANG)
@@ -192,6 +196,7 @@ def test_reproduce_retrain_of_a_gpu_recipe_downloads_trains_evaluates_and_compar
 
 
 # ------------------------------------------------------------------------------------------------ launch
+@pytest.mark.multiproc
 def test_launch_slurm_writes_the_multi_node_job_of_a_gpu_recipe(tmp_path):
     model = tmp_path / "model"
     model.mkdir()

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.multiproc  # every test here starts processes
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

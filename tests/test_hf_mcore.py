@@ -6,21 +6,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from areal_cli.ports import free_port
 from areal_cli.trainer import cpu_compat, hf_mcore
-
-CORPUS = ["12+34=46", "the answer is 7", "compute the sum of the digits", "hello world"] * 4
+from helpers.perturbed_models import make_model_dir as make_untied_model_dir
+from helpers.perturbed_models import perturb_weights
 
 
 def make_model_dir(path: Path, *, seed: int = 0, tied: bool = False) -> Path:
     """A tiny Qwen3 HF directory whose weights are all perturbed (norm weights != 1, so a swapped q/k norm
     or a wrong QKV packing changes the logits)."""
     if not tied:
-        from areal_cli.models.tiny import build_tiny_model
-
-        build_tiny_model(path, seed=seed, corpus=CORPUS, intermediate_size=256)
+        return make_untied_model_dir(path, seed=seed)
     else:  # tiny.py writes untied models only; real small Qwen3 checkpoints are tied
         from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -30,11 +28,7 @@ def make_model_dir(path: Path, *, seed: int = 0, tied: bool = False) -> Path:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             Qwen3ForCausalLM(cfg).save_pretrained(path)
-    sd = load_file(str(path / "model.safetensors"))
-    g = torch.Generator().manual_seed(seed + 1)
-    sd = {k: (v + 0.05 * torch.randn(v.shape, generator=g)).contiguous() for k, v in sorted(sd.items())}
-    save_file(sd, str(path / "model.safetensors"), metadata={"format": "pt"})
-    return path
+    return perturb_weights(path, seed + 1)
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -23,18 +22,11 @@ from areal_cli.launch.setup import plan_for_config
 from areal_cli.launch.slurm import sbatch_text, write_slurm_files
 from areal_cli.launch_cmd import launch
 from areal_cli.placement import parse_allocation, place
+from areal_cli.ports import free_port
+from helpers.one_line import last_error_line
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = Path(__file__).resolve().parent / "launch_scripts"
-
-
-def one_line_error(res, code, *needles):
-    assert res.exit_code == code, res.output
-    lines = [x for x in res.output.splitlines() if x.strip()]
-    assert lines and lines[-1].startswith("error: ") and "Traceback" not in res.output, res.output
-    for n in needles:
-        assert n in lines[-1], (n, lines[-1])
-    return lines[-1]
 
 
 # --- files ------------------------------------------------------------------------------------------------
@@ -108,18 +100,18 @@ def test_launch_slurm_writes_the_files_and_submit_without_sbatch_is_one_line(tmp
     (tmp_path / "config.json").write_text("{}")  # stands for the model directory on the shared filesystem
     res = CliRunner().invoke(launch, ["slurm", "tiny-arith", "--nodes", "2", "--gpus-per-node", "0", "--out", str(out),
                                       "--allocation", "embedded.d2+d2", "--model", str(tmp_path), "--submit"])
-    one_line_error(res, 2, "sbatch: not found on PATH", str(out / "launch" / "job.sbatch"))
+    last_error_line(res, 2, "sbatch: not found on PATH", str(out / "launch" / "job.sbatch"))
     assert (out / "launch" / "plan.json").is_file() and (out / "launch" / "job.sbatch").is_file()
     assert "node 1: servers 1; trainer ranks 1" in res.output
     res = CliRunner().invoke(launch, ["slurm", "tiny-arith", "--nodes", "2", "--gpus-per-node", "0", "--out", str(out),
                                       "--allocation", "embedded.d2+d2", "--model", str(tmp_path)])
-    one_line_error(res, 2, "already holds a launch plan")
+    last_error_line(res, 2, "already holds a launch plan")
     res = CliRunner().invoke(launch, ["slurm", "tiny-arith", "--nodes", "2", "--gpus-per-node", "0", "--out",
                                       str(tmp_path / "run2"), "--allocation", "embedded.d2+d2", "--model", str(out)])
-    one_line_error(res, 2, "not a model directory")
+    last_error_line(res, 2, "not a model directory")
     res = CliRunner().invoke(launch, ["slurm", "tiny-arith", "--nodes", "2", "--gpus-per-node", "0", "--out",
                                       "/proc/nope", "--allocation", "embedded.d2+d2", "--model", str(tmp_path)])
-    one_line_error(res, 2, "cannot write the launch files")
+    last_error_line(res, 2, "cannot write the launch files")
 
 
 @pytest.mark.parametrize("args, needles", [
@@ -131,7 +123,7 @@ def test_launch_slurm_writes_the_files_and_submit_without_sbatch_is_one_line(tmp
 ])
 def test_launch_slurm_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, needles):
     out = tmp_path / "run"
-    one_line_error(CliRunner().invoke(launch, ["slurm", "tiny-arith", "--out", str(out), *args]), 2, *needles)
+    last_error_line(CliRunner().invoke(launch, ["slurm", "tiny-arith", "--out", str(out), *args]), 2, *needles)
     assert not out.exists()
 
 
@@ -139,21 +131,15 @@ def test_launch_node_without_host_names_or_node_rank_is_one_line(tmp_path, monke
     monkeypatch.delenv("SLURM_NODEID", raising=False)
     plan = build_plan(place(parse_allocation("d2"), nodes=2, gpus_per_node=0), tmp_path, controller_cmd=["true"])
     path = write_plan(plan)
-    one_line_error(CliRunner().invoke(launch, ["node", "--plan", str(path), "--hosts", "a,b"]), 2,
+    last_error_line(CliRunner().invoke(launch, ["node", "--plan", str(path), "--hosts", "a,b"]), 2,
                    "node rank unknown", "SLURM_NODEID")
-    one_line_error(CliRunner().invoke(launch, ["node", "--plan", str(path), "--node-rank", "1"]), 2,
+    last_error_line(CliRunner().invoke(launch, ["node", "--plan", str(path), "--node-rank", "1"]), 2,
                    "host names unknown for 2 nodes")
-    one_line_error(CliRunner().invoke(launch, ["node", "--plan", str(path), "--node-rank", "2", "--hosts", "a,b"]), 2,
+    last_error_line(CliRunner().invoke(launch, ["node", "--plan", str(path), "--node-rank", "2", "--hosts", "a,b"]), 2,
                    "node rank 2 out of range")
 
 
 # --- loopback: two nodes on 127.0.0.1 ------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def loopback_plan(tmp_path: Path, allocation: str, model: Path | None) -> tuple[Path, Path, int]:
@@ -215,6 +201,7 @@ def small_model(tmp_path_factory) -> Path:
     return d
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_two_loopback_nodes_run_servers_torchrun_and_the_controller_then_stop_cleanly(tmp_path, small_model):
     plan_path, out, n_ranks = loopback_plan(tmp_path, "embedded.d2+d2", small_model)
@@ -243,6 +230,7 @@ def test_two_loopback_nodes_run_servers_torchrun_and_the_controller_then_stop_cl
     assert children_left(run) == []
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_two_loopback_nodes_run_a_real_areal_train_with_external_servers_and_a_two_node_trainer(tmp_path):
     """No stand-ins: node 0 runs `areal train tiny-arith -o rollout_engine=external` (the default controller
@@ -278,6 +266,7 @@ def test_two_loopback_nodes_run_a_real_areal_train_with_external_servers_and_a_t
     assert children_left(run) == []
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_a_failing_node_stops_the_other_one_with_one_line(tmp_path):
     plan_path, out, _ = loopback_plan(tmp_path, "d2", None)  # training only: one rank per node
@@ -294,6 +283,7 @@ def test_a_failing_node_stops_the_other_one_with_one_line(tmp_path):
     assert not list(out.glob("rank*.json")) and children_left(run) == []
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_a_server_that_fails_to_start_shows_its_log_and_stops_every_node(tmp_path):
     broken = tmp_path / "broken-model"
@@ -316,6 +306,7 @@ def test_a_server_that_fails_to_start_shows_its_log_and_stops_every_node(tmp_pat
     assert children_left(run) == []
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_the_trainer_worker_ranks_of_two_nodes_attach_to_the_controller_on_node_0(tmp_path):
     # the real path of `areal train` on node 0: torchrun ... -m areal_cli.trainer.worker on each node, rank 0

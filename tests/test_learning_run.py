@@ -9,6 +9,8 @@ from areal_cli.recipes import load_train_config
 from areal_cli.tasks import tiny_arith
 from areal_cli.train_loop import run_training
 
+pytestmark = pytest.mark.multiproc  # every test here starts processes (areal train: servers, reward pool)
+
 REQUIRED = {"step", "version", "reward_mean", "accuracy", "staleness_max", "elapsed_s"}
 
 

@@ -19,6 +19,7 @@ from areal_cli.recipes import load_recipe
 SNAPSHOT = "0123456789abcdef0123456789abcdef01234567"
 
 
+@pytest.mark.multiproc
 def test_manifest_records_recipe_hash_revisions_versions_git_hardware_and_times(tmp_path):
     recipe = load_recipe("boba2-14b-code")
     snap = tmp_path / "models--inclusionAI--AReaL-boba-2-14B" / "snapshots" / SNAPSHOT
@@ -52,6 +53,7 @@ def test_git_info_outside_a_checkout_is_unknown(tmp_path):
     assert mf.git_info(tmp_path) == {"commit": "unknown", "dirty": None, "root": None}
 
 
+@pytest.mark.multiproc
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_git_info_reads_the_commit_and_the_dirty_flag(tmp_path):
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
@@ -81,6 +83,7 @@ def fake_nvidia_smi(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
 
 
+@pytest.mark.multiproc
 def test_gpus_come_from_nvidia_smi_and_respect_cuda_visible_devices(tmp_path, monkeypatch):
     fake_nvidia_smi(tmp_path, monkeypatch)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)

@@ -213,6 +213,7 @@ def pool():
         yield p
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_batches_through_the_pool_time_out_one_answer_not_the_batch(pool):
     items = [("\\boxed{9^{9^{9^{9^{9}}}}}", "5")] + [(f"\\boxed{{{i}}}", str(i % 3)) for i in range(40)]
@@ -227,6 +228,7 @@ def test_batches_through_the_pool_time_out_one_answer_not_the_batch(pool):
     assert res.status == "ok" and res.reward == 0.75 and len(res.value[0]) == 4
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_a_batch_the_pool_kills_is_regraded_one_answer_at_a_time(pool):
     items = [("\\boxed{2}", "2"), ("\\boxed{10^{10^{10^{10}}}}", "5"), ("\\boxed{1,000}", 1000), ("I do not know.", "1")]
@@ -244,6 +246,7 @@ def test_a_batch_the_pool_kills_is_regraded_one_answer_at_a_time(pool):
     assert res.status == "ok" and res.value == ("5", True)
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_bad_gold_is_a_reported_error_not_a_zero(pool):
     (res,) = pool.score_many([("\\boxed{5}", None)])

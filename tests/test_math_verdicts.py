@@ -203,6 +203,7 @@ def test_the_problem_reaches_the_grader_everywhere():
         grade_many([(completion,)])
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_the_problem_reaches_pool_workers_and_regrades():
     from areal_cli.reward.pool import RewardPool
@@ -215,6 +216,7 @@ def test_the_problem_reaches_pool_workers_and_regrades():
         assert res.value == ("y^2+5y+6", False)
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_eval_grading_passes_the_problem():
     from types import SimpleNamespace
@@ -270,6 +272,7 @@ def _bench(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300, check=False)
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_math_verify_suite_benchmark_reads_cases_with_ast(tmp_path):
     sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -295,6 +298,7 @@ def test_math_verify_suite_benchmark_reads_cases_with_ast(tmp_path):
     assert result["total"]["grade"]["agree"] >= 5  # the precision-2 case is a config case
 
 
+@pytest.mark.multiproc
 def test_math_verify_suite_benchmark_bad_input(tmp_path):
     out = tmp_path / "r.json"
     for args in (["--tests-dir", str(tmp_path / "missing")], ["--tests-dir", str(tmp_path)]):

@@ -6,26 +6,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from areal_cli.trainer.batch import TrainBatch, build_train_batch
 from areal_cli.trainer.hf_mcore import ConversionError
 from areal_cli.trainer.megatron_engine import MegatronEngine
-
-CORPUS = ["12+34=46", "the answer is 7", "compute the sum of the digits", "hello world"] * 4
-
-
-def make_model_dir(path: Path, *, seed: int = 0, **sizes) -> Path:
-    """Tiny Qwen3 HF dir (areal_cli.models.tiny) with every weight perturbed (norm weights != 1)."""
-    from areal_cli.models.tiny import build_tiny_model
-
-    build_tiny_model(path, seed=seed, corpus=CORPUS, intermediate_size=256, **sizes)
-    sd = load_file(str(path / "model.safetensors"))
-    g = torch.Generator().manual_seed(seed + 1)
-    sd = {k: (v + 0.05 * torch.randn(v.shape, generator=g)).contiguous() for k, v in sorted(sd.items())}
-    save_file(sd, str(path / "model.safetensors"), metadata={"format": "pt"})
-    return path
-
+from helpers.perturbed_models import make_model_dir
 
 @pytest.fixture(scope="module")
 def hf_dir(tmp_path_factory) -> Path:

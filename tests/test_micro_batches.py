@@ -14,7 +14,7 @@ from areal_cli.trainer.batch import build_train_batch
 from areal_cli.trainer.megatron_engine import MegatronEngine
 from areal_cli.trainer.micro_batches import ffd_allocate, pack_rows, split_by_tokens
 from areal_cli.trainer.steps import ppo_update
-from tests.test_megatron_engine import make_model_dir
+from helpers.perturbed_models import make_model_dir
 
 LENGTHS = ((3, 6), (5, 2), (2, 9), (7, 4), (4, 1), (6, 8), (3, 3), (8, 5))  # (prompt, response) tokens
 

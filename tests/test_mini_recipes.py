@@ -24,6 +24,7 @@ def rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["mini-math", "mini-code"])
 def test_the_miniature_trains_async_with_graded_rewards_and_meets_its_expected_numbers(name, tmp_path):
@@ -52,6 +53,7 @@ def test_the_miniature_trains_async_with_graded_rewards_and_meets_its_expected_n
         assert "sandbox_isolation" not in lines[0] and "sandbox_isolation" not in summary
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_areal_eval_benchmarks_run_in_the_loop_on_one_policy_version(tmp_path, shared_dir):
     out = tmp_path / "run"
@@ -72,6 +74,7 @@ def test_areal_eval_benchmarks_run_in_the_loop_on_one_policy_version(tmp_path, s
     assert summary["eval_benchmarks"]["benchmarks"] == {"aime24": 3, "math_500": 3}
 
 
+@pytest.mark.multiproc
 def test_unknown_benchmark_data_is_one_line_and_leaves_no_run(tmp_path):
     r = areal("train", "mini-math", "--out", str(tmp_path / "o"), "--no-live", "-o", "eval_benchmarks=[aime24]",
               "-o", f"eval_data_dir={tmp_path}", cwd=tmp_path)

@@ -19,14 +19,11 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 import torch
 
-from areal_cli.api.types import Item
 from areal_cli.api.workflow import make_workflow
 from areal_cli.errors import UserError
-from areal_cli.reward.pool import RewardResult
 from areal_cli.rollout.client import Completion, RolloutClient
 from areal_cli.rollout.episode import EpisodeClient
 from areal_cli.rollout.protocol import SamplingParams
@@ -39,8 +36,9 @@ from areal_cli.workflows.multi_turn import (
     per_turn_returns,
 )
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_rollout_engine import tiny_dirs
+from helpers.scripted import Rewards, ScriptedEngine, episode_client, ids_of, item_of
+from helpers.servers import spawn_server, wait_generating
+from helpers.one_line import assert_one_line
 
 torch.set_num_threads(1)
 SPEC = "areal_cli.workflows.multi_turn:MultiTurnWorkflow"
@@ -53,62 +51,6 @@ def tok(tmp_path_factory):
     from areal_cli.tasks.tiny_arith_multiturn import tokenizer_corpus
 
     return load_tokenizer(build_tiny_model(tmp_path_factory.mktemp("mt") / "m", corpus=tokenizer_corpus()))
-
-
-class ScriptedEngine:
-    """A rollout client answering turn k of every conversation with ``outputs[k]`` (ids), logprob -0.25 - k and
-    version 3 + k; records every prompt it was given. The turn is read off the prompt: ChatML opens two messages
-    (``<|im_start|>``, id 1) per turn."""
-
-    def __init__(self, outputs, im_start: int = 1):
-        self.outputs = outputs
-        self.im_start = im_start
-        self.prompts: list[list[int]] = []
-
-    async def generate(self, prompt_ids, params, rid=None):
-        self.prompts.append(list(prompt_ids))
-        k = list(prompt_ids).count(self.im_start) // 2 - 1
-        out = list(self.outputs[min(k, len(self.outputs) - 1)])
-        return Completion(list(prompt_ids), out, [-0.25 - k] * len(out), [3 + k] * len(out), "stop", 0, "fake")
-
-    async def generate_group(self, prompt_ids, n, params, rid=None):
-        return [await self.generate(prompt_ids, params, f"{rid}.{i}") for i in range(n)]
-
-
-class Rewards:
-    """The reward pool's ``call``: ``verdict(completion_text, turn)`` per call, counted per conversation by the
-    number of calls seen so far (one conversation at a time)."""
-
-    def __init__(self, verdict):
-        self.verdict = verdict
-        self.calls: list[tuple[str, list[int], list[int]]] = []
-
-    async def call(self, fn, spec, code_dir, prompt, completion, prompt_ids, completion_ids, fields):
-        self.calls.append((completion, list(prompt_ids), list(completion_ids)))
-        return RewardResult(float(self.verdict(completion, len(self.calls) - 1, fields)), "ok")
-
-
-def episode_client(engine, tokenizer, verdict, *, group_size=1, rid_prefix="g", max_new_tokens=8):
-    pool = Rewards(verdict)
-    stop = [tokenizer.eos_token_id]
-    return EpisodeClient(engine, pool, "tests:reward", tokenizer, SamplingParams(max_new_tokens, stop_token_ids=stop),
-                         group_size, rid_prefix=rid_prefix), pool
-
-
-def item_of(tokenizer, text="reverse 123", answer="321"):
-    msgs = [{"role": "user", "content": text}]
-    rendered = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-    return Item("q", tokenizer(rendered, add_special_tokens=False)["input_ids"], rendered, {"answer": answer})
-
-
-def ids_of(tokenizer, *pieces):
-    """Token ids of single pieces (each must be one token of the vocabulary)."""
-    out = []
-    for p in pieces:
-        i = tokenizer.convert_tokens_to_ids(p)
-        assert isinstance(i, int) and i != tokenizer.unk_token_id, p
-        out.append(i)
-    return out
 
 
 # ---------------------------------------------------------------------------------------- token-exact
@@ -372,9 +314,10 @@ def test_a_group_holds_every_conversations_turns_and_evaluation_gets_one_sample_
 def test_bad_workflow_args_are_one_line_errors(args, match):
     with pytest.raises(UserError, match=match) as e:
         make_workflow(SPEC, args)
-    assert "\n" not in str(e.value)
+    assert_one_line(str(e.value))
 
 
+@pytest.mark.multiproc
 def test_bad_workflow_args_stop_areal_train_with_one_line(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text("task: tiny-arith-multiturn\nworkflow_args: {max_turns: 2, turn_discount: 2.0}\n")
@@ -392,28 +335,10 @@ def test_a_turn_end_token_the_tokenizer_lacks_is_one_line(tok):
 
 # ------------------------------------------------------------------------- interruption (embedded server)
 @pytest.fixture(scope="module")
-def dirs(tmp_path_factory):
-    return tiny_dirs(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
 def server(dirs, tmp_path_factory):
-    from areal_cli.rollout.server import EmbeddedServer
-
-    srv = EmbeddedServer.launch(dirs[0], max_total_tokens=4096, step_delay_s=0.01,
-                                log_path=tmp_path_factory.mktemp("srv") / "server.log")
+    srv = spawn_server(dirs[0], tmp_path_factory, max_total_tokens=4096, step_delay_s=0.01)
     yield srv
     srv.stop()
-
-
-async def _wait_generating(url: str, at_least: int = 5) -> None:
-    async with httpx.AsyncClient() as h:
-        async def n():
-            return (await h.get(url + "/server_info")).json()["internal_states"][0]["decode_tokens"]
-        base, t0 = await n(), time.monotonic()
-        while await n() < base + at_least:
-            assert time.monotonic() - t0 < 20
-            await asyncio.sleep(0.01)
 
 
 class Watched:
@@ -449,7 +374,7 @@ def _interrupted_conversation(server, dirs, interrupt):
             ep = EpisodeClient(watched, Rewards(lambda *a: 0.0), "t:r", tokenizer, params, 1)
             task = asyncio.create_task(wf.run_conversation(ep, it))
             await watched.started.wait()
-            await _wait_generating(server.url)  # >= 5 tokens into turn 2, far from its 40
+            await wait_generating(server.url)  # >= 5 tokens into turn 2, far from its 40
             await interrupt(rc)
             got = await task
             return ref, got
@@ -460,6 +385,7 @@ def _interrupted_conversation(server, dirs, interrupt):
     return asyncio.run(run())
 
 
+@pytest.mark.multiproc
 def test_a_turn_interrupted_mid_generation_resumes_exactly(server, dirs):
     async def pause_resume(rc):
         await rc.pause()
@@ -474,6 +400,7 @@ def test_a_turn_interrupted_mid_generation_resumes_exactly(server, dirs):
     assert [t.finish_reason for t in got.turns] == ["length"] * 3 and len(got.turns[1:2]) == 1
 
 
+@pytest.mark.multiproc
 def test_a_weight_update_inside_a_turn_labels_versions_and_the_next_turn_extends_exactly(server, dirs):
     async def update(rc):
         await rc.update_weights_from_disk(str(dirs[1]), 1)
@@ -508,6 +435,7 @@ def test_locked_recipe_loads_with_the_multi_turn_workflow():
 STEPS = 20
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_multi_turn_recipe_learns_first_try_and_within_max_turns_vs_single_turn(tmp_path):
     """Both recipes trained for the same number of RL steps (seed 1, eta 4), then the warm-start and final weights
@@ -564,6 +492,7 @@ def test_boba2_math_multiturn_recipe_maps_onto_the_agent_with_an_identity_traine
 MINI_MATH = Path(__file__).resolve().parents[1] / "recipes" / "data" / "boba-106k-mini.jsonl"
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_boba2_math_multiturn_recipe_runs_two_steps_through_the_sglang_path(tmp_path, monkeypatch):
     """The GPU recipe's mapped config shrunk to one fake SGLang server and a tiny R1-template model: five-turn

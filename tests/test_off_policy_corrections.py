@@ -23,6 +23,7 @@ from areal_cli.trainer.decoupled_ppo import (
     decoupled_ppo_loss,
 )
 from areal_cli.trainer.steps import off_policy_diagnostics
+from helpers.one_line import assert_one_line
 
 EPS = 0.2
 # Two sequences (rows) of 3 loss tokens; log w = prox - behav chosen to fall on each side of the bounds.
@@ -136,7 +137,7 @@ def test_config_refuses_bad_settings_with_one_line():
 def test_truncated_sampling_in_training_is_refused_with_one_clear_line():
     with pytest.raises(UserError) as err:
         TrainConfig(top_p=0.9).validate("cfg.yaml")
-    assert "untruncated" in str(err.value) and "\n" not in str(err.value)
+    assert_one_line(str(err.value), "untruncated")
     TrainConfig(top_k=1000000).validate("cfg.yaml")  # AReaL's "off" value stays allowed (checked against the vocab)
 
 

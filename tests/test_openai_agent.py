@@ -30,13 +30,12 @@ from areal_cli.agents import AgentWorkflow, OpenAIProxy
 from areal_cli.agents.openai_schema import OpenAIError, parse_chat_request, parse_tool_calls
 from areal_cli.api.types import Item, WorkflowError
 from areal_cli.api.workflow import make_workflow
-from areal_cli.rollout.client import Completion, RolloutClient
+from areal_cli.rollout.client import RolloutClient
 from areal_cli.rollout.episode import EpisodeClient
 from areal_cli.rollout.protocol import SamplingParams
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_multi_turn import Rewards, _wait_generating, ids_of  # noqa: E402
-from test_rollout_engine import tiny_dirs  # noqa: E402
+from helpers.scripted import Scripted, episode, ids_of, text_ids
+from helpers.servers import spawn_server, wait_generating
 
 torch.set_num_threads(1)
 FAKE_SGLANG = str(Path(__file__).resolve().parent / "fake_sglang")
@@ -47,31 +46,6 @@ def tok(tmp_path_factory):
     from areal_cli.models.tiny import build_tiny_model, load_tokenizer
 
     return load_tokenizer(build_tiny_model(tmp_path_factory.mktemp("oai") / "m"))
-
-
-class Scripted:
-    """A rollout client answering the k-th request of the test with ``outputs[k]`` (token ids), logprob
-    -0.5 - k and version 7 + k; records every prompt."""
-
-    def __init__(self, outputs):
-        self.outputs, self.prompts, self.params = outputs, [], []
-
-    async def generate(self, prompt_ids, params, rid=None):
-        k = len(self.prompts)
-        self.prompts.append(list(prompt_ids))
-        self.params.append(params)
-        out = list(self.outputs[min(k, len(self.outputs) - 1)])
-        return Completion(list(prompt_ids), out, [-0.5 - k] * len(out), [7 + k] * len(out), "stop", 0, "fake")
-
-
-def episode(engine, tok, verdict=lambda *a: 1.0, group_size=1, max_new_tokens=16):
-    pool = Rewards(verdict)
-    return EpisodeClient(engine, pool, "t:r", tok, SamplingParams(max_new_tokens, stop_token_ids=[tok.eos_token_id]),
-                         group_size, episode_id=5), pool
-
-
-def text_ids(tok, text):
-    return tok(text, add_special_tokens=False)["input_ids"]
 
 
 def oai(base_url):
@@ -359,20 +333,13 @@ def test_a_reward_of_the_wrong_type_and_bad_workflow_args_are_one_line_errors(to
 
 # ------------------------------------------------------------------------------------------- real servers
 @pytest.fixture(scope="module")
-def dirs(tmp_path_factory):
-    return tiny_dirs(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
 def server(dirs, tmp_path_factory):
-    from areal_cli.rollout.server import EmbeddedServer
-
-    srv = EmbeddedServer.launch(dirs[0], max_total_tokens=4096, step_delay_s=0.01,
-                                log_path=tmp_path_factory.mktemp("srv") / "server.log")
+    srv = spawn_server(dirs[0], tmp_path_factory, max_total_tokens=4096, step_delay_s=0.01)
     yield srv
     srv.stop()
 
 
+@pytest.mark.multiproc
 def test_embedded_server_serves_v1_chat_completions_to_the_openai_client(server, dirs):
     from areal_cli.models.tiny import load_tokenizer
 
@@ -429,7 +396,7 @@ def _proxy_against(url: str, dirs, update: bool):
             msgs += [r1.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "again"}]
             task = asyncio.create_task(client.chat.completions.create(model="m", messages=msgs, temperature=0))
             if update:
-                await _wait_generating(url)  # >= 5 tokens into the second response, far from its 40
+                await wait_generating(url)  # >= 5 tokens into the second response, far from its 40
                 await rc.update_weights_from_disk(str(dirs[1]), 1)
             await task
             return sess
@@ -447,6 +414,7 @@ def _proxy_against(url: str, dirs, update: bool):
     return sess, g
 
 
+@pytest.mark.multiproc
 def test_proxy_records_exact_ids_and_versions_through_a_weight_update(server, dirs):
     sess, g = _proxy_against(server.url, dirs, update=True)
     a, b = sess.interactions.values()
@@ -461,6 +429,7 @@ def test_proxy_records_exact_ids_and_versions_through_a_weight_update(server, di
     assert c.check() is None and c.head_version == 0 and sum(c.loss_mask) == 80
 
 
+@pytest.mark.multiproc
 def test_proxy_in_front_of_the_sglang_stand_in(dirs, tmp_path):
     from areal_cli.ports import free_port
 

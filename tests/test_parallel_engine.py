@@ -8,38 +8,19 @@ weights, and the HF directory written by ``save_hf`` (global rank 0 only).
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
 
 from areal_cli.errors import UserError
 from areal_cli.trainer import hf_mcore
 from areal_cli.trainer import parallel_shard as psh
 from areal_cli.trainer.collectives import dp_row_ranges
 from areal_cli.trainer.megatron_engine import MegatronEngine
-
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "tests" / "dist" / "parallel_parity.py"
-
-# Tolerances: 3x the largest difference measured over TP=2, DP=2 and PP=2 (float32; the parallel runs only
-# reorder float sums): logprobs 1.43e-6 nats, loss 2.3e-9 (|loss| ~ 2e-2), grad norm 4.3e-7 relative, weights
-# 1.18e-6 absolute after 3 AdamW steps that move them by ~3e-4 (README "Scale path" quotes these).
-LP_ATOL, LOSS_ATOL, NORM_RTOL, W_ATOL = 4.5e-6, 7e-9, 1.3e-6, 3.6e-6
-
-
-def _load_script():
-    spec = importlib.util.spec_from_file_location("parallel_parity", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
+from helpers.perturbed_models import perturb_weights
+from helpers.torchrun_parity import check_parity, load_parity_script, torchrun_parity
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
@@ -49,76 +30,38 @@ def model_dir(tmp_path_factory) -> Path:
 
     d = tmp_path_factory.mktemp("parallel_model")
     build_tiny_model(d, vocab_size=301, intermediate_size=256)
-    sd = load_file(str(d / "model.safetensors"))
-    g = torch.Generator().manual_seed(1)
-    sd = {k: (v + 0.05 * torch.randn(v.shape, generator=g)).contiguous() for k, v in sorted(sd.items())}
-    save_file(sd, str(d / "model.safetensors"), metadata={"format": "pt"})
-    return d
+    return perturb_weights(d, 1)
 
 
 @pytest.fixture(scope="module")
 def reference(model_dir) -> dict:
     """The single-process run (world 1, TP 1) of the parity script's scenario."""
-    return _load_script().run_parity(model_dir)
+    return load_parity_script().run_parity(model_dir)
 
 
-def _torchrun(model_dir: Path, out: Path, tp: int = 1, pp: int = 1) -> list[dict]:
-    from areal_cli.ports import free_port as find_free_port
-
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-           "--master-port", str(find_free_port()), str(SCRIPT), "--model-dir", str(model_dir), "--out", str(out),
-           "--tp", str(tp), "--pp", str(pp)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240, start_new_session=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return [torch.load(out / f"rank{r}.pt", weights_only=True) for r in range(2)]
-
-
-def _check_parity(ranks: list[dict], ref: dict, out: Path, model_dir: Path) -> None:
-    initial = load_file(str(model_dir / "model.safetensors"))
-    assert all(ref["grad_norms"][i] > 0 for i in range(3)) and ref["grad_norms"][0] > 0.1  # step 1 is clipped
-    for res in ranks:
-        # load_hf shards, hf_state_dict gathers: bit for bit the file's tensors
-        assert res["hf_loaded"].keys() == initial.keys()
-        assert all(torch.equal(res["hf_loaded"][k], initial[k]) for k in initial)
-        assert (res["logprobs0"] - ref["logprobs0"]).abs().max().item() <= LP_ATOL
-        assert (res["logprobs"] - ref["logprobs"]).abs().max().item() <= LP_ATOL
-        assert res["losses"] == pytest.approx(ref["losses"], rel=0, abs=LOSS_ATOL)
-        assert res["grad_norms"] == pytest.approx(ref["grad_norms"], rel=NORM_RTOL)
-        assert res["hf"].keys() == ref["hf"].keys()
-        moved = max((ref["hf"][k] - initial[k]).abs().max().item() for k in initial)
-        assert moved > 10 * W_ATOL
-        assert max((res["hf"][k] - ref["hf"][k]).abs().max().item() for k in ref["hf"]) <= W_ATOL
-    a, b = ranks
-    assert torch.equal(a["logprobs"], b["logprobs"]) and a["losses"] == b["losses"]
-    assert a["grad_norms"] == b["grad_norms"]
-    assert all(torch.equal(a["hf"][k], b["hf"][k]) for k in a["hf"])
-    # save_hf: one directory, written by global rank 0, equal to the gathered state dict
-    assert sorted(p.name for p in out.iterdir()) == ["rank0.pt", "rank1.pt", "saved"]
-    saved = load_file(str(out / "saved" / "model.safetensors"))
-    assert saved.keys() == a["hf"].keys() and all(torch.equal(saved[k], a["hf"][k]) for k in saved)
-
-
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_tensor_parallel_2_matches_single_process(model_dir, reference, tmp_path):
-    ranks = _torchrun(model_dir, tmp_path / "tp2", tp=2)
+    ranks = torchrun_parity(model_dir, tmp_path / "tp2", tp=2)
     assert [(r["tp"], r["pp"], r["dp"], r["world"]) for r in ranks] == [(2, 1, 1, 2)] * 2
-    _check_parity(ranks, reference, tmp_path / "tp2", model_dir)
+    check_parity(ranks, reference, tmp_path / "tp2", model_dir)
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_data_parallel_2_matches_single_process(model_dir, reference, tmp_path):
-    ranks = _torchrun(model_dir, tmp_path / "dp2")
+    ranks = torchrun_parity(model_dir, tmp_path / "dp2")
     assert [(r["tp"], r["pp"], r["dp"], r["world"]) for r in ranks] == [(1, 1, 2, 2)] * 2
-    _check_parity(ranks, reference, tmp_path / "dp2", model_dir)
+    check_parity(ranks, reference, tmp_path / "dp2", model_dir)
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_pipeline_parallel_2_matches_single_process(model_dir, reference, tmp_path):
     """Megatron's forward_backward_pipelining_without_interleaving on CPU (one layer per stage)."""
-    ranks = _torchrun(model_dir, tmp_path / "pp2", pp=2)
+    ranks = torchrun_parity(model_dir, tmp_path / "pp2", pp=2)
     assert [(r["tp"], r["pp"], r["dp"], r["world"]) for r in ranks] == [(1, 2, 1, 2)] * 2
-    _check_parity(ranks, reference, tmp_path / "pp2", model_dir)
+    check_parity(ranks, reference, tmp_path / "pp2", model_dir)
 
 
 # ----------------------------------------------------------------------------- layouts (in process)

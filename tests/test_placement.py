@@ -12,6 +12,7 @@ from rich.console import Console
 from areal_cli.errors import UserError
 from areal_cli.placement import MEGATRON_ORDER, Allocation, Parallel, parse_allocation, place, placement_from_dict
 from areal_cli.recipes import allocation_gpus, load_recipe, recipe_names
+from helpers.one_line import assert_one_line
 
 
 @pytest.mark.parametrize("text, backend, gen, train", [
@@ -45,7 +46,7 @@ def test_allocation_strings_parse_into_inference_and_training_degrees(text, back
 def test_malformed_allocations_are_one_line_naming_the_string_and_part(text, message):
     with pytest.raises(UserError) as e:
         parse_allocation(text)
-    assert message in str(e.value) and "\n" not in str(e.value)
+    assert_one_line(str(e.value), message)
 
 
 def test_servers_fill_nodes_first_then_trainer_ranks_in_megatron_order():
@@ -99,7 +100,7 @@ def test_every_shipped_allocation_fits_its_published_nodes_exactly():
 def test_impossible_layouts_are_one_line(text, nodes, gpn, message):
     with pytest.raises(UserError) as e:
         place(parse_allocation(text), nodes=nodes, gpus_per_node=gpn)
-    assert message in str(e.value) and f"'{text}'" in str(e.value) and "\n" not in str(e.value)
+    assert_one_line(str(e.value), message, f"'{text}'")
 
 
 def test_cpu_placement_puts_processes_on_one_host_or_spreads_them_evenly():

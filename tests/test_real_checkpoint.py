@@ -116,6 +116,7 @@ def areal(*args: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedPr
                           timeout=timeout, env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
+@pytest.mark.multiproc
 def test_areal_eval_on_the_gguf_file_with_a_limit(gguf_file, smollm2, shared_dir, tmp_path):
     r = areal("eval", "--model", str(gguf_file), "--data", "math_500", "--data-dir", str(shared_dir / "data" / "math"),
               "--limit", "20", "--max-new-tokens", "48", "--protocol", "chat-template", "--out", str(tmp_path / "o"),
@@ -128,6 +129,7 @@ def test_areal_eval_on_the_gguf_file_with_a_limit(gguf_file, smollm2, shared_dir
     assert sum(" " in s["text"] for s in samples) >= 15
 
 
+@pytest.mark.multiproc
 def test_one_asynchronous_rl_step_on_the_real_model(gguf_file, tmp_path):
     """tiny-arith's prompts with a dense reward (shorter answers score higher: the model almost never reverses a
     number exactly, and all-zero rewards would give no gradient), decoupled PPO, the new weights published and
@@ -150,6 +152,7 @@ def test_one_asynchronous_rl_step_on_the_real_model(gguf_file, tmp_path):
     assert saved["model_type"] == "llama" and saved["tie_word_embeddings"] is True
 
 
+@pytest.mark.multiproc
 def test_bad_gguf_files_are_one_line_exit_2(gguf_file, tmp_path, shared_dir):
     import numpy as np
     from gguf import GGUFWriter

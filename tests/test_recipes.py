@@ -26,6 +26,7 @@ from areal_cli.recipes import (
     recipe_names,
     train_config_from_recipe,
 )
+from helpers.one_line import assert_one_line
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = REPO / "recipes"
@@ -221,7 +222,7 @@ def test_a_bad_key_or_value_is_reported_with_file_line_and_field(tmp_path, name,
     with pytest.raises(UserError) as e:
         load_recipe(path)
     msg = str(e.value)
-    assert "\n" not in msg
+    assert_one_line(msg)
     assert msg.startswith(f"{path}:{bad_line}: field '{field}'"), msg
     assert why in msg
 

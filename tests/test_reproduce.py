@@ -4,7 +4,6 @@ evaluation, and the CPU recipe end to end (the CI regression of tiny-arith's exp
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import struct
@@ -14,7 +13,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from rich.console import Console
 
 from areal_cli import download as dl
 from areal_cli.errors import UserError
@@ -34,25 +32,10 @@ from areal_cli.reproduce import (
     rough_hours,
 )
 from areal_cli.reproduce_cmd import reproduce as reproduce_cmd
+from helpers.consoles import quiet_console, text_of
+from helpers.one_line import assert_one_line, one_line_error
 
 SNAPSHOT = "0123456789abcdef0123456789abcdef01234567"
-
-
-def quiet_console() -> Console:
-    return Console(file=io.StringIO(), width=200)
-
-
-def text_of(console: Console) -> str:
-    return console.file.getvalue()
-
-
-def one_line_error(res, *needles):
-    assert res.exit_code == 2, res.output
-    lines = [x for x in res.output.splitlines() if x.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in res.output, res.output
-    for n in needles:
-        assert n in lines[0], (n, lines[0])
-    return lines[0]
 
 
 # --- plan --------------------------------------------------------------------------------------------
@@ -335,7 +318,7 @@ def test_a_corrupted_checkpoint_is_refused_in_one_line(tmp_path, damage, needle)
             {"weight_map": {"w": "model.safetensors", "v": "model-00002-of-00002.safetensors"}}))
     with pytest.raises(UserError) as e:
         check_checkpoint(ck)
-    assert needle in str(e.value) and "\n" not in str(e.value)
+    assert_one_line(str(e.value), needle)
     res = CliRunner().invoke(reproduce_cmd, ["boba2-8b-code", "--eval-only", "--model", str(ck),
                                              "--out", str(tmp_path / "o")])
     one_line_error(res, needle)
@@ -380,6 +363,7 @@ CODE_RESULTS = {  # fractions, as areal eval writes them
 }
 
 
+@pytest.mark.multiproc
 def test_eval_only_downloads_the_checkpoint_evaluates_each_benchmark_and_reports_a_regression(tmp_path, monkeypatch):
     fake, downloads = stand_ins(tmp_path, monkeypatch, CODE_RESULTS)
     out, data = tmp_path / "o", tmp_path / "data"
@@ -409,6 +393,7 @@ def test_eval_only_downloads_the_checkpoint_evaluates_each_benchmark_and_reports
     assert manifest["status"] == "failed" and manifest["command"][:2] == ["areal", "reproduce"]
 
 
+@pytest.mark.multiproc
 def test_eval_only_of_the_base_model_checks_the_base_rows_and_passes(tmp_path, monkeypatch):
     results = {"aime24": {"pass@1": 0.55, "n_problems": 30, "n_samples": 32},
                "aime25": {"pass@1": 0.40, "n_problems": 30, "n_samples": 32}}
@@ -422,6 +407,7 @@ def test_eval_only_of_the_base_model_checks_the_base_rows_and_passes(tmp_path, m
     assert outcome.exit_code == 0
 
 
+@pytest.mark.multiproc
 def test_eval_settings_can_be_overridden_and_the_override_is_recorded(tmp_path, monkeypatch):
     fake, _ = stand_ins(tmp_path, monkeypatch, CODE_RESULTS)
     out = tmp_path / "o"
@@ -433,6 +419,7 @@ def test_eval_settings_can_be_overridden_and_the_override_is_recorded(tmp_path, 
 
 # --- end to end (the CI regression of tiny-arith's expected numbers) -----------------------------------
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_areal_reproduce_tiny_arith_trains_on_cpu_and_meets_the_expected_numbers(tmp_path):
     out = tmp_path / "rep"
@@ -459,6 +446,7 @@ def test_areal_reproduce_tiny_arith_trains_on_cpu_and_meets_the_expected_numbers
     assert manifest["started_at"] <= manifest["finished_at"] and manifest["runs"] == {"train": "train"}
 
 
+@pytest.mark.multiproc
 def test_importing_the_command_is_light():
     code = ("import sys, areal_cli.reproduce_cmd; "
             "print(sorted(m for m in ('torch', 'rich', 'huggingface_hub', 'transformers', 'yaml') if m in sys.modules))")
@@ -466,6 +454,7 @@ def test_importing_the_command_is_light():
     assert out.strip() == "[]"
 
 
+@pytest.mark.multiproc
 def test_a_failed_training_start_leaves_no_trace_and_a_failed_run_is_recorded(tmp_path, monkeypatch):
     import areal_cli.train_loop as tl
 

@@ -65,6 +65,7 @@ def _delta(pool, before):
     return {k: after[k] - before[k] for k in after}
 
 
+@pytest.mark.multiproc
 def test_ok_call_returns_float_reward_and_raw_value(pool):
     before = pool.counters
     res = asyncio.run(pool.score(2, 3))
@@ -72,6 +73,7 @@ def test_ok_call_returns_float_reward_and_raw_value(pool):
     assert _delta(pool, before) == {"ok": 1, "error": 0, "timeout": 0}
 
 
+@pytest.mark.multiproc
 def test_crashing_fn_is_an_error_with_one_line_message(pool):
     before = pool.counters
     res = asyncio.run(pool.call(f"{HERE}:crash", "bad input\nsecond line"))
@@ -81,6 +83,7 @@ def test_crashing_fn_is_an_error_with_one_line_message(pool):
     assert asyncio.run(pool.score(1, 1)).reward == 2.0
 
 
+@pytest.mark.multiproc
 def test_hanging_fn_is_killed_at_timeout_replaced_and_counted(pool):
     before = pool.counters
     pids_before = {pool.score_many([()], fn=f"{HERE}:pid")[0].value[0] for _ in range(4)}
@@ -97,6 +100,7 @@ def test_hanging_fn_is_killed_at_timeout_replaced_and_counted(pool):
     assert pids_after - pids_before, "a killed worker must be replaced by a new process"
 
 
+@pytest.mark.multiproc
 def test_fn_calling_os_exit_is_an_error_and_pool_keeps_serving(pool):
     before = pool.counters
     res = pool.score_many([(7,)], fn=f"{HERE}:die")[0]
@@ -106,6 +110,7 @@ def test_fn_calling_os_exit_is_an_error_and_pool_keeps_serving(pool):
     assert _delta(pool, before) == {"ok": 2, "error": 1, "timeout": 0}
 
 
+@pytest.mark.multiproc
 def test_concurrent_asyncio_calls_run_in_parallel_on_the_workers(pool):
     async def main():
         t0 = time.monotonic()
@@ -117,6 +122,7 @@ def test_concurrent_asyncio_calls_run_in_parallel_on_the_workers(pool):
     assert elapsed < 1.8, f"4 x 0.5 s on 2 workers took {elapsed:.2f} s (serial would be 2.0 s)"
 
 
+@pytest.mark.multiproc
 def test_concurrent_mix_of_ok_crash_hang_and_death_each_reported(pool):
     before = pool.counters
 
@@ -140,6 +146,7 @@ def test_concurrent_mix_of_ok_crash_hang_and_death_each_reported(pool):
     assert _delta(pool, before) == {"ok": 2, "error": 3, "timeout": 1}
 
 
+@pytest.mark.multiproc
 def test_unimportable_fn_fails_at_construction_with_one_line():
     with pytest.raises(ValueError, match=r"cannot load reward function 'no_such_module_xyz:f': ModuleNotFoundError"):
         RewardPool("no_such_module_xyz:f")
@@ -149,6 +156,7 @@ def test_unimportable_fn_fails_at_construction_with_one_line():
         RewardPool(f"{HERE}:add", timeout_s=0)
 
 
+@pytest.mark.multiproc
 def test_worker_sets_torch_to_one_thread():
     with RewardPool(f"{HERE}:torch_threads", n_workers=1, timeout_s=60.0) as p:
         res = p.score_many([()])[0]
@@ -156,6 +164,7 @@ def test_worker_sets_torch_to_one_thread():
     assert res.value[0] == 1
 
 
+@pytest.mark.multiproc
 def test_closed_pool_refuses_calls_and_close_is_idempotent():
     p = RewardPool(f"{HERE}:add", n_workers=1, timeout_s=1.0)
     procs = [w.proc for w in p._workers]

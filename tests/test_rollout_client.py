@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -17,10 +15,9 @@ import torch
 
 from areal_cli.rollout.client import Completion, RolloutClient
 from areal_cli.rollout.protocol import SamplingParams, ServerError
-from areal_cli.rollout.server import EmbeddedServer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # shared helpers live in test_rollout_engine
-from test_rollout_engine import hf_logits, hf_logprobs, tiny_dirs  # noqa: E402
+from helpers.hf_reference import hf_logits, hf_logprobs
+from helpers.servers import spawn_server, wait_generating
 
 torch.set_num_threads(1)
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "sglang"
@@ -297,14 +294,8 @@ def test_group_with_out_of_range_ids_sends_nothing():
 
 
 @pytest.fixture(scope="module")
-def dirs(tmp_path_factory):
-    return tiny_dirs(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
 def _spawned(dirs, tmp_path_factory):
-    log = tmp_path_factory.mktemp("srv") / "server.log"
-    srv = EmbeddedServer.launch(dirs[0], max_total_tokens=4096, step_delay_s=0.01, log_path=log, wait=False)
+    srv = spawn_server(dirs[0], tmp_path_factory, max_total_tokens=4096, step_delay_s=0.01, wait=False)
     yield srv
     srv.stop()
 
@@ -321,16 +312,6 @@ def server(_spawned, hf_models):
     return _spawned.wait_until_ready()
 
 
-async def _wait_generating(url: str, at_least: int = 5) -> None:
-    async with httpx.AsyncClient() as h:
-        async def n():
-            return (await h.get(url + "/server_info")).json()["internal_states"][0]["decode_tokens"]
-        base, t0 = await n(), time.monotonic()
-        while await n() < base + at_least:
-            assert time.monotonic() - t0 < 20
-            await asyncio.sleep(0.01)
-
-
 PROMPT = [40, 41, 42, 43, 44, 45, 46, 47]
 
 
@@ -341,7 +322,7 @@ def _reference_then_interrupted(server, vocab_size, call):
         c = RolloutClient([server.url], vocab_size=vocab_size)
         ref = await call(c, "ref")
         task = asyncio.create_task(call(c, "int"))
-        await _wait_generating(server.url)  # >= 5 tokens in, far from the budget
+        await wait_generating(server.url)  # >= 5 tokens in, far from the budget
         await c.pause()
         await asyncio.sleep(0.2)
         await c.resume()
@@ -352,6 +333,7 @@ def _reference_then_interrupted(server, vocab_size, call):
     return asyncio.run(run())
 
 
+@pytest.mark.multiproc
 def test_resumed_sample_matches_uninterrupted_greedy(server, hf_models):
     V = hf_models[0].config.vocab_size
     sp = SamplingParams(max_new_tokens=120, temperature=0.0, ignore_eos=True)
@@ -364,6 +346,7 @@ def test_resumed_sample_matches_uninterrupted_greedy(server, hf_models):
     assert got.finish_reason == "length" and got.output_versions == [0] * 120
 
 
+@pytest.mark.multiproc
 def test_resumed_group_matches_uninterrupted_greedy_group(server, hf_models):
     """A GRPO group sent as one batched /generate, interrupted mid-way, resumes sample by sample."""
     V = hf_models[0].config.vocab_size
@@ -377,6 +360,7 @@ def test_resumed_group_matches_uninterrupted_greedy_group(server, hf_models):
         assert g.finish_reason == "length" and len(g.output_ids) == 120
 
 
+@pytest.mark.multiproc
 def test_weight_update_mid_generation_labels_versions_and_matches_hf_with_new_weights(server, dirs,
                                                                                        hf_models):
     old, new = hf_models
@@ -387,7 +371,7 @@ def test_weight_update_mid_generation_labels_versions_and_matches_hf_with_new_we
         c = RolloutClient([server.url], vocab_size=V)
         try:
             task = asyncio.create_task(c.generate(PROMPT, sp))
-            await _wait_generating(server.url)
+            await wait_generating(server.url)
             await c.update_weights_from_disk(str(dirs[1]), 1)
             comp = await task
             info = await c.model_info()
@@ -417,6 +401,7 @@ def test_weight_update_mid_generation_labels_versions_and_matches_hf_with_new_we
                                           hf_logprobs(new, PROMPT, after.output_ids, 0.0))) <= 1e-4
 
 
+@pytest.mark.multiproc
 def test_embedded_server_rejects_what_the_client_would_not_send(server, hf_models):
     V = hf_models[0].config.vocab_size
 
@@ -433,14 +418,13 @@ def test_embedded_server_rejects_what_the_client_would_not_send(server, hf_model
     assert err.status == 400 and "out of the vocabulary" in err.message
 
 
+@pytest.mark.multiproc
 def test_a_dead_server_is_marked_down_and_its_samples_are_reissued_on_a_live_one(server, hf_models):
     """A server that refuses connections: the first group sent to it is re-issued on the live server (prefix
     empty, full budget), the dead one leaves the rotation (callback once), and control calls skip it."""
-    import socket
+    from areal_cli.ports import free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{s.getsockname()[1]}"  # nothing listens once the socket is closed
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     V = hf_models[0].config.vocab_size
     downs = []
 

@@ -6,48 +6,16 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 import torch
 
 from areal_cli.errors import UserError
-from areal_cli.models.tiny import build_tiny_model
 from areal_cli.rollout.engine import EngineError, InferenceEngine
 from areal_cli.rollout.protocol import SamplingParams
+from helpers.hf_reference import hf_logits, hf_logprobs
 
 torch.set_num_threads(1)
-
-CORPUS = [f"{a}+{b}={a + b}" for a in range(40) for b in range(40)] + [
-    "Please reason step by step, and put your final answer within \\boxed{}.", "The answer is 42.",
-]
-
-
-def _perturb(src: Path, dst: Path, seed: int = 1, scale: float = 0.05) -> Path:
-    from safetensors.torch import load_file, save_file
-
-    shutil.copytree(src, dst, dirs_exist_ok=True)
-    g = torch.Generator().manual_seed(seed)
-    sd = load_file(str(src / "model.safetensors"))
-    sd = {k: (v + scale * torch.randn(v.shape, generator=g)).contiguous() for k, v in sorted(sd.items())}
-    save_file(sd, str(dst / "model.safetensors"), metadata={"format": "pt"})
-    return dst
-
-
-def tiny_dirs(tmp_path_factory) -> tuple[Path, Path]:
-    """(model, same model with perturbed weights); built once per test session."""
-    base = tmp_path_factory.getbasetemp() / "rollout_tiny"
-    a, b = base / "seed0", base / "seed0_perturbed"
-    if not (a / "model.safetensors").is_file():
-        build_tiny_model(a, seed=0, corpus=CORPUS)
-    if not (b / "model.safetensors").is_file():
-        _perturb(a, b)
-    return a, b
-
-
-@pytest.fixture(scope="module")
-def dirs(tmp_path_factory):
-    return tiny_dirs(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -62,18 +30,6 @@ def hf_new(dirs):
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(str(dirs[1]), dtype=torch.float32).eval()
-
-
-def hf_logits(model, ids: list[int]) -> torch.Tensor:
-    with torch.no_grad():
-        return model(torch.tensor([ids])).logits[0].float()
-
-
-def hf_logprobs(model, prompt: list[int], output: list[int], temperature: float) -> list[float]:
-    """HF full-sequence recompute: log_softmax(logits / T)[token] (T = 1 for greedy)."""
-    lp = torch.log_softmax(hf_logits(model, prompt + output) / (temperature if temperature > 0 else 1.0), -1)
-    P = len(prompt)
-    return [float(lp[P - 1 + i, t]) for i, t in enumerate(output)]
 
 
 PROMPTS = [[5, 17, 33], [40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50], [7, 8, 9, 10, 11, 12], [3],

@@ -21,22 +21,18 @@ import torch
 from areal_cli.rollout.protocol import GenerateResponse, parse_generate_response
 from areal_cli.rollout.server import FLUSH_FAILED, FLUSH_OK, EmbeddedServer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # shared helpers live in test_rollout_engine
-from test_rollout_engine import hf_logprobs, tiny_dirs  # noqa: E402
+from helpers.hf_reference import hf_logprobs
+from helpers.servers import spawn_server
+
+pytestmark = pytest.mark.multiproc  # every test here starts processes
 
 torch.set_num_threads(1)
 PROMPTS = [[5, 17, 33], [40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50], [7, 8, 9, 10, 11, 12]]
 
 
 @pytest.fixture(scope="module")
-def dirs(tmp_path_factory):
-    return tiny_dirs(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
 def _spawned(dirs, tmp_path_factory):
-    log = tmp_path_factory.mktemp("srv") / "server.log"
-    srv = EmbeddedServer.launch(dirs[0], max_total_tokens=4096, step_delay_s=0.005, log_path=log, wait=False)
+    srv = spawn_server(dirs[0], tmp_path_factory, max_total_tokens=4096, step_delay_s=0.005, wait=False)
     yield srv
     srv.stop()
 

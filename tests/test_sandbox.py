@@ -26,9 +26,11 @@ from pathlib import Path
 
 import pytest
 
+from areal_cli.ports import free_port
 from areal_cli.reward.code_grader import judge_run
 from areal_cli.sandbox import Limits, SandboxRun, network_isolation, run_python, run_tests
 from areal_cli.sandbox.limits import MiB
+from helpers.one_line import assert_one_line
 
 HOSTILE_DIR = Path(__file__).resolve().parent / "hostile"
 HOSTILE = sorted(HOSTILE_DIR.glob("[0-9][0-9]_*.py"))
@@ -54,11 +56,13 @@ def isolation_info() -> dict:
 
 
 # ------------------------------------------------------------------------------------ basic behaviour
+@pytest.mark.multiproc
 def test_program_reads_stdin_and_its_stdout_is_returned():
     r = run_python("a, b = map(int, input().split())\nprint(a + b)", stdin="2 40\n", limits=FAST)
     assert (r.returncode, r.stdout, r.outcome, r.timed_out) == (0, "42\n", "completed", False)
 
 
+@pytest.mark.multiproc
 def test_exit_status_stderr_and_exception_are_reported():
     r = run_python("import sys\nprint('partial')\nraise ValueError('bad input')", limits=FAST)
     assert r.returncode == 1 and r.outcome == "raised"
@@ -68,6 +72,7 @@ def test_exit_status_stderr_and_exception_are_reported():
     assert (r.returncode, r.outcome, r.exit_code) == (0, "system_exit", 3)  # the process ends normally; the status is kept
 
 
+@pytest.mark.multiproc
 def test_busy_loop_is_killed_at_the_wall_clock_limit():
     limits = Limits(wall_s=0.5)
     t0 = time.monotonic()
@@ -76,11 +81,13 @@ def test_busy_loop_is_killed_at_the_wall_clock_limit():
     assert 0.5 <= r.wall_s < 3.0 and time.monotonic() - t0 < 10.0
 
 
+@pytest.mark.multiproc
 def test_sleeping_program_is_killed_although_it_uses_no_cpu():
     r = run_python("import time\ntime.sleep(100)", limits=Limits(wall_s=0.5))
     assert r.timed_out and r.cpu_s < 0.5
 
 
+@pytest.mark.multiproc
 def test_allocation_beyond_the_memory_limit_fails_with_memory_error():
     r = run_python("x = bytearray(300 * 1024 * 1024)\nprint(len(x))", limits=Limits(wall_s=5, memory_bytes=256 * MiB))
     assert r.outcome == "raised" and r.error.startswith("MemoryError")
@@ -88,17 +95,20 @@ def test_allocation_beyond_the_memory_limit_fails_with_memory_error():
     assert r.stdout == f"{50 * 1024 * 1024}\n"
 
 
+@pytest.mark.multiproc
 def test_output_beyond_the_file_size_limit_fails():
     r = run_python("import sys\nsys.stdout.write('x' * (2 << 20))", limits=Limits(wall_s=5, max_file_bytes=1 << 20))
     assert r.outcome == "raised" and "File too large" in r.error
 
 
+@pytest.mark.multiproc
 def test_each_test_starts_in_a_fresh_process_and_an_empty_directory():
     src = "import os\nprint(sorted(os.listdir('.')), os.getpid() > 0)\nopen('left_over.txt', 'w').write('x')"
     run = run_tests(src, ["", "", ""], limits=FAST, prelude="")
     assert [r.stdout for r in run.results] == ["[] True\n"] * 3
 
 
+@pytest.mark.multiproc
 def test_environment_is_scrubbed(monkeypatch):
     monkeypatch.setenv("AREAL_TEST_TOKEN", "do-not-leak")
     r = run_python("import os\nprint(sorted(os.environ))", limits=FAST)
@@ -107,11 +117,13 @@ def test_environment_is_scrubbed(monkeypatch):
     assert {"PATH", "HOME", "TMPDIR", "LANG"} <= set(names)
 
 
+@pytest.mark.multiproc
 def test_program_cannot_import_the_grader_or_see_the_repository():
     r = run_python("import areal_cli", limits=FAST)
     assert r.outcome == "raised" and "ModuleNotFoundError" in r.error
 
 
+@pytest.mark.multiproc
 def test_call_based_program_returns_a_json_value():
     src = "class Solution:\n    def twoSum(self, nums: List[int], target: int) -> List[int]:\n        return (0, 1)\n"
     from areal_cli.sandbox import LCB_PRELUDE
@@ -120,17 +132,20 @@ def test_call_based_program_returns_a_json_value():
     assert run.results[0].outcome == "returned" and json.loads(run.results[0].value_json) == [0, 1]
 
 
+@pytest.mark.multiproc
 def test_stop_callback_ends_the_run_early():
     seen = []
     run = run_tests("print(input())", ["a", "b", "c"], limits=FAST, on_result=lambda i, r: seen.append(i) or i < 1)
     assert seen == [0, 1] and run.stopped_early and len(run.results) == 2
 
 
+@pytest.mark.multiproc
 def test_total_time_cap_stops_the_run():
     run = run_tests("import time\ntime.sleep(0.6)\nprint(1)", [""] * 10, limits=Limits(wall_s=2.0), total_timeout_s=1.5)
     assert run.total_timed_out and len(run.results) < 10
 
 
+@pytest.mark.multiproc
 def test_syntax_error_is_a_compile_error_with_no_run():
     run = run_tests("def f(:\n  pass", ["x"], limits=FAST)
     assert run.compile_error is not None and "SyntaxError" in run.compile_error and run.results == []
@@ -147,6 +162,7 @@ def test_bad_arguments_are_rejected():
         Limits(max_open_files=3)
 
 
+@pytest.mark.multiproc
 def test_isolation_report_is_consistent_with_what_the_program_sees(isolation_info):
     info = isolation_info
     assert info["guard"] and info["rlimits"] and info["nproc_limit"] is not None
@@ -170,6 +186,7 @@ def test_isolation_report_is_consistent_with_what_the_program_sees(isolation_inf
         assert probe["uid"] == int(info["user"].split()[1]) and probe["uid"] != 0
 
 
+@pytest.mark.multiproc
 def test_the_reduced_mode_says_so_and_still_drops_root_and_caps_tasks(reduced_mode):
     """A container that refuses namespaces: the level says "reduced" (and why), the program does not run as
     root, and its tasks (processes and threads) are capped: a thread bomb stops at the cap."""
@@ -188,6 +205,7 @@ def test_the_reduced_mode_says_so_and_still_drops_root_and_caps_tasks(reduced_mo
         assert int(out.split()[2]) <= limits.max_procs - 2, out
 
 
+@pytest.mark.multiproc
 def test_as_root_without_a_reachable_interpreter_the_sandbox_refuses_rather_than_run_as_root(monkeypatch):
     """Root, no namespaces, and an interpreter no unprivileged uid can reach: one line saying why and what to
     do, and nothing runs (never a program as the host's root)."""
@@ -202,10 +220,11 @@ def test_as_root_without_a_reachable_interpreter_the_sandbox_refuses_rather_than
     with pytest.raises(SandboxError) as err:
         run_tests("open('/tmp/areal-ran-as-root', 'w')", [""], limits=FAST)
     message = str(err.value)
-    assert "\n" not in message and "/opt/private is mode 700" in message and "AREAL_SANDBOX_PYTHON" in message
+    assert_one_line(message, "/opt/private is mode 700", "AREAL_SANDBOX_PYTHON")
     assert not os.path.exists("/tmp/areal-ran-as-root")
 
 
+@pytest.mark.multiproc
 def test_strict_isolation_refuses_the_reduced_mode_and_runs_with_the_full_set(monkeypatch, isolation_info):
     from areal_cli.sandbox import SandboxError
 
@@ -237,9 +256,10 @@ def test_malformed_sandbox_settings_are_one_line_errors(monkeypatch, name, value
     monkeypatch.setenv(name, value)
     with pytest.raises(SandboxError, match=match) as err:
         run_tests("print(1)", [""], limits=FAST)
-    assert "\n" not in str(err.value) and name in str(err.value)
+    assert_one_line(str(err.value), name)
 
 
+@pytest.mark.multiproc
 def test_the_uid_comes_from_the_configured_range(monkeypatch, reduced_mode):
     monkeypatch.setenv("AREAL_SANDBOX_UID_RANGE", "424242-424243")
     run = run_tests("import os\nprint(os.getuid())", [""], limits=FAST, prelude="")
@@ -247,6 +267,7 @@ def test_the_uid_comes_from_the_configured_range(monkeypatch, reduced_mode):
         assert run.results[0].stdout.strip() in ("424242", "424243") and run.sandbox_uid in (424242, 424243)
 
 
+@pytest.mark.multiproc
 @pytest.mark.parametrize("audit_hook", [True, False])
 def test_a_file_in_the_host_temp_dir_cannot_be_read_inside(isolation_info, audit_hook):
     """The exposure, not a path: a marker with random content in the real temp dir must not be readable by the
@@ -274,6 +295,7 @@ def test_a_file_in_the_host_temp_dir_cannot_be_read_inside(isolation_info, audit
         marker.unlink()
 
 
+@pytest.mark.multiproc
 @pytest.mark.parametrize("mode", ["auto", "reduced"])
 def test_killing_the_grader_takes_the_sandbox_down_with_it(mode, open_tmp, request):
     """The harness and the program die with the grader (parent-death signals, pid namespace)."""
@@ -318,12 +340,14 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+@pytest.mark.multiproc
 def test_the_reduced_mode_still_runs_programs(reduced_mode):
     run = run_tests("print(int(input()) * 2)", ["21"], limits=FAST)
     assert run.results[0].stdout == "42\n"
     assert run.isolation["pid_ns"] is False and run.isolation["guard"] is True and run.isolation["level"] == "reduced"
 
 
+@pytest.mark.multiproc
 def test_audit_hook_allows_ordinary_programs():
     """Common competitive-programming idioms keep working under the guard (no false refusals)."""
     src = (
@@ -343,6 +367,7 @@ def test_audit_hook_allows_ordinary_programs():
     assert r.stdout == "ok 6\n", r.stderr
 
 
+@pytest.mark.multiproc
 def test_audit_hook_allows_ordinary_programs_in_the_reduced_mode(reduced_mode):
     test_audit_hook_allows_ordinary_programs()
 
@@ -423,12 +448,6 @@ class Sink:
         return self.received
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def make_canary(base: Path, env_marker: str) -> Canary:
     """A world-readable, world-writable directory with a victim file and a secret file (random name)."""
     d = base / "canary"
@@ -442,7 +461,7 @@ def make_canary(base: Path, env_marker: str) -> Canary:
     secret = d / f"secret_{secrets.token_hex(6)}.txt"
     secret.write_text(secret_text + "\n")
     os.chmod(secret, 0o644)
-    c = Canary(d, victim, secret, secret_text, secrets.token_hex(6), _free_port(), env_marker, {}, Sink())
+    c = Canary(d, victim, secret, secret_text, secrets.token_hex(6), free_port(), env_marker, {}, Sink())
     c.before = c.snapshot()
     return c
 
@@ -592,6 +611,7 @@ def canary_factory(open_tmp, monkeypatch):
     return lambda: make_canary(open_tmp / f"c{next(counter)}", marker)
 
 
+@pytest.mark.multiproc
 @pytest.mark.parametrize("program", ["23_socket_connect.py", "25_dns_and_udp.py"])
 def test_the_network_checks_catch_bytes_that_get_through(program, canary_factory, reduced_mode):
     """With every layer off (no namespaces, no audit hook) the program's bytes reach the grader's own sockets, and
@@ -607,11 +627,13 @@ def test_hostile_suite_has_at_least_30_documented_programs():
         assert header.get("harm") and header.get("check"), f"{path.name}: header needs '# harm:' and '# check:'"
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_hostile_programs_do_no_harm_with_all_layers(canary_factory):
     _run_suite(canary_factory, "auto", audit_hook=True)
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_hostile_programs_do_no_harm_in_the_reduced_mode_of_a_container_that_refuses_namespaces(canary_factory, reduced_mode):
     """No process outlives its test, nothing is written outside its directory, no planted secret is read, no
@@ -620,6 +642,7 @@ def test_hostile_programs_do_no_harm_in_the_reduced_mode_of_a_container_that_ref
     _run_suite(canary_factory, "auto", audit_hook=True)
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_operating_system_layers_alone_contain_hostile_programs(canary_factory, isolation_info):
     if NAMESPACES_ABSENT:  # declared: the reduced-mode suite covers the sandbox; strict grading must refuse here
@@ -631,6 +654,7 @@ def test_operating_system_layers_alone_contain_hostile_programs(canary_factory, 
     _run_suite(canary_factory, "strict", audit_hook=False, only_os_layer=True)
 
 
+@pytest.mark.multiproc
 def test_a_uid_range_over_real_accounts_is_refused(monkeypatch, reduced_mode):
     """A program must never run as a real user (``nobody`` included): such a range is one line, nothing runs."""
     import pwd
@@ -641,4 +665,4 @@ def test_a_uid_range_over_real_accounts_is_refused(monkeypatch, reduced_mode):
     monkeypatch.setenv("AREAL_SANDBOX_UID_RANGE", f"{uid}-{uid}")
     with pytest.raises(SandboxError, match="belong to accounts of this machine") as err:
         run_tests("print(1)", [""], limits=FAST)
-    assert "\n" not in str(err.value)
+    assert_one_line(str(err.value))

@@ -13,6 +13,8 @@ from click.testing import CliRunner
 
 from areal_cli.cli import main
 
+pytestmark = pytest.mark.multiproc  # every test here starts processes
+
 BENCH = Path(__file__).resolve().parent / "data" / "benchmarks"
 PROGRAMS = {  # the lcb_v5 fixture problems inside the declared window: three right, one wrong
     "abc375_a": "```python\nn = int(input())\ns = input()\nprint(sum(s[i:i+3] == '#.#' for i in range(n)))\n```",

@@ -13,6 +13,8 @@ from areal_cli.tasks import tiny_arith
 from areal_cli.trainer.batch import build_train_batch
 from areal_cli.trainer.megatron_engine import MegatronEngine
 
+pytestmark = pytest.mark.multiproc  # every test here starts processes
+
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):

@@ -15,6 +15,7 @@ from areal_cli.errors import UserError
 from areal_cli.rollout.sglang_launcher import (
     SGLangServerArgs, build_sglang_command, for_server, sglang_args_from_config,
 )
+from helpers.one_line import assert_one_line
 
 FAKE = Path(__file__).resolve().parent / "fake_sglang"
 
@@ -86,6 +87,7 @@ def test_every_flag_is_a_server_arg_of_the_recorded_sglang_server(shared_dir):
     assert len(flags) == 17 and missing == []
 
 
+@pytest.mark.multiproc
 def test_the_test_stand_in_accepts_exactly_these_flags_and_refuses_unknown_ones():
     a = fake_launch_server.parse(build_sglang_command(FULL)[3:])
     assert (a.model_path, a.port, a.tp_size, a.pp_size, a.random_seed, a.skip_tokenizer_init) == \
@@ -118,7 +120,7 @@ def test_bad_values_raise_one_line_naming_the_field(field, value, msg):
 
     with pytest.raises(UserError) as ei:
         build_sglang_command(replace(FULL, **{field: value}))
-    assert msg in str(ei.value) and "\n" not in str(ei.value)
+    assert_one_line(str(ei.value), msg)
 
 
 def test_recipe_helper_sets_context_length_and_per_server_seed():

@@ -212,6 +212,7 @@ def test_command_writes_results_and_plots(tmp_path):
     assert "published: sync 1.0 h, async 0.5 h = 2.00x" in res.output
 
 
+@pytest.mark.multiproc
 def test_importing_the_command_pulls_in_no_numpy_rich_or_matplotlib():
     code = ("import sys; import areal_cli.bench.simulate_cmd; "
             "print([m for m in ('numpy', 'rich', 'matplotlib', 'torch', 'yaml') if m in sys.modules])")

@@ -52,6 +52,7 @@ def write_user_task(d: Path) -> Path:
     return recipe
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_the_readme_task_defined_in_a_temporary_directory_trains_for_3_steps(tmp_path):
     recipe = write_user_task(tmp_path / "mytask")
@@ -71,6 +72,7 @@ def test_the_readme_task_defined_in_a_temporary_directory_trains_for_3_steps(tmp
     assert config["code_dir"] == str((tmp_path / "mytask").resolve())
 
 
+@pytest.mark.multiproc
 def test_user_code_that_cannot_load_is_one_line_and_nothing_is_written(tmp_path):
     recipe = write_user_task(tmp_path / "t")
     cases = [
@@ -122,6 +124,7 @@ class Dict:
 """
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_failures_after_the_start_end_the_run_in_one_line_or_are_counted(tmp_path):
     from areal_cli.api.records import Record
@@ -155,6 +158,7 @@ def test_failures_after_the_start_end_the_run_in_one_line_or_are_counted(tmp_pat
     assert all(x["eval_reward_failures"] == len(held) for x in rows_[1:]) and rows_[-1]["reward_error"] == 0
 
 
+@pytest.mark.multiproc
 def test_a_record_without_a_required_field_names_file_line_and_field(tmp_path):
     recipe = write_user_task(tmp_path / "t")
     data = tmp_path / "t" / "data" / "copy.jsonl"
@@ -166,6 +170,7 @@ def test_a_record_without_a_required_field_names_file_line_and_field(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.multiproc
 def test_a_prompt_template_mismatch_is_one_line_and_leaves_no_run(tmp_path):
     """R1-template records on a tokenizer without R1's markers (a chatml tiny model)."""
     r = areal("train", "mini-math", "--out", str(tmp_path / "o"), "--no-live", "-o", "model_chat_template=chatml",
@@ -254,6 +259,7 @@ def test_mini_math_prompts_are_used_verbatim_with_r1_bos(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------- code-rl
+@pytest.mark.multiproc
 def test_every_mini_code_reference_solution_passes_and_a_wrong_one_fails():
     from areal_cli.tasks import code_rl
 
@@ -268,6 +274,7 @@ def test_every_mini_code_reference_solution_passes_and_a_wrong_one_fails():
     assert code_rl.reward(prompt, wrong, [1], [2], **reward_kwargs(recs[0])) == 0.0
 
 
+@pytest.mark.multiproc
 def test_code_rl_honours_a_tolerance_its_statement_declares():
     """The reward reads the tolerance from the prompt, as areal eval's loaders read it from the statement."""
     from areal_cli.tasks import code_rl

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -22,8 +20,9 @@ from areal_cli.agents import AgentWorkflow
 from areal_cli.agents.python_tool import PYTHON_TOOL, PythonToolMathAgent, run_python_tool
 from areal_cli.api.types import Item
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_openai_agent import Scripted, episode, text_ids  # noqa: E402
+from helpers.scripted import Scripted, episode, text_ids
+
+pytestmark = pytest.mark.multiproc  # every test here starts processes
 
 
 @pytest.fixture(scope="module")

@@ -40,12 +40,14 @@ def test_logger_names_and_missing_packages_are_one_line(monkeypatch):
         parse_loggers("wandb")
 
 
+@pytest.mark.multiproc
 def test_cli_refuses_an_unknown_logger_before_any_work(tmp_path):
     r = _areal("train", "--out", str(tmp_path / "o"), "-o", "loggers=tensorboard,mlflow", cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "field 'loggers'" in r.stderr and "mlflow" in r.stderr
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_a_run_logs_every_metrics_line_to_tensorboard_and_offline_wandb(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

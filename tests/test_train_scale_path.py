@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_trainer_group import SYNC, warm_model  # noqa: F401  (module-scoped fixture)
+from helpers.warm_model import SYNC
 
 FAKE_SGLANG = str(Path(__file__).resolve().parent / "fake_sglang")
 
@@ -24,8 +24,9 @@ def _run(cfg, out: Path, overrides: list[str]) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
-def test_sglang_launch_and_collective_weight_sync_train_exactly_like_the_default(warm_model, tmp_path, monkeypatch):  # noqa: F811
+def test_sglang_launch_and_collective_weight_sync_train_exactly_like_the_default(warm_model, tmp_path, monkeypatch):
     from areal_cli.recipes import load_train_config
 
     monkeypatch.setenv("PYTHONPATH", FAKE_SGLANG + os.pathsep + os.environ.get("PYTHONPATH", ""))  # the servers

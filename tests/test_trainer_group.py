@@ -21,6 +21,7 @@ from areal_cli.trainer.group import (
     TorchrunTrainer,
     TrainerError,
 )
+from helpers.warm_model import SYNC
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -110,6 +111,7 @@ def test_local_trainer_runs_every_call_in_order_on_one_thread_and_raises_unchang
 # ------------------------------------------------------------------------------------------ torchrun groups
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_attach_mode_takes_ranks_launched_elsewhere_and_close_stops_them(tmp_path):
     key = tmp_path / "key"
@@ -153,6 +155,7 @@ def masked_nll(n_valid: int, lp, mb):
     return -(lp * mb.loss_mask).sum() / n_valid
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_torchrun_world2_group_matches_the_in_process_trainer_names_failing_ranks_and_leaves_nothing(tmp_path):
     """One world-2 group (data parallel 2) on a tiny model: the same answers as the in-process trainer;
@@ -218,36 +221,7 @@ def test_torchrun_world2_group_matches_the_in_process_trainer_names_failing_rank
 # Needs the SPMD engine (every rank gets the full batch, the engine splits it over data-parallel ranks and sums
 # the gradients): with an engine that trains every rank on the whole batch, gradients come out doubled.
 
-SYNC = ["max_head_offpolicyness=0", "temperature=0", "adv_norm=global", "success_rate_lb=0", "success_rate_ub=1",
-        "group_size=1", "sft_max_steps=0", "batch_size=8", "eval_n_prompts=16", "target_accuracy=0",
-        "torch_threads=1", "max_steps=3"]
-
-
-@pytest.fixture(scope="module")
-def warm_model(tmp_path_factory) -> Path:
-    """The tiny recipe's model after 30 warm-start steps (rewards neither all 0 nor all 1), as in
-    test_checkpoint."""
-    from areal_cli.recipes import load_train_config
-    from areal_cli.models.tiny import build_tiny_model, load_tokenizer
-    from areal_cli.sft import SftConfig, SftStage
-    from areal_cli.tasks.task import Task
-    from areal_cli.trainer.megatron_engine import MegatronEngine
-
-    cfg, _ = load_train_config("tiny-arith")
-    task = Task(cfg)
-    d = tmp_path_factory.mktemp("warm")
-    base = build_tiny_model(d / "base", seed=cfg.seed, corpus=task.tokenizer_corpus())
-    tok = load_tokenizer(base)
-    task.bind(tok)
-    eng = MegatronEngine(base, lr=cfg.sft_lr, seed=cfg.seed)
-    exs = [(item.prompt_ids, tok.encode(t, add_special_tokens=False) + [tok.eos_token_id])
-           for item, t in task.sft_examples(cfg.sft_n_examples)]
-    stage = SftStage(eng, exs, SftConfig.from_train_config(cfg), pad_id=tok.pad_token_id)
-    for _ in range(30):
-        stage.step()
-    return eng.save_hf(d / "warm")
-
-
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_areal_train_with_data_or_tensor_parallel_2_matches_the_single_process_run_step_by_step(warm_model, tmp_path):
     from areal_cli.config import apply_overrides

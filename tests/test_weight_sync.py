@@ -11,7 +11,6 @@ shared/fixtures/sglang; the field names below are those of SGLang's io_struct.py
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from pathlib import Path
 
@@ -24,14 +23,12 @@ from areal_cli.rollout.protocol import (
     build_update_weights_from_distributed_payload, parse_destroy_weights_update_group_request,
     parse_init_weights_update_group_request, parse_update_weights_from_distributed_request,
 )
-from areal_cli.rollout.server import EmbeddedServer
 from areal_cli.rollout.weight_sender import (
     WeightSender, WeightSyncError, param_specs, plan_buckets, rank_offsets, weight_update_world_size,
 )
 from areal_cli.rollout.weight_sync import WeightSyncSpec, close_senders, sync_weights_from_engine, update_weights_distributed
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_rollout_engine import tiny_dirs  # noqa: E402
+from helpers.servers import spawn_server
 
 # Field names of SGLang's request dataclasses (sgl-project/sglang python/sglang/srt/managers/io_struct.py).
 SGLANG_INIT_FIELDS = {"master_address", "master_port", "rank_offset", "world_size", "group_name", "backend"}
@@ -132,15 +129,9 @@ def _greedy(http: httpx.Client) -> list[tuple[list[int], list[float], str]]:
 
 
 @pytest.fixture(scope="module")
-def dirs(tmp_path_factory):
-    return tiny_dirs(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
 def server(dirs, tmp_path_factory):
-    log = tmp_path_factory.mktemp("wsrv") / "server.log"
-    srv = EmbeddedServer.launch(dirs[0], max_total_tokens=2048, log_path=log,
-                                extra_args=["--weight-sync-timeout-s", "20"])
+    srv = spawn_server(dirs[0], tmp_path_factory, log_folder="wsrv", max_total_tokens=2048,
+                       extra_args=["--weight-sync-timeout-s", "20"])
     yield srv
     srv.stop()
 
@@ -151,6 +142,7 @@ def http(server):
         yield c
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_gloo_broadcast_in_buckets_loads_what_a_disk_update_loads(server, http, dirs, tmp_path):
     before = _greedy(http)
@@ -178,6 +170,7 @@ def test_gloo_broadcast_in_buckets_loads_what_a_disk_update_loads(server, http, 
     assert r.status_code == 400 and not r.json()["success"] and "not initialized" in r.json()["message"]
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_refused_bucket_names_the_server_and_the_next_send_works(server, http, dirs):
     new = _perturbed(dirs[0], seed=3)
@@ -198,6 +191,7 @@ def test_refused_bucket_names_the_server_and_the_next_send_works(server, http, d
     assert http.get("/health").status_code == 200
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_server_that_never_receives_gives_an_error_not_a_hang(server, http, dirs):
     """The server lost the group (destroyed behind the sender's back): it refuses at once, the sender stops
@@ -223,6 +217,7 @@ class _FakeEngine:
         return dict(self.state)
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_sync_weights_from_engine_caches_its_sender_and_the_async_helper_pauses(server, http, dirs):
     from areal_cli.rollout.client import RolloutClient
@@ -286,6 +281,7 @@ def test_only_global_rank_zero_sends_but_every_rank_gathers(monkeypatch):
     assert Counting.calls == 1 and not ws._SENDERS
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_server_refuses_bad_group_requests_with_sglang_reply_shape(server, http):
     ok = build_init_weights_update_group_payload("127.0.0.1", 29999, 1, 2, group_name="g", backend="nccl")
@@ -299,6 +295,7 @@ def test_server_refuses_bad_group_requests_with_sglang_reply_shape(server, http)
     assert r.status_code == 400 and r.json()["success"] is False
 
 
+@pytest.mark.multiproc
 @pytest.mark.slow
 def test_unreachable_server_fails_group_init_at_once_and_the_live_server_keeps_serving(server, http):
     from areal_cli.ports import free_port

@@ -16,6 +16,8 @@ import pytest
 
 from areal_cli.resources import SHIPPED
 
+pytestmark = pytest.mark.multiproc  # every test here starts processes
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
