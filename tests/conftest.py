@@ -29,6 +29,19 @@ except ImportError:  # pragma: no cover
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
 
+@pytest.fixture(autouse=True)
+def _sandbox_isolation_restored():
+    """Jobs export their sandbox setting to ``AREAL_SANDBOX_ISOLATION`` for the grader processes they start
+    (:func:`areal_cli.sandbox.status.isolation_in_force`); in one pytest process that would leak a test's
+    ``strict`` into the next tests, so each test gets the variable back as it found it."""
+    before = os.environ.get("AREAL_SANDBOX_ISOLATION")
+    yield
+    if before is None:
+        os.environ.pop("AREAL_SANDBOX_ISOLATION", None)
+    else:
+        os.environ["AREAL_SANDBOX_ISOLATION"] = before
+
+
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:
     """The read-only ../shared folder beside the repository (real data, SGLang fixtures)."""
