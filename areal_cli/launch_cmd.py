@@ -5,6 +5,8 @@ Importing this module imports click and the standard library only; the work is i
 
 from __future__ import annotations
 
+import shlex
+
 import sys
 from pathlib import Path
 
@@ -55,6 +57,9 @@ def slurm(config: str, nodes: int, gpus_per_node: int, out_dir: Path, allocation
     from areal_cli.errors import UserError
     from areal_cli.launch.setup import plan_for_config
 
+    if any(c.isspace() for c in str(Path(out_dir).resolve())):
+        raise UserError(f"--out {out_dir}: a Slurm job's '#SBATCH --output' line cannot hold a path with "
+                        "whitespace; choose a folder without spaces")
     if model_path is not None and not (Path(model_path) / "config.json").is_file():
         raise UserError(f"--model {model_path}: not a model directory (no config.json); every node loads it "
                         "from this path, so it must be on the shared filesystem")
@@ -72,7 +77,7 @@ def slurm(config: str, nodes: int, gpus_per_node: int, out_dir: Path, allocation
     if submit:
         click.echo(f"submitted job {do_submit(sbatch)}")
     else:
-        click.echo(f"submit with: sbatch {sbatch}")
+        click.echo(f"submit with: sbatch {shlex.quote(str(sbatch))}")
 
 
 @launch.command("node")

@@ -31,6 +31,12 @@ def test_help_does_not_import_torch():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+@pytest.mark.multiproc
+def test_python_dash_m_areal_cli_is_the_areal_command():
+    r = subprocess.run([sys.executable, "-m", "areal_cli", "--help"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith("Usage: areal ") and "reproduce" in r.stdout, r.stderr
+
+
 def test_unknown_recipe(tmp_path):
     cli_error_line(*run(["train", "no-such-recipe", "--out", str(tmp_path / "o")]),
                           "unknown recipe 'no-such-recipe'", "tiny-arith")

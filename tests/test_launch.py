@@ -112,6 +112,11 @@ def test_launch_slurm_writes_the_files_and_submit_without_sbatch_is_one_line(tmp
     res = CliRunner().invoke(launch, ["slurm", "tiny-arith", "--nodes", "2", "--gpus-per-node", "0", "--out",
                                       "/proc/nope", "--allocation", "embedded.d2+d2", "--model", str(tmp_path)])
     last_error_line(res, 2, "cannot write the launch files")
+    spaced = tmp_path / "a run"  # '#SBATCH --output=' cannot hold it
+    res = CliRunner().invoke(launch, ["slurm", "tiny-arith", "--nodes", "2", "--gpus-per-node", "0", "--out",
+                                      str(spaced), "--allocation", "embedded.d2+d2", "--model", str(tmp_path)])
+    last_error_line(res, 2, "cannot hold a path with whitespace")
+    assert not spaced.exists()
 
 
 @pytest.mark.parametrize("args, needles", [

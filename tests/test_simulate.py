@@ -141,6 +141,27 @@ def test_calibrate_from_run_reads_trainer_costs_and_fits_decode_to_the_sync_step
     assert rep["checks"]["async"]["eta"] == 2 and rep["checks"]["async"]["measured_step_s"] == pytest.approx(0.8)
 
 
+def test_calibrate_from_a_throughput_results_json_reads_each_runs_own_folder(tmp_path):
+    """``areal bench throughput`` results.json: ``steps`` is the step count and the records are in the run's
+    folder under runs/ (found beside the file even when the recorded absolute ``dir`` is elsewhere)."""
+    records = json.loads(synthetic_run(tmp_path).read_text())["runs"]
+    runs = []
+    for label, (mode, eta) in {"00-sync-r0": ("sync", 0), "01-async-r0": ("async", 2)}.items():
+        d = tmp_path / "bench" / "runs" / label
+        d.mkdir(parents=True)
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records[mode]["steps"]))
+        runs.append({"label": label, "mode": mode, "eta": eta, "steps": 12, "dir": f"/elsewhere/runs/{label}"})
+    results = tmp_path / "bench" / "results.json"
+    results.write_text(json.dumps({"runs": runs}))
+    base = sim.Scenario(gen_gpus=1, train_gpus=1, batch_size=32, group_size=4, prompt_tokens=20, max_new_tokens=8,
+                        response_sigma=0.1, max_concurrent_groups=96, eta=2, decoupled_recompute=False,
+                        decode_step_per_seq_s=0.0, decode_step_per_ctx_token_s=0.0, prefill_s_per_token=0.0,
+                        sim_steps=12, warmup_steps=3, scaling_gpus=[])
+    sc, rep = sim.calibrate_from_run(results, base)
+    assert rep["sync_run"] == "00-sync-r0"
+    assert sc.train_fixed_s == pytest.approx(0.2, rel=1e-6) and sc.sync_save_s == pytest.approx(0.05)
+
+
 def test_calibrate_from_run_without_a_sync_run_is_a_user_error(tmp_path):
     p = tmp_path / "r.json"
     p.write_text(json.dumps({"runs": [{"name": "a", "eta": 4, "steps": [{"step": 1}]}]}))

@@ -74,6 +74,9 @@ def staleness(scenario_path: str | None, out_dir: Path | None, etas: list[int] |
     console = Console()
     plan = run_plan(sc)
     if dry_run:
+        from areal_cli.bench.staleness.benchmark import check_configs
+
+        check_configs(sc, list(overrides))
         console.print(f"scenario {sc.name} ({sc.source}): recipe {sc.recipe}, {len(plan)} runs of {sc.steps} RL steps")
         for i, (rep, eta, v) in enumerate(plan):
             console.print(f"  {i:3d}  repeat {rep}  eta {eta:2d}  {v}", highlight=False)

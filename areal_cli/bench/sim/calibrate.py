@@ -136,7 +136,8 @@ def _read_run_records(path: Path) -> dict[str, tuple[int | None, list[dict]]]:
         if not isinstance(run, dict):
             raise UserError(f"{path}: field 'runs[{i}]': expected a mapping")
         name = str(run.get("name", run.get("label", run.get("mode", f"run{i}"))))
-        steps = run.get("steps") or run.get("metrics")
+        steps = run.get("steps") if isinstance(run.get("steps"), list) else run.get("metrics")
+        # (`areal bench throughput` runs carry ``steps`` as their step count and their records in ``dir``)
         if steps is None and run.get("metrics_jsonl"):
             mp = Path(run["metrics_jsonl"])
             steps = jsonl(mp if mp.is_absolute() else path.parent / mp)

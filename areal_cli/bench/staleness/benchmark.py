@@ -23,6 +23,29 @@ def _run_cfg(scenario: Scenario, extra: list[str], items: list[str]):
     return apply_overrides(cfg, override_items(scenario.overrides) + list(extra) + items)
 
 
+def cpu_overrides(scenario: Scenario) -> list[str]:
+    """The scenario's CPU split as ``-o`` items (trainer, server, controller)."""
+    return [f"trainer_cpus={scenario.cpus['trainer']}", f"server_cpus={scenario.cpus['server']}",
+            f"controller_cpus={scenario.cpus['controller']}"]
+
+
+def check_configs(scenario: Scenario, extra: list[str]):
+    """Build the configuration of every variant (and the synchronous baseline) with ``extra`` overrides, so that
+    a bad override fails before any work (also in ``--dry-run``). Returns the base config.
+
+    Raises:
+        UserError: a bad recipe, override or variant field (one line, naming the variant).
+    """
+    cpu_items = cpu_overrides(scenario)
+    base_cfg = _run_cfg(scenario, extra, cpu_items)
+    for name, ov in [(SYNC, SYNC_OVERRIDES), *scenario.variants.items()]:
+        try:
+            _run_cfg(scenario, extra, cpu_items + override_items(ov))
+        except UserError as e:
+            raise UserError(f"{scenario.source}: variant '{name}': {e}") from None
+    return base_cfg
+
+
 def run_ablation(scenario: Scenario, out: Path, *, extra_overrides: list[str] | None = None,
                  log: Callable[[str], None] = print) -> dict:
     """Run ``scenario`` into ``out``: one warm start, the grid of :func:`run_plan`, results.json, table.md, plot.
@@ -38,14 +61,8 @@ def run_ablation(scenario: Scenario, out: Path, *, extra_overrides: list[str] | 
         raise UserError(f"{out}: --out exists and is not a directory")
     if (out / "results.json").exists() or (out / "warm").exists():
         raise UserError(f"{out}: already holds a benchmark; choose another --out")
-    cpu_items = [f"trainer_cpus={scenario.cpus['trainer']}", f"server_cpus={scenario.cpus['server']}",
-                 f"controller_cpus={scenario.cpus['controller']}"]
-    base_cfg = _run_cfg(scenario, extra, cpu_items)  # validates everything before any work
-    for name, ov in [(SYNC, SYNC_OVERRIDES), *scenario.variants.items()]:
-        try:
-            _run_cfg(scenario, extra, cpu_items + override_items(ov))
-        except UserError as e:
-            raise UserError(f"{scenario.source}: variant '{name}': {e}") from None
+    cpu_items = cpu_overrides(scenario)
+    base_cfg = check_configs(scenario, extra)  # validates everything before any work
     out.mkdir(parents=True, exist_ok=True)
     machine = {"start": machine_description()}
     t_bench = time.monotonic()
