@@ -69,7 +69,7 @@ def test_custom_variants_and_the_plan():
 
 
 @pytest.mark.multiproc
-def test_command_module_imports_only_click_and_stdlib_and_is_registered():
+def test_command_module_imports_only_click_and_stdlib_and_is_registered(tmp_path):
     import subprocess
     import sys
 
@@ -86,6 +86,10 @@ def test_command_module_imports_only_click_and_stdlib_and_is_registered():
     assert res.output.count("eta  0  sync") == 2 and res.output.count("eta  4  naive") == 2
     bad = CliRunner().invoke(main, ["bench", "staleness", "--dry-run", "--variants", "nope"])
     assert bad.exit_code == 2 and "unknown variant 'nope'" in bad.output
+    sc = tmp_path / "sc.yaml"
+    sc.write_text("name: x\nrecipe: tiny-arith\noverrides:\n  bogus: 1\n")
+    bad = CliRunner().invoke(main, ["bench", "staleness", "--dry-run", "--scenario", str(sc)])
+    assert bad.exit_code == 2 and f"{sc}:4: field 'overrides.bogus': unknown key" in bad.output, bad.output
     for items, field in ((["-o", "prox_logp_method=nope"], "prox_logp_method"), (["-o", "bogus=1"], "bogus")):
         bad = CliRunner().invoke(main, ["bench", "staleness", "--dry-run", *items])  # checked before the plan
         assert bad.exit_code == 2 and f"field '{field}'" in bad.output and "repeat" not in bad.output, bad.output

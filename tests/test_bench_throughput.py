@@ -518,3 +518,20 @@ def test_bad_long_tail_keys_are_reported_with_file_and_line(tmp_path):
     p.write_text("impute_post_eval_steps: 1\n")
     with pytest.raises(UserError, match=r"s\.yaml:1: field 'impute_post_eval_steps'"):
         tp.load_scenario(p)
+
+
+@pytest.mark.parametrize("section, text, line, needle", [
+    ("overrides", "overrides:\n  batch_size: 8\n  bogus: 1\n", 5, "unknown key"),
+    ("overrides", "overrides:\n  prox_logp_method: nope\n", 4, "must be 'auto', 'recompute' or 'reuse'"),
+    ("sync_overrides", "sync_overrides:\n  stale_groups: keep\n", 4, "must be 'drop' or 'train'"),
+])
+def test_a_bad_recipe_override_in_a_scenario_names_its_file_and_line(tmp_path, section, text, line, needle):
+    """Errors the recipe's validation raises for a scenario's overrides point at the scenario line (not at a
+    '-o' the user never typed), before anything is written."""
+    p = tmp_path / "sc.yaml"
+    p.write_text("name: x\nrecipe: tiny-arith\n" + text)
+    with pytest.raises(UserError) as err:
+        tp.run_benchmark(tp.load_scenario(p), tmp_path / "out")
+    key = text.splitlines()[-1].split(":")[0].strip()
+    assert str(err.value).startswith(f"{p}:{line}: field '{section}.{key}': ") and needle in str(err.value)
+    assert "\n" not in str(err.value) and not (tmp_path / "out").exists()

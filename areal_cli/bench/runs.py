@@ -7,8 +7,11 @@ import contextlib
 import json
 import os
 import platform
+import re
 from pathlib import Path
 from typing import Any
+
+from areal_cli.errors import UserError
 
 
 def machine_description() -> dict:
@@ -36,6 +39,30 @@ def machine_description() -> dict:
 def override_items(overrides: dict[str, Any]) -> list[str]:
     """``key=value`` items of ``overrides`` (strings as they are, other values as JSON) for ``apply_overrides``."""
     return [f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in overrides.items()]
+
+
+def override_locations(data: Any, path: Path, sections: tuple[str, ...] = ("overrides", "sync_overrides")) -> dict:
+    """``{"overrides.KEY": "file:line"}`` for the recipe overrides of a scenario file (``data`` as read by
+    :func:`~areal_cli.typed_yaml.read_yaml`: mappings that carry their keys' lines)."""
+    out = {}
+    for section in sections:
+        mapping = data.get(section) if isinstance(data, dict) else None
+        lines = getattr(mapping, "lines", {}) or {}
+        for key, line in lines.items():
+            out[f"{section}.{key}"] = f"{path}:{line}"
+    return out
+
+
+def located(err: UserError, sections: dict[str, dict], locations: dict[str, str]) -> UserError:
+    """``err`` (a recipe-validation error naming ``field 'KEY'``) pointed at the scenario line that set KEY in
+    one of ``sections`` (``{"overrides": {...}}``), when ``locations`` knows it; else ``err`` unchanged."""
+    m = re.search(r"field '([^']+)': (.*)$", str(err), re.S)
+    if m:
+        key, why = m.groups()
+        for section, mapping in sections.items():
+            if key in mapping and f"{section}.{key}" in locations:
+                return UserError(f"{locations[f'{section}.{key}']}: field '{section}.{key}': {why}")
+    return err
 
 
 @contextlib.contextmanager

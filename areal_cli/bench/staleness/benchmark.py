@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from areal_cli.bench.runs import machine_description, output_to, override_items
+from areal_cli.bench.runs import located, machine_description, output_to, override_items
 from areal_cli.bench.staleness.analysis import build_results, summarize_run
 from areal_cli.bench.staleness.report import plot_staleness, table_markdown
 from areal_cli.bench.staleness.scenario import SYNC, SYNC_OVERRIDES, Scenario, run_plan
@@ -20,7 +20,10 @@ def _run_cfg(scenario: Scenario, extra: list[str], items: list[str]):
     from areal_cli.recipes import load_train_config
 
     cfg, _ = load_train_config(scenario.recipe)
-    return apply_overrides(cfg, override_items(scenario.overrides) + list(extra) + items)
+    try:
+        return apply_overrides(cfg, override_items(scenario.overrides) + list(extra) + items)
+    except UserError as e:
+        raise located(e, {"overrides": scenario.overrides}, scenario.locations) from None
 
 
 def cpu_overrides(scenario: Scenario) -> list[str]:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from areal_cli.errors import UserError
+from areal_cli.bench.runs import override_locations
 from areal_cli.typed_yaml import LineDict, read_yaml
 
 #: Built-in variants: recipe overrides on top of the scenario's (eta = 0 runs once, as ``sync``).
@@ -75,6 +76,8 @@ class Scenario:
     cpus: dict[str, str]
     overrides: dict[str, Any]
     source: str = "built-in"
+    # "overrides.KEY" -> "file:line" of that override (errors the recipe's validation raises point there)
+    locations: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -94,7 +97,7 @@ def scenario_from_dict(data: Any, where: Callable[[str], str]) -> Scenario:
     """
     if not isinstance(data, dict):
         raise UserError(f"{where('')}: a scenario must be a mapping")
-    known = {f.name for f in dataclasses.fields(Scenario)} - {"source"}
+    known = {f.name for f in dataclasses.fields(Scenario)} - {"source", "locations"}
     for k in data:
         if k not in known:
             raise UserError(f"{where(k)}: field '{k}': unknown key (known: {', '.join(sorted(known))})")
@@ -169,6 +172,7 @@ def load_scenario(path: str | Path) -> Scenario:
     lines = dict(data.lines) if isinstance(data, LineDict) else {}
     sc = scenario_from_dict(data if data is not None else {}, lambda k: f"{p}:{lines.get(k, 1)}")
     sc.source = str(p)
+    sc.locations = override_locations(data, p)
     return sc
 
 

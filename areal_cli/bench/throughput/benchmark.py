@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from areal_cli.bench.runs import machine_description, output_to, override_items
+from areal_cli.bench.runs import located, machine_description, output_to, override_items
 from areal_cli.bench.throughput.analysis import (accuracy_comparison, aggregate_modes, decompose_ratio, overlap_ceiling,
                                                  paired_ratio, summarize_run, time_to_accuracy)
 from areal_cli.bench.throughput.generation import compare_generation
@@ -33,7 +33,11 @@ def _run_cfg(scenario: Scenario, extra_overrides: list[str], items: list[str], *
 
     cfg, _ = load_train_config(scenario.recipe)
     ov = override_items(scenario.overrides) + (override_items(scenario.sync_overrides) if sync else [])
-    return apply_overrides(cfg, ov + list(extra_overrides) + items)
+    try:
+        return apply_overrides(cfg, ov + list(extra_overrides) + items)
+    except UserError as e:
+        sections = {"overrides": scenario.overrides, **({"sync_overrides": scenario.sync_overrides} if sync else {})}
+        raise located(e, sections, scenario.locations) from None
 
 
 
