@@ -535,3 +535,10 @@ def test_a_bad_recipe_override_in_a_scenario_names_its_file_and_line(tmp_path, s
     key = text.splitlines()[-1].split(":")[0].strip()
     assert str(err.value).startswith(f"{p}:{line}: field '{section}.{key}': ") and needle in str(err.value)
     assert "\n" not in str(err.value) and not (tmp_path / "out").exists()
+
+
+def test_an_unknown_scenario_name_lists_the_shipped_ones(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError) as err:
+        tp.load_scenario("nosuch")
+    assert str(err.value).startswith("nosuch: no such file") and "throughput-tiny-longtail" in str(err.value)

@@ -150,14 +150,20 @@ def scenario_from_dict(data: Any, where: Callable[[str], str]) -> Scenario:
 
 def resolve_scenario_path(path: str | Path) -> Path:
     """``path`` itself when it exists; else a bare name (``throughput-tiny-longtail``) is looked up as
-    ``NAME.yaml`` in the shipped scenarios (``benchmarks/scenarios/``, or ``$AREAL_SCENARIOS_DIR``)."""
+    ``NAME.yaml`` in the shipped scenarios (``benchmarks/scenarios/``, or ``$AREAL_SCENARIOS_DIR``).
+
+    Raises:
+        UserError: a bare name that is neither a file nor a shipped scenario (the shipped names listed)."""
     p = Path(path)
     if p.exists() or len(p.parts) != 1:
         return p
     from areal_cli.bench.sim.scenario import scenarios_dir
 
     named = scenarios_dir() / (p.name if p.suffix == ".yaml" else f"{p.name}.yaml")
-    return named if named.is_file() else p
+    if named.is_file():
+        return named
+    shipped = sorted(f.stem for f in scenarios_dir().glob("*.yaml"))
+    raise UserError(f"{path}: no such file, nor a shipped scenario of that name (shipped: {', '.join(shipped)})")
 
 
 def load_scenario(path: str | Path) -> Scenario:
