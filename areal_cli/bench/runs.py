@@ -65,6 +65,45 @@ def located(err: UserError, sections: dict[str, dict], locations: dict[str, str]
     return err
 
 
+def cpu_overrides(cpus: dict[str, str]) -> list[str]:
+    """A scenario's CPU split (``{trainer, server, controller}``) as ``-o`` items."""
+    return [f"trainer_cpus={cpus['trainer']}", f"server_cpus={cpus['server']}",
+            f"controller_cpus={cpus['controller']}"]
+
+
+def check_out_dir(out: Path) -> None:
+    """Refuse an ``--out`` that is a file or already holds a benchmark.
+
+    Raises:
+        UserError: one line naming ``out``.
+    """
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out}: --out exists and is not a directory")
+    if (out / "results.json").exists() or (out / "warm").exists():
+        raise UserError(f"{out}: already holds a benchmark; choose another --out")
+
+
+def shared_warm_start(cfg, out: Path, log, recipe: str) -> dict:
+    """The one supervised warm start every run of a benchmark starts from: ``cfg`` (``recipe``'s, with
+    ``max_steps=0``) trained into ``out/warm`` (console in ``out/warm/console.log``). Returns the run summary's ``warm_start`` plus
+    ``weights`` (the last SFT checkpoint's folder).
+
+    Raises:
+        RuntimeError: the warm start left no weights.
+    """
+    from areal_cli.train_loop import run_training
+
+    log(f"warm start ({recipe})")
+    with output_to(out / "warm" / "console.log"):
+        summary = run_training(cfg, out / "warm", live=False)
+    weights = sorted((out / "warm" / "weights").glob("sft-step*"))
+    if not weights:
+        raise RuntimeError(f"the warm start left no weights in {out / 'warm' / 'weights'}")
+    warm = {**summary["warm_start"], "weights": str(weights[-1])}
+    log(f"warm start: {warm['steps']} steps, {warm['seconds']:.1f} s, accuracy {warm['accuracy']:.3f}")
+    return warm
+
+
 @contextlib.contextmanager
 def output_to(path: Path):
     """Send this process's stdout (the run's status lines and summary table) to ``path``."""

@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from areal_cli.bench.runs import located, machine_description, output_to, override_items
+from areal_cli.bench.runs import (check_out_dir, cpu_overrides, located, machine_description, output_to,
+                                  override_items, shared_warm_start)
 from areal_cli.bench.staleness.analysis import build_results, summarize_run
 from areal_cli.bench.staleness.report import plot_staleness, table_markdown
 from areal_cli.bench.staleness.scenario import SYNC, SYNC_OVERRIDES, Scenario, run_plan
@@ -26,12 +27,6 @@ def _run_cfg(scenario: Scenario, extra: list[str], items: list[str]):
         raise located(e, {"overrides": scenario.overrides}, scenario.locations) from None
 
 
-def cpu_overrides(scenario: Scenario) -> list[str]:
-    """The scenario's CPU split as ``-o`` items (trainer, server, controller)."""
-    return [f"trainer_cpus={scenario.cpus['trainer']}", f"server_cpus={scenario.cpus['server']}",
-            f"controller_cpus={scenario.cpus['controller']}"]
-
-
 def check_configs(scenario: Scenario, extra: list[str]):
     """Build the configuration of every variant (and the synchronous baseline) with ``extra`` overrides, so that
     a bad override fails before any work (also in ``--dry-run``). Returns the base config.
@@ -39,7 +34,7 @@ def check_configs(scenario: Scenario, extra: list[str]):
     Raises:
         UserError: a bad recipe, override or variant field (one line, naming the variant).
     """
-    cpu_items = cpu_overrides(scenario)
+    cpu_items = cpu_overrides(scenario.cpus)
     base_cfg = _run_cfg(scenario, extra, cpu_items)
     for name, ov in [(SYNC, SYNC_OVERRIDES), *scenario.variants.items()]:
         try:
@@ -60,24 +55,14 @@ def run_ablation(scenario: Scenario, out: Path, *, extra_overrides: list[str] | 
     from areal_cli.train_loop import run_training
 
     extra = list(extra_overrides or [])
-    if out.exists() and not out.is_dir():
-        raise UserError(f"{out}: --out exists and is not a directory")
-    if (out / "results.json").exists() or (out / "warm").exists():
-        raise UserError(f"{out}: already holds a benchmark; choose another --out")
-    cpu_items = cpu_overrides(scenario)
+    check_out_dir(out)
+    cpu_items = cpu_overrides(scenario.cpus)
     base_cfg = check_configs(scenario, extra)  # validates everything before any work
     out.mkdir(parents=True, exist_ok=True)
     machine = {"start": machine_description()}
     t_bench = time.monotonic()
 
-    log(f"warm start ({scenario.recipe})")
-    with output_to(out / "warm" / "console.log"):
-        warm_summary = run_training(_run_cfg(scenario, extra, cpu_items + ["max_steps=0"]), out / "warm", live=False)
-    weights = sorted((out / "warm" / "weights").glob("sft-step*"))
-    if not weights:
-        raise RuntimeError(f"the warm start left no weights in {out / 'warm' / 'weights'}")
-    warm = {**warm_summary["warm_start"], "weights": str(weights[-1])}
-    log(f"warm start: {warm['steps']} steps, {warm['seconds']:.1f} s, accuracy {warm['accuracy']:.3f}")
+    warm = shared_warm_start(_run_cfg(scenario, extra, cpu_items + ["max_steps=0"]), out, log, scenario.recipe)
 
     runs: list[dict] = []
     plan = run_plan(scenario)
@@ -86,7 +71,7 @@ def run_ablation(scenario: Scenario, out: Path, *, extra_overrides: list[str] | 
         label = f"{i:03d}-{variant}-eta{eta}-r{rep}"
         ov = SYNC_OVERRIDES if variant == SYNC else scenario.variants[variant]
         items = cpu_items + override_items(ov) + [
-            f"seed={seed}", f"model_path={weights[-1].resolve()}", "sft_max_steps=0", f"max_steps={scenario.steps}",
+            f"seed={seed}", f"model_path={Path(warm['weights']).resolve()}", "sft_max_steps=0", f"max_steps={scenario.steps}",
             f"eval_every={scenario.accuracy_every}", "target_accuracy=0", "time_limit_s=0",
             f"max_head_offpolicyness={eta}"]
         cfg = _run_cfg(scenario, extra, items)

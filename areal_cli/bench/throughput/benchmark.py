@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from areal_cli.bench.runs import located, machine_description, output_to, override_items
+from areal_cli.bench.runs import (check_out_dir, cpu_overrides, located, machine_description, output_to,
+                                  override_items, shared_warm_start)
 from areal_cli.bench.throughput.analysis import (accuracy_comparison, aggregate_modes, decompose_ratio, overlap_ceiling,
                                                  paired_ratio, summarize_run, time_to_accuracy)
 from areal_cli.bench.throughput.generation import compare_generation
@@ -59,12 +60,8 @@ def run_benchmark(scenario: Scenario, out: Path, *, extra_overrides: list[str] |
     from areal_cli.train_loop import run_training
 
     extra = list(extra_overrides or [])
-    if out.exists() and not out.is_dir():
-        raise UserError(f"{out}: --out exists and is not a directory")
-    if (out / "results.json").exists() or (out / "warm").exists():
-        raise UserError(f"{out}: already holds a benchmark; choose another --out")
-    cpu_items = [f"trainer_cpus={scenario.cpus['trainer']}", f"server_cpus={scenario.cpus['server']}",
-                 f"controller_cpus={scenario.cpus['controller']}"]
+    check_out_dir(out)
+    cpu_items = cpu_overrides(scenario.cpus)
     base_cfg = _run_cfg(scenario, extra, cpu_items)  # validates everything before any work
     _run_cfg(scenario, extra, cpu_items, sync=True)
     out.mkdir(parents=True, exist_ok=True)
@@ -72,14 +69,7 @@ def run_benchmark(scenario: Scenario, out: Path, *, extra_overrides: list[str] |
     t_bench = time.monotonic()
 
     # 1. one supervised warm start, shared by every run
-    log(f"warm start ({scenario.recipe})")
-    with output_to(out / "warm" / "console.log"):
-        warm_summary = run_training(_run_cfg(scenario, extra, cpu_items + ["max_steps=0"]), out / "warm", live=False)
-    weights = sorted((out / "warm" / "weights").glob("sft-step*"))
-    if not weights:
-        raise RuntimeError(f"the warm start left no weights in {out / 'warm' / 'weights'}")
-    warm = {**warm_summary["warm_start"], "weights": str(weights[-1])}
-    log(f"warm start: {warm['steps']} steps, {warm['seconds']:.1f} s, accuracy {warm['accuracy']:.3f}")
+    warm = shared_warm_start(_run_cfg(scenario, extra, cpu_items + ["max_steps=0"]), out, log, scenario.recipe)
 
     # 2. interleaved runs
     runs: list[dict] = []
@@ -89,7 +79,7 @@ def run_benchmark(scenario: Scenario, out: Path, *, extra_overrides: list[str] |
         interruptible = mode != "async_noninterruptible"
         label = f"{i:02d}-{mode}-r{rep}"
         seed = base_cfg.seed + (rep if scenario.seed_per_repeat else 0)
-        items = cpu_items + [f"seed={seed}", f"model_path={weights[-1].resolve()}", "sft_max_steps=0",
+        items = cpu_items + [f"seed={seed}", f"model_path={Path(warm['weights']).resolve()}", "sft_max_steps=0",
                              f"max_steps={scenario.steps}", f"eval_every={scenario.accuracy_every or scenario.steps}",
                              "target_accuracy=0",
                              "time_limit_s=0", f"max_head_offpolicyness={eta}",
@@ -113,7 +103,7 @@ def run_benchmark(scenario: Scenario, out: Path, *, extra_overrides: list[str] |
     gen = None
     if scenario.generate_compare:
         log("continuous batching vs HF static generate")
-        gen = compare_generation(weights[-1], cpus=scenario.cpus["server"], **scenario.generate_compare)
+        gen = compare_generation(Path(warm['weights']), cpus=scenario.cpus["server"], **scenario.generate_compare)
         log(f"embedded server {gen['embedded_server']['tokens_per_s']:.0f} tok/s vs HF static batch "
             f"{gen['hf_static_batch']['tokens_per_s']:.0f} tok/s: {gen['continuous_over_static']:.2f}x")
 
