@@ -13,8 +13,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 from areal_cli.errors import UserError
-from areal_cli.bench.runs import override_locations
-from areal_cli.typed_yaml import LineDict, read_yaml
 
 #: Built-in variants: recipe overrides on top of the scenario's (eta = 0 runs once, as ``sync``).
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -165,15 +163,9 @@ def load_scenario(path: str | Path) -> Scenario:
     Raises:
         UserError: unreadable file, invalid YAML, unknown key or bad value (``file:line: field 'x': ...``).
     """
-    from areal_cli.bench.throughput.scenario import resolve_scenario_path
+    from areal_cli.bench.throughput.scenario import read_scenario
 
-    p = resolve_scenario_path(path)
-    data = read_yaml(p, "scenario")
-    lines = dict(data.lines) if isinstance(data, LineDict) else {}
-    sc = scenario_from_dict(data if data is not None else {}, lambda k: f"{p}:{lines.get(k, 1)}")
-    sc.source = str(p)
-    sc.locations = override_locations(data, p)
-    return sc
+    return read_scenario(path, scenario_from_dict)
 
 
 def default_scenario() -> Scenario:

@@ -173,10 +173,21 @@ def load_scenario(path: str | Path) -> Scenario:
     Raises:
         UserError: unreadable file, invalid YAML, unknown key or bad value (``file:line: field 'x': ...``).
     """
+    return read_scenario(path, scenario_from_dict)
+
+
+def read_scenario(path: str | Path, from_dict: Callable[[dict, Callable[[str], str]], Any]) -> Any:
+    """A benchmark scenario read from ``path`` (a file, or a shipped name: :func:`resolve_scenario_path`) by
+    ``from_dict(data, where)`` (``where(key)`` gives ``file:line``), with its ``source`` and the
+    ``locations`` of its recipe overrides set.
+
+    Raises:
+        UserError: unreadable file, invalid YAML, or what ``from_dict`` raises.
+    """
     p = resolve_scenario_path(path)
     data = read_yaml(p, "scenario")
     lines = dict(data.lines) if isinstance(data, LineDict) else {}
-    sc = scenario_from_dict(data if data is not None else {}, lambda k: f"{p}:{lines.get(k, 1)}")
+    sc = from_dict(data if data is not None else {}, lambda k: f"{p}:{lines.get(k, 1)}")
     sc.source = str(p)
     sc.locations = override_locations(data, p)
     return sc
