@@ -263,6 +263,15 @@ def build_app(state: ServerState):
         await asyncio.sleep(0)  # let the deliveries run before answering
         return len(results)
 
+    async def quiesce(abort_all: bool) -> None:
+        """Before a weight update: abort every request (``abort_all_requests``), or, unless paused, wait for the
+        in-flight requests to finish, as SGLang's weight-update lock does."""
+        if abort_all:
+            await abort_all_and_wait()
+        elif not state.paused:
+            while state.worker.busy():
+                await asyncio.sleep(0.005)
+
     @app.post("/pause_generation")
     async def pause_generation(request: Request):
         try:
@@ -306,11 +315,7 @@ def build_app(state: ServerState):
             state.updating += 1
             state.refresh_hold()
             try:
-                if req.abort_all_requests:
-                    await abort_all_and_wait()
-                elif not state.paused:
-                    while state.worker.busy():  # like SGLang: wait for in-flight requests to finish
-                        await asyncio.sleep(0.005)
+                await quiesce(req.abort_all_requests)
 
                 def load(e, path=req.model_path, v=version):
                     e.load_weights(path, v)
@@ -386,11 +391,7 @@ def build_app(state: ServerState):
             state.updating += 1
             state.refresh_hold()
             try:
-                if req.abort_all_requests:
-                    await abort_all_and_wait()
-                elif not state.paused:
-                    while state.worker.busy():  # like SGLang: wait for in-flight requests to finish
-                        await asyncio.sleep(0.005)
+                await quiesce(req.abort_all_requests)
                 pg = state.weight_groups.get(name)
                 if pg is None:
                     return weight_reply(False, f"Weight update group {name!r} was destroyed.", 400)
