@@ -52,6 +52,8 @@ import statistics
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from areal_cli.tasks.tiny_arith import STOP_STRINGS, extract_answer, is_correct, reward  # noqa: F401 (task API)
+
 TASK_NAME = "tiny-longtail"
 PROMPT_PREFIX = "countdown "
 PREFIX_MIN, PREFIX_MAX = 100, 999  # s = 100 * prefix + (m - 1): 5-digit numbers
@@ -61,7 +63,6 @@ M_MEDIAN = 3.0
 M_SIGMA = 1.5
 STRATA = 16  # training prompts per stratified block
 HELDOUT_PERCENT = 10
-STOP_STRINGS = ("<|im_end|>", "<|endoftext|>")
 SPLITS = ("train", "heldout")
 #: Tokens of the longest answer including the eos token: what ``max_new_tokens`` must allow.
 MAX_ANSWER_TOKENS = (DIGITS + 1) * M_MAX
@@ -249,24 +250,9 @@ def block_length_ratio(problems: list[LongtailProblem]) -> float:
 # ----------------------------------------------------------------------------------------------------------
 
 
-def extract_answer(completion_text: str) -> str:
-    """The final answer in a completion: text before the first stop string, whitespace-stripped."""
-    text = completion_text
-    for stop in STOP_STRINGS:
-        text = text.split(stop, 1)[0]
-    return text.strip()
-
-
-def is_correct(completion_text: str, answer: str) -> bool:
-    """True iff :func:`extract_answer` of ``completion_text`` equals ``answer`` exactly. Pure."""
-    return extract_answer(completion_text) == answer
-
-
-def reward(prompt: str, completion: str, prompt_ids: list[int], completion_ids: list[int], *, answer: str,
-           **fields: object) -> float:
-    """The task's reward (:mod:`areal_cli.api.reward` contract): 1.0 iff the completion before the eos equals the
-    record's ``answer`` exactly, else 0.0. Pure."""
-    return 1.0 if is_correct(completion, answer) else 0.0
+# The answer format and reward are tiny-arith's (the text before the first stop string, stripped, equals the
+# answer exactly): one implementation, imported at the top as this task's ``extract_answer``, ``is_correct``
+# and ``reward`` (the preset names ``areal_cli.tasks.tiny_longtail:reward``).
 
 
 def _record(p: LongtailProblem) -> dict:
