@@ -1,7 +1,7 @@
 """Checkpoints of an ``areal train`` run, and what resuming one means.
 
-Layout: ``RUN/checkpoints/step-000012/`` (written every ``checkpoint_every`` RL steps; the newest
-``keep_checkpoints`` are kept)::
+Layout: ``RUN/checkpoints/step-000012/`` (written every ``loop.checkpoint_every`` RL steps; the newest
+``loop.keep_checkpoints`` are kept)::
 
     hf/               weights of policy version 12 in HF format (config, model.safetensors, tokenizer files):
                       the trainer reloads them (HF -> megatron conversion is exact) and the servers restart
@@ -276,7 +276,7 @@ def latest_checkpoint(path: Path) -> Path:
     found = list_checkpoints(p)
     if not found:
         raise UserError(f"{p}: no checkpoint to resume from ({p / CHECKPOINTS}/step-* missing; "
-                        f"checkpoints are written with -o checkpoint_every=N)")
+                        f"checkpoints are written with -o loop.checkpoint_every=N)")
     return found[-1]
 
 

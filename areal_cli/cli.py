@@ -50,17 +50,21 @@ def main(recipes_dir: tuple[Path, ...]) -> None:
                    "Default: runs/<recipe>-<date>-<time>.")
 @click.option("--max-steps", type=int, default=None, help="Number of RL steps (overrides the recipe).")
 @click.option("-o", "--override", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Override a recipe field, e.g. -o max_head_offpolicyness=0. Repeatable.")
+              help="Override a recipe field, e.g. -o rollout.max_head_offpolicyness=0. Repeatable.")
 @click.option("--resume", "resume_dir", type=click.Path(path_type=Path), default=None, metavar="DIR",
               help="Continue the run in DIR (or from DIR/checkpoints/step-N) from its newest checkpoint, with "
-                   "the run's own settings (written with -o checkpoint_every=N).")
+                   "the run's own settings (written with -o loop.checkpoint_every=N).")
 @click.option("--model", "model_path", type=click.Path(path_type=Path), default=None,
-              help="Start from this model: a Hugging Face dir or a .gguf file (same as -o model_path=...).")
+              help="Start from this model: a Hugging Face dir or a .gguf file (same as -o model.path=...).")
 @click.option("--no-live", is_flag=True, help="Plain log lines instead of the live status panel.")
+@click.option("--list-settings", is_flag=True,
+              help="Print every setting (section.key = value, type, meaning) of RECIPE with the overrides, and exit.")
 @one_line_errors
 def train(recipe: str | None, out_dir: Path | None, max_steps: int | None, overrides: tuple[str, ...],
-          resume_dir: Path | None, model_path: Path | None, no_live: bool) -> None:
-    """Train RECIPE (default: tiny-arith, runs on CPU) with asynchronous RL."""
+          resume_dir: Path | None, model_path: Path | None, no_live: bool, list_settings: bool) -> None:
+    """Train RECIPE (default: tiny-arith, runs on CPU) with asynchronous RL.
+
+    Settings are written section.key (rollout.group_size, ppo.lr, ...): `--list-settings` shows them all."""
     if resume_dir is not None:
         given = [name for name, v in (("RECIPE", recipe), ("--out", out_dir), ("--max-steps", max_steps),
                                       ("-o", overrides or None), ("--model", model_path)) if v is not None]
@@ -77,9 +81,14 @@ def train(recipe: str | None, out_dir: Path | None, max_steps: int | None, overr
     from areal_cli.recipes import load_train_config
 
     cfg, _ = load_train_config(recipe or "tiny-arith")
-    items = list(overrides) + ([f"max_steps={max_steps}"] if max_steps is not None else []) + \
-        ([f"model_path={model_path}"] if model_path is not None else [])
+    items = list(overrides) + ([f"loop.max_steps={max_steps}"] if max_steps is not None else []) + \
+        ([f"model.path={model_path}"] if model_path is not None else [])
     cfg = apply_overrides(cfg, items)
+    if list_settings:
+        from areal_cli.config.listing import describe_settings
+
+        click.echo("\n".join(describe_settings(cfg)))
+        return
     if out_dir is None:
         import time
 
@@ -110,7 +119,7 @@ class _resume_hint:
             if ckpt.is_dir() and any(p.name.startswith("step-") for p in ckpt.iterdir()):
                 e.headline += f"; continue with: areal train --resume {self.run_dir}"
             else:
-                e.headline += " (no checkpoint to resume from: -o checkpoint_every=N makes a run resumable)"
+                e.headline += " (no checkpoint to resume from: -o loop.checkpoint_every=N makes a run resumable)"
         return False
 
 

@@ -42,10 +42,10 @@ def stop_token_ids(model_dir: Path, tokenizer: Any) -> list[int]:
 
 
 def sampling_params(cfg: TrainConfig, stop_ids: list[int]) -> SamplingParams:
-    """The rollout sampling parameters of ``cfg`` (``max_new_tokens``, ``temperature``, ``top_p``, ``top_k``,
-    ``min_new_tokens``) with the model's stop ids."""
-    return SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
-                          top_k=cfg.top_k, min_new_tokens=cfg.min_new_tokens, stop_token_ids=stop_ids or None)
+    """The rollout sampling parameters of ``cfg`` (``rollout.max_new_tokens``, ``rollout.temperature``, ``rollout.top_p``, ``rollout.top_k``,
+    ``rollout.min_new_tokens``) with the model's stop ids."""
+    return SamplingParams(max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+                          top_k=cfg.rollout.top_k, min_new_tokens=cfg.rollout.min_new_tokens, stop_token_ids=stop_ids or None)
 
 
 def open_reward_pool(cfg: TrainConfig, task: Any) -> RewardPool:
@@ -54,7 +54,7 @@ def open_reward_pool(cfg: TrainConfig, task: Any) -> RewardPool:
     Raises:
         UserError: the reward function cannot be imported in a fresh process (one line, the worker's reason).
     """
-    pool = RewardPool(CALL_REWARD, n_workers=cfg.reward_workers, timeout_s=cfg.reward_timeout_s)
+    pool = RewardPool(CALL_REWARD, n_workers=cfg.task.reward_workers, timeout_s=cfg.task.reward_timeout_s)
     try:
         res = pool.score_many([(task.reward_spec, task.code_dir)], fn="areal_cli.api.reward:check_loads")[0]
     except BaseException:
@@ -62,24 +62,24 @@ def open_reward_pool(cfg: TrainConfig, task: Any) -> RewardPool:
         raise
     if res.status != "ok":
         pool.close()
-        raise UserError(f"field 'reward': {task.reward_spec} does not load in a reward worker: {res.message}")
+        raise UserError(f"field 'task.reward': {task.reward_spec} does not load in a reward worker: {res.message}")
     return pool
 
 
 def episode_client(cfg: TrainConfig, client: Any, pool: Any, tokenizer: Any, task: Any, stop_ids: list[int],
                    *, sampling: SamplingParams | None = None, group_size: int | None = None,
                    rid_prefix: str = "g") -> EpisodeClient:
-    """The episode client template of a run (``sampling`` / ``group_size`` default to the training ones)."""
+    """The episode client template of a run (``sampling`` / ``rollout.group_size`` default to the training ones)."""
     return EpisodeClient(client, pool, task.reward_spec, tokenizer, sampling or sampling_params(cfg, stop_ids),
-                         group_size or cfg.group_size, code_dir=task.code_dir, rid_prefix=rid_prefix)
+                         group_size or cfg.rollout.group_size, code_dir=task.code_dir, rid_prefix=rid_prefix)
 
 
 def make_controller(cfg: TrainConfig, template: EpisodeClient, task: Any, items: Iterator[Item]) -> RolloutController:
     """The rollout controller of a run: ``items`` (e.g. a :class:`~areal_cli.checkpoint.PromptStream` over the
     task's training stream), the task's workflow, the staleness rule of ``cfg``."""
-    staleness = StalenessManager(cfg.batch_size, cfg.max_head_offpolicyness, cfg.effective_max_concurrent)
+    staleness = StalenessManager(cfg.rollout.batch_size, cfg.rollout.max_head_offpolicyness, cfg.rollout.effective_max_concurrent)
     controller = RolloutController(template, staleness, items, task.workflow, workflow_name=task.workflow_spec,
-                                   success_rate_lb=cfg.success_rate_lb, success_rate_ub=cfg.success_rate_ub)
+                                   success_rate_lb=cfg.rollout.success_rate_lb, success_rate_ub=cfg.rollout.success_rate_ub)
     controller.prompts = _counting(items, task, controller.stats)
     return controller
 

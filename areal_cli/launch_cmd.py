@@ -34,7 +34,7 @@ def _hosts(text: str | None) -> list[str] | None:
               help="AReaL allocation string, e.g. sglang.d4m2p1+d2m2p2 (default: the config's n_servers embedded "
                    "servers + its trainer_* degrees).")
 @click.option("--model", "model_path", type=click.Path(path_type=Path), default=None,
-              help="Model directory the servers load (default: the config's model_path).")
+              help="Model directory the servers load (default: the config's model.path).")
 @click.option("-o", "--override", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a config key of `areal train` (as `areal train -o`).")
 @click.option("--master-port", type=int, default=29500, show_default=True, help="torchrun rendezvous port.")

@@ -173,10 +173,10 @@ def parse_allocation(s: str) -> Allocation:
 
 
 def config_allocation(cfg: Any) -> str:
-    """What ``areal train`` runs for a TrainConfig ``cfg``: ``n_servers`` embedded servers and its trainer
+    """What ``areal train`` runs for a TrainConfig ``cfg``: ``rollout.n_servers`` embedded servers and its trainer
     degrees, ``embedded.d{n_servers}m1p1+d{dp}m{tp}p{pp}`` (place with ``gpus_per_node = 0``: processes)."""
-    return (f"embedded.d{cfg.n_servers}m1p1+d{cfg.trainer_data_parallel}m{cfg.trainer_tensor_parallel}"
-            f"p{cfg.trainer_pipeline_parallel}")
+    return (f"embedded.d{cfg.rollout.n_servers}m1p1+d{cfg.parallel.data}m{cfg.parallel.tensor}"
+            f"p{cfg.parallel.pipeline}")
 
 
 # --- placement -------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from areal_cli.config import TrainConfig, parse_cpu_list
+from areal_cli.config import TrainConfig, get_value, parse_cpu_list
 from areal_cli.errors import UserError
 from areal_cli.rollout.client import RolloutClient
 from areal_cli.rollout.fleet import Fleet, FleetSpec, launch_fleet
@@ -31,7 +31,7 @@ def pin_process(pid: int, cpus: frozenset[int]) -> None:
             pass
 
 
-CPU_FIELDS = ("trainer_cpus", "server_cpus", "controller_cpus")
+CPU_FIELDS = ("parallel.trainer_cpus", "parallel.server_cpus", "parallel.controller_cpus")
 
 
 def check_cpus(cfg: TrainConfig) -> tuple[frozenset[int], frozenset[int], frozenset[int]]:
@@ -40,11 +40,11 @@ def check_cpus(cfg: TrainConfig) -> tuple[frozenset[int], frozenset[int], frozen
     Raises:
         UserError: a cpu outside this process's affinity, or pinning unsupported on this OS.
     """
-    sets = tuple(parse_cpu_list(getattr(cfg, name)) for name in CPU_FIELDS)
+    sets = tuple(parse_cpu_list(get_value(cfg, name)) for name in CPU_FIELDS)
     if not any(sets):
         return sets
     if not hasattr(os, "sched_setaffinity"):
-        raise UserError("trainer_cpus/server_cpus/controller_cpus: CPU pinning needs Linux (os.sched_setaffinity)")
+        raise UserError("parallel.trainer_cpus/server_cpus/controller_cpus: CPU pinning needs Linux (os.sched_setaffinity)")
     allowed = os.sched_getaffinity(0)
     for name, cpus in zip(CPU_FIELDS, sets):
         if cpus - allowed:
@@ -56,11 +56,11 @@ def check_cpus(cfg: TrainConfig) -> tuple[frozenset[int], frozenset[int], frozen
 def launch_servers(cfg: TrainConfig, model_dir: Path, version: int, out: Path, log=print) -> Fleet:
     """Start (or find) the run's rollout servers, without waiting for them (:meth:`Fleet.wait_ready`).
 
-    ``rollout_engine``: "embedded" -> ``n_servers`` embedded CPU servers; "sglang" -> ``n_servers`` real
+    ``rollout.engine``: "embedded" -> ``rollout.n_servers`` embedded CPU servers; "sglang" -> ``rollout.n_servers`` real
     SGLang servers (``python -m sglang.launch_server``), server i on GPUs ``W + i*tp .. W + i*tp + tp-1``
     modulo the GPUs visible, W = trainer ranks (which hold GPUs 0..W-1); on one GPU everything shares it
-    and ``weight_update_mode: xccl`` is then impossible (NCCL refuses two ranks on one device: use disk);
-    "external" -> ``server_urls`` or ``$AREAL_LLM_SERVER_ADDRS`` (what ``areal launch`` gives the
+    and ``rollout.weight_update_mode: xccl`` is then impossible (NCCL refuses two ranks on one device: use disk);
+    "external" -> ``rollout.server_urls`` or ``$AREAL_LLM_SERVER_ADDRS`` (what ``areal launch`` gives the
     controller), nothing launched. Logs: ``out/logs/server{i}.log``.
 
     Raises:
@@ -68,44 +68,44 @@ def launch_servers(cfg: TrainConfig, model_dir: Path, version: int, out: Path, l
     """
     import shlex
 
-    engine = cfg.rollout_engine
+    engine = cfg.rollout.engine
     common = dict(run_dir=out, seed=cfg.seed, weight_version=str(version), model_path=model_dir)
     if engine == "external":
-        urls = [u.strip() for u in cfg.server_urls.split(",") if u.strip()] or None
+        urls = [u.strip() for u in cfg.rollout.server_urls.split(",") if u.strip()] or None
         log(f"using running rollout servers: {', '.join(urls) if urls else '$AREAL_LLM_SERVER_ADDRS'}")
         # they were started elsewhere and should already answer: wait 2 minutes, not a model load's 10
         return launch_fleet(FleetSpec(engine="external", n_servers=0, urls=urls, run_dir=out,
                                       startup_timeout_s=120.0), wait=False)
     if engine == "embedded":
-        log(f"starting {cfg.n_servers} embedded rollout server(s)")
-        return launch_fleet(FleetSpec(engine="embedded", n_servers=cfg.n_servers,
-                                      max_running_requests=cfg.server_max_running_requests,
-                                      max_total_tokens=cfg.server_max_total_tokens, **common), wait=False)
+        log(f"starting {cfg.rollout.n_servers} embedded rollout server(s)")
+        return launch_fleet(FleetSpec(engine="embedded", n_servers=cfg.rollout.n_servers,
+                                      max_running_requests=cfg.rollout.server_max_running_requests,
+                                      max_total_tokens=cfg.rollout.server_max_total_tokens, **common), wait=False)
     import importlib.util
 
     from areal_cli.rollout.sglang_launcher import sglang_args_from_config
 
     if importlib.util.find_spec("sglang") is None:
-        raise UserError("rollout_engine: sglang: the 'sglang' package is not installed in this environment "
-                        "(pip install 'sglang[all]', see benchmarks/gpu_smoke.sh), or use rollout_engine=embedded")
-    tp = cfg.sglang_tp_size
+        raise UserError("rollout.engine: sglang: the 'sglang' package is not installed in this environment "
+                        "(pip install 'sglang[all]', see benchmarks/gpu_smoke.sh), or use rollout.engine=embedded")
+    tp = cfg.rollout.sglang_tp_size
     n_gpus = torch.cuda.device_count()
-    first = cfg.trainer_world_size  # the trainer ranks hold GPUs 0..W-1 (LOCAL_RANK); servers take the next ones
-    gpu_ids = [[(first + i * tp + j) % n_gpus for j in range(tp)] for i in range(cfg.n_servers)] if n_gpus else None
+    first = cfg.parallel.world_size  # the trainer ranks hold GPUs 0..W-1 (LOCAL_RANK); servers take the next ones
+    gpu_ids = [[(first + i * tp + j) % n_gpus for j in range(tp)] for i in range(cfg.rollout.n_servers)] if n_gpus else None
     template = sglang_args_from_config(
-        str(model_dir), tp_size=tp, mem_fraction_static=cfg.sglang_mem_fraction_static,
-        max_total_tokens=cfg.server_max_total_tokens or None, max_running_requests=cfg.server_max_running_requests or None,
-        max_prompt_tokens=(cfg.sglang_context_length - cfg.max_new_tokens) if cfg.sglang_context_length
-        else (cfg.max_prompt_len or 1024), max_new_tokens=cfg.max_new_tokens,
-        dtype=cfg.sglang_dtype, seed=cfg.seed, weight_version=str(version),
-        extra_args=shlex.split(cfg.sglang_extra_args))
-    log(f"starting {cfg.n_servers} SGLang rollout server(s) (tp {tp}, GPUs {gpu_ids})")
-    return launch_fleet(FleetSpec(engine="sglang", n_servers=cfg.n_servers, gpu_ids=gpu_ids, sglang=template,
+        str(model_dir), tp_size=tp, mem_fraction_static=cfg.rollout.sglang_mem_fraction_static,
+        max_total_tokens=cfg.rollout.server_max_total_tokens or None, max_running_requests=cfg.rollout.server_max_running_requests or None,
+        max_prompt_tokens=(cfg.rollout.sglang_context_length - cfg.rollout.max_new_tokens) if cfg.rollout.sglang_context_length
+        else (cfg.task.max_prompt_len or 1024), max_new_tokens=cfg.rollout.max_new_tokens,
+        dtype=cfg.rollout.sglang_dtype, seed=cfg.seed, weight_version=str(version),
+        extra_args=shlex.split(cfg.rollout.sglang_extra_args))
+    log(f"starting {cfg.rollout.n_servers} SGLang rollout server(s) (tp {tp}, GPUs {gpu_ids})")
+    return launch_fleet(FleetSpec(engine="sglang", n_servers=cfg.rollout.n_servers, gpu_ids=gpu_ids, sglang=template,
                                   **common), wait=False)
 
 
 def weight_sync_spec(cfg: TrainConfig, client: RolloutClient):
-    """The :class:`~areal_cli.rollout.weight_sync.WeightSyncSpec` of ``weight_update_mode: xccl``: nccl when the
+    """The :class:`~areal_cli.rollout.weight_sync.WeightSyncSpec` of ``rollout.weight_update_mode: xccl``: nccl when the
     trainer has CUDA, else gloo (our embedded server); servers on other hosts reach the head rank at the
     address of its interface that routes to them (resolved on that rank)."""
     from areal_cli.rollout.weight_sync import WeightSyncSpec
@@ -114,8 +114,8 @@ def weight_sync_spec(cfg: TrainConfig, client: RolloutClient):
 
     local = all(urlsplit(u).hostname in ("127.0.0.1", "localhost") for u in client.urls)
     return WeightSyncSpec(urls=tuple(client.urls), backend="nccl" if torch.cuda.is_available() else "gloo",
-                          master_address="127.0.0.1" if local else "auto", chunk_mb=cfg.weight_update_chunk_mb, server_tp=cfg.sglang_tp_size if
-                          cfg.rollout_engine == "sglang" else 1, abort_all_requests=client.interruptible)
+                          master_address="127.0.0.1" if local else "auto", chunk_mb=cfg.rollout.weight_update_chunk_mb, server_tp=cfg.rollout.sglang_tp_size if
+                          cfg.rollout.engine == "sglang" else 1, abort_all_requests=client.interruptible)
 
 
 async def start_trainer(cfg: TrainConfig, engine_kwargs: dict, out: Path, cpus: frozenset[int],
@@ -128,8 +128,8 @@ async def start_trainer(cfg: TrainConfig, engine_kwargs: dict, out: Path, cpus: 
     Raises:
         UserError / TrainerError: the group did not start (log tails of the ranks in the message).
     """
-    tp, pp = cfg.trainer_tensor_parallel, cfg.trainer_pipeline_parallel
-    world = cfg.trainer_world_size
+    tp, pp = cfg.parallel.tensor, cfg.parallel.pipeline
+    world = cfg.parallel.world_size
     listen = os.environ.get(ENV_LISTEN)
     if listen:
         if log is not None:
@@ -139,7 +139,7 @@ async def start_trainer(cfg: TrainConfig, engine_kwargs: dict, out: Path, cpus: 
     if world == 1:
         return await LocalTrainer.launch(engine_kwargs, cpus=cpus or None)
     if log is not None:
-        log(f"starting {world} trainer ranks with torchrun (data {cfg.trainer_data_parallel} x tensor {tp} x "
+        log(f"starting {world} trainer ranks with torchrun (data {cfg.parallel.data} x tensor {tp} x "
             f"pipeline {pp}); logs in {out / 'logs'}/trainer-rank*.log")
     return await TorchrunTrainer.launch(engine_kwargs, world=world, tp=tp, pp=pp, run_dir=out, cpus=cpus or None,
-                                        torch_threads=cfg.torch_threads)
+                                        torch_threads=cfg.parallel.torch_threads)

@@ -14,9 +14,9 @@ from rich.text import Text
 
 class RunStatus:
     """Shows step, version, reward, accuracy, batch staleness, tokens/s and dropped groups, with a progress bar:
-    warm-start steps toward ``sft_max_steps``, then RL steps toward ``max_steps`` with an ETA (mean seconds per
-    RL step so far times the steps left, capped by ``time_limit_s``) and the accuracy against
-    ``target_accuracy`` (reaching it ends the run early).
+    warm-start steps toward ``sft.max_steps``, then RL steps toward ``loop.max_steps`` with an ETA (mean seconds per
+    RL step so far times the steps left, capped by ``loop.time_limit_s``) and the accuracy against
+    ``loop.target_accuracy`` (reaching it ends the run early).
 
     Args:
         cfg: the run's TrainConfig (for the header).
@@ -81,21 +81,21 @@ class RunStatus:
             eta = self.eta_s()
             self.console.print(
                 f"[{time.monotonic() - self.t0:7.1f}s] " + " ".join(f"{k}={_fmt(line.get(k))}" for k in keys)
-                + (f" of={self.cfg.max_steps} eta={_duration(eta)}" if eta is not None else ""),
+                + (f" of={self.cfg.loop.max_steps} eta={_duration(eta)}" if eta is not None else ""),
                 highlight=False, soft_wrap=True,
             )
 
     def eta_s(self) -> float | None:
-        """Seconds left until ``max_steps`` at the mean pace of the RL steps seen so far (capped by
-        ``time_limit_s``); None before the second metrics line."""
+        """Seconds left until ``loop.max_steps`` at the mean pace of the RL steps seen so far (capped by
+        ``loop.time_limit_s``); None before the second metrics line."""
         if self._rl_first is None or not self._last:
             return None
         step0, t_first = self._rl_first
         done = int(self._last.get("step", 0)) - step0
         if done <= 0:
             return None
-        left = (time.monotonic() - t_first) / done * max(self.cfg.max_steps - int(self._last["step"]), 0)
-        limit = getattr(self.cfg, "time_limit_s", 0) or 0
+        left = (time.monotonic() - t_first) / done * max(self.cfg.loop.max_steps - int(self._last["step"]), 0)
+        limit = self.cfg.loop.time_limit_s
         if limit:
             left = min(left, max(limit - (time.monotonic() - self.t0), 0.0))
         return left
@@ -107,14 +107,14 @@ class RunStatus:
         t.add_column("value", justify="right")
         warm, ttt, ctl = summary["warm_start"], summary["time_to_target"], summary["controller"]
         t.add_row("warm start", f"{warm['steps']} steps, {warm['seconds']:.1f} s, accuracy {_fmt(warm['accuracy'])}")
-        how = "greedy" if self.cfg.eval_temperature == 0 else f"T {self.cfg.eval_temperature:g}"
+        how = "greedy" if self.cfg.loop.eval_temperature == 0 else f"T {self.cfg.loop.eval_temperature:g}"
         t.add_row(f"final accuracy (held-out, {how})", _fmt(summary["final_accuracy"]))
         t.add_row("policy versions (RL steps)", str(summary["final_version"]))
-        if self.cfg.target_accuracy:
-            t.add_row(f"time to accuracy {self.cfg.target_accuracy}",
+        if self.cfg.loop.target_accuracy:
+            t.add_row(f"time to accuracy {self.cfg.loop.target_accuracy}",
                       f"step {ttt['step']}, {ttt['elapsed_s']:.1f} s total ({ttt['rl_elapsed_s']:.1f} s of RL)"
                       if ttt else "not reached")
-        t.add_row("max_head_offpolicyness (eta)", str(self.cfg.max_head_offpolicyness))
+        t.add_row("max_head_offpolicyness (eta)", str(self.cfg.rollout.max_head_offpolicyness))
         t.add_row("groups accepted / rejected by the workflow / dropped by filter / dropped by reward failure",
                   f"{ctl['groups_accepted']} / {ctl.get('groups_rejected', 0)} / {ctl['groups_dropped_filter']} / "
                   f"{ctl['groups_dropped_reward_failure']}")
@@ -134,7 +134,7 @@ class RunStatus:
     def _render(self):
         cfg, l, c = self.cfg, self._last, self._counters
         head = Text(
-            f"areal train {cfg.recipe} | eta={cfg.max_head_offpolicyness} batch={cfg.batch_size}x{cfg.group_size} "
+            f"areal train {cfg.recipe} | eta={cfg.rollout.max_head_offpolicyness} batch={cfg.rollout.batch_size}x{cfg.rollout.group_size} "
             f"| out={self.out} | {time.monotonic() - self.t0:.0f}s | phase: {self._phase}",
             style="bold",
         )
@@ -159,18 +159,18 @@ class RunStatus:
         bar = Table.grid(padding=(0, 1))
         bar.add_column(width=30)
         bar.add_column()
-        if self._phase == "warm start" and cfg.sft_max_steps:
+        if self._phase == "warm start" and cfg.sft.max_steps:
             k = int(info.get("step", 0))
-            bar.add_row(ProgressBar(total=cfg.sft_max_steps, completed=k, width=30),
-                        f"warm start {k}/{cfg.sft_max_steps} steps, accuracy {_fmt(info.get('acc'))} "
-                        f"(stops once it reaches {cfg.sft_stop_accuracy:g})")
+            bar.add_row(ProgressBar(total=cfg.sft.max_steps, completed=k, width=30),
+                        f"warm start {k}/{cfg.sft.max_steps} steps, accuracy {_fmt(info.get('acc'))} "
+                        f"(stops once it reaches {cfg.sft.stop_accuracy:g})")
         elif self._last:
             k = int(self._last.get("step", 0))
             eta = self.eta_s()
-            target = (f", accuracy {_fmt(self._last.get('accuracy'))} / target {cfg.target_accuracy:g} "
-                      f"(ends the run when reached)" if cfg.target_accuracy else "")
-            bar.add_row(ProgressBar(total=max(cfg.max_steps, 1), completed=k, width=30),
-                        f"RL step {k}/{cfg.max_steps}, ETA {_duration(eta) if eta is not None else '-'}{target}")
+            target = (f", accuracy {_fmt(self._last.get('accuracy'))} / target {cfg.loop.target_accuracy:g} "
+                      f"(ends the run when reached)" if cfg.loop.target_accuracy else "")
+            bar.add_row(ProgressBar(total=max(cfg.loop.max_steps, 1), completed=k, width=30),
+                        f"RL step {k}/{cfg.loop.max_steps}, ETA {_duration(eta) if eta is not None else '-'}{target}")
         return bar
 
 

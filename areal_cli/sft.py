@@ -134,9 +134,9 @@ class SftConfig:
     def from_train_config(cls, tc: Any) -> "SftConfig":
         """The warm start of an ``areal train`` recipe (:class:`areal_cli.config.TrainConfig` ``sft_*`` keys;
         AdamW betas, weight decay and clipping are the run's)."""
-        cfg = cls(lr=tc.sft_lr, batch_size=tc.sft_batch_size, max_tokens_per_mb=tc.sft_max_tokens_per_mb,
-                  pack_row_tokens=tc.sft_pack_row_tokens, max_steps=tc.sft_max_steps, weight_decay=tc.weight_decay,
-                  adam_beta1=tc.adam_beta1, adam_beta2=tc.adam_beta2, grad_clip=tc.grad_clip, seed=tc.seed)
+        cfg = cls(lr=tc.sft.lr, batch_size=tc.sft.batch_size, max_tokens_per_mb=tc.sft.max_tokens_per_mb,
+                  pack_row_tokens=tc.sft.pack_row_tokens, max_steps=tc.sft.max_steps, weight_decay=tc.ppo.weight_decay,
+                  adam_beta1=tc.ppo.adam_beta1, adam_beta2=tc.ppo.adam_beta2, grad_clip=tc.ppo.grad_clip, seed=tc.seed)
         cfg.validate("config")
         return cfg
 
@@ -265,11 +265,12 @@ def response_nll_sum(lp: "Tensor", loss_mask: "Tensor") -> "Tensor":
     return -(lp * loss_mask.to(lp.device)).sum()
 
 
-def lr_at(step: int, total: int, cfg: SftConfig) -> float:
+def lr_at(step: int, total: int, cfg: Any) -> float:
     """Learning rate of optimiser step ``step`` (0-based) of ``total`` (Megatron ``OptimizerParamScheduler``
     shape with min lr 0, as AReaL configures it): linear warmup over ``ceil(warmup_proportion * total)``
     steps from ``lr / W`` to ``lr``, then ``constant`` (lr), ``linear`` (to 0 at ``total``) or ``cosine``
-    (``lr * (1 + cos(pi * progress)) / 2``)."""
+    (``lr * (1 + cos(pi * progress)) / 2``). ``cfg``: an :class:`SftConfig` or the RL run's
+    :class:`~areal_cli.config.sections.PPOSection` (``lr``, ``lr_scheduler``, ``warmup_proportion``)."""
     warm = math.ceil(cfg.warmup_proportion * total)
     if step < warm:
         return cfg.lr * (step + 1) / warm

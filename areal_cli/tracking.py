@@ -1,15 +1,15 @@
 """Experiment tracking: every metrics line, the evaluation results, the run config and the summary of an
 ``areal train`` run, sent to TensorBoard and/or Weights & Biases through their own libraries.
 
-``loggers`` (recipe key or ``-o loggers=tensorboard,wandb``) names them, comma-separated. TensorBoard event
+``loop.loggers`` (recipe key or ``-o loop.loggers=tensorboard,wandb``) names them, comma-separated. TensorBoard event
 files go to ``RUN/tensorboard/`` (``torch.utils.tensorboard.SummaryWriter``; ``tensorboard --logdir RUN``).
-W&B runs in the project ``wandb_project`` with the run folder's name; it goes online when the machine is logged
+W&B runs in the project ``loop.wandb_project`` with the run folder's name; it goes online when the machine is logged
 in (``WANDB_API_KEY`` or ``wandb login``), else offline into ``RUN/wandb/`` (``wandb sync`` uploads it later);
 ``WANDB_MODE`` decides when set. A resumed run continues the same TensorBoard log (events after the checkpoint
 are purged) and the same W&B run (its id is kept in ``RUN/wandb_run_id``).
 
 What is logged per step: every number of the metrics line (booleans as 0/1, nested dicts such as
-``eval_benchmarks`` flattened to ``eval_benchmarks/<bench>/<metric>``; text and None are skipped), at the RL step.
+``loop.eval_benchmarks`` flattened to ``eval_benchmarks/<bench>/<metric>``; text and None are skipped), at the RL step.
 Both packages are optional (``pip install 'areal-cli[tracking]'``); a missing one is one line before any work.
 """
 
@@ -27,7 +27,7 @@ from areal_cli.errors import UserError
 LOGGERS = {"tensorboard": "tensorboard", "wandb": "wandb"}  # logger -> the package it needs
 
 
-def parse_loggers(spec: str, where: str = "field 'loggers'") -> list[str]:
+def parse_loggers(spec: str, where: str = "field 'loop.loggers'") -> list[str]:
     """``"tensorboard,wandb"`` -> ``["tensorboard", "wandb"]`` (order kept, duplicates dropped).
 
     Raises:
@@ -153,7 +153,7 @@ def _start_wandb(out: Path, config: dict, project: str, *, resumed: bool):
                          resume="allow" if run_id else None, mode=mode,
                          settings=wandb.Settings(silent=True, console="off"))
     except Exception as e:  # noqa: BLE001 -- wandb raises many types; the user needs one line
-        raise UserError(f"field 'loggers': wandb could not start ({type(e).__name__}: {e}); "
+        raise UserError(f"field 'loop.loggers': wandb could not start ({type(e).__name__}: {e}); "
                         f"WANDB_MODE=offline logs without a network") from None
     if run_id is None:
         id_file.write_text(run.id + "\n")

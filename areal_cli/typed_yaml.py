@@ -137,11 +137,16 @@ def coerce(name: str, value: object, tp: Any, where: str) -> object:
 
     Args:
         tp: the field's annotation: ``bool``, ``int``, ``float``, ``str``, ``X | None``, ``list[str]``,
-            ``list``, ``dict``.
+            ``list``, ``dict``, ``Literal[...]`` (one of its values, as written).
         where: ``file:line`` or ``-o key=value``, the start of the error message.
     Raises:
-        UserError: ``where: field 'name': expected T, got V`` (or ``must not be null``).
+        UserError: ``where: field 'name': expected T, got V`` (or ``must not be null``, ``must be one of``).
     """
+    if typing.get_origin(tp) is typing.Literal:
+        options = typing.get_args(tp)
+        if isinstance(value, (str, int)) and not isinstance(value, bool) and value in options:
+            return value
+        raise UserError(f"{where}: field '{name}': must be one of {', '.join(map(str, options))} (got {value!r})")
     if typing.get_origin(tp) is list:
         items = [value] if isinstance(value, str) and value else ([] if value in ("", None) else value)
         if isinstance(items, list) and all(isinstance(x, str) for x in items):

@@ -40,7 +40,6 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from types import SimpleNamespace
 
 #: dense bf16 peak FLOP/s by device-name substring (NVIDIA data sheets, SXM parts).
 PEAK_BF16 = {"H200": 989.4e12, "H100": 989.4e12, "A100": 312e12, "L40S": 362e12, "A10G": 70e12, "L4": 121e12}
@@ -152,6 +151,7 @@ def ppo_step(model_dir: Path, dev, args, shape: dict, peak: float | None) -> dic
 
     from areal_cli.trainer.batch import build_train_batch
     from areal_cli.trainer.megatron_engine import MegatronEngine
+    from areal_cli.config import TrainConfig
     from areal_cli.trainer.steps import ppo_update
 
     eng = MegatronEngine(model_dir, lr=1e-5, params_dtype=torch.bfloat16, device=dev, seed=0)
@@ -168,8 +168,9 @@ def ppo_step(model_dir: Path, dev, args, shape: dict, peak: float | None) -> dic
     lp = eng.logprobs(batch).cpu().float()
     noise = 0.05 * torch.randn(lp.shape, generator=g)
     batch.behaviour_logprobs = (lp + noise) * batch.loss_mask
-    cfg = SimpleNamespace(recompute_proximal=True, temperature=1.0, max_tokens_per_mb=0, ppo_n_minibatches=1,
-                          eps_clip=0.2, behav_imp_weight_cap=5.0)
+    cfg = TrainConfig().with_values({"ppo.recompute_proximal": True, "rollout.temperature": 1.0,
+                                     "ppo.max_tokens_per_mb": 0, "ppo.n_minibatches": 1, "ppo.eps_clip": 0.2,
+                                     "ppo.behav_imp_weight_cap": 5.0})
     before = next(eng.model.parameters()).detach().float().clone()
     times, stats = [], []
     for i in range(args.steps + 1):

@@ -1,7 +1,7 @@
 """GPU smoke run of the scale path (issue 6); `benchmarks/gpu_smoke.sh` installs what it needs and calls this.
 
 1. A small Qwen3 (built here from a config, head_dim 64 so every SGLang attention kernel takes it; or
-   ``--model DIR``) is trained by ``areal train`` with ``rollout_engine: sglang``: one real SGLang server
+   ``--model DIR``) is trained by ``areal train`` with ``rollout.engine: sglang``: one real SGLang server
    (``python -m sglang.launch_server``) and the Megatron-core trainer on the GPU(s), a short SFT warm start,
    then ``--steps`` asynchronous RL steps (eta ``--eta``). Weight sync: ``xccl`` (NCCL broadcast) when there
    are >= 2 GPUs (the server on GPU 1, the trainer on GPU 0), else from disk -- NCCL refuses two ranks on
@@ -121,12 +121,12 @@ def main(argv=None) -> int:
     extra = [] if a.cpu_rehearsal else ["--disable-cuda-graph"]
     cfg, _ = load_train_config("tiny-arith")
     cfg = apply_overrides(cfg, [
-        f"model_path={model}", "rollout_engine=sglang", "n_servers=1", f"weight_update_mode={mode}",
-        f"sglang_dtype={a.dtype}", f"sglang_mem_fraction_static={0.3 if n_gpus <= 1 else 0.8}",
-        f"sglang_extra_args={' '.join(extra)}", f"max_steps={a.steps}", f"max_head_offpolicyness={a.eta}",
-        "target_accuracy=0", f"eval_every={a.steps}", "eval_n_prompts=32", "batch_size=8", "group_size=4",
-        "sft_max_steps=6", "sft_eval_every=3", "torch_threads=4",
-        "success_rate_lb=0", "success_rate_ub=1"])  # an untrained model scores 0: keep every group
+        f"model.path={model}", "rollout.engine=sglang", "rollout.n_servers=1", f"rollout.weight_update_mode={mode}",
+        f"rollout.sglang_dtype={a.dtype}", f"rollout.sglang_mem_fraction_static={0.3 if n_gpus <= 1 else 0.8}",
+        f"rollout.sglang_extra_args={' '.join(extra)}", f"loop.max_steps={a.steps}", f"rollout.max_head_offpolicyness={a.eta}",
+        "loop.target_accuracy=0", f"loop.eval_every={a.steps}", "loop.eval_n_prompts=32", "rollout.batch_size=8", "rollout.group_size=4",
+        "sft.max_steps=6", "sft.eval_every=3", "parallel.torch_threads=4",
+        "rollout.success_rate_lb=0", "rollout.success_rate_ub=1"])  # an untrained model scores 0: keep every group
     train_dir = out / "train"
     if train_dir.exists():
         import shutil

@@ -1,9 +1,9 @@
 """Multi-turn vs single-turn RL on tiny-arith at the same number of RL steps: first-try and within-max_turns
 held-out accuracy of the warm start and of the final policy, several seeds.
 
-For each seed: ``areal train tiny-arith-multiturn`` and ``areal train tiny-arith`` (``max_steps`` each,
+For each seed: ``areal train tiny-arith-multiturn`` and ``areal train tiny-arith`` (``loop.max_steps`` each,
 ``target_accuracy 0`` so both run every step), then both runs' warm-start and final weights measured greedy on the
-same 128 held-out prompts through the multi-turn workflow with the multi-turn recipe's ``workflow_args``
+same 128 held-out prompts through the multi-turn workflow with the multi-turn recipe's ``task.workflow_args``
 (:mod:`areal_cli.workflows.multi_turn_eval`; for the single-turn run first-try = its held-out accuracy). Also per
 run: wall time, RL steps' generated samples and tokens. Results: ``OUT/results.json`` (one entry per seed and
 recipe, plus means), runs in ``OUT/<recipe>-seed<N>/`` (weights removed afterwards, metrics kept).
@@ -52,8 +52,8 @@ def main() -> None:
             shutil.rmtree(run, ignore_errors=True)
             t0 = time.monotonic()
             subprocess.run([sys.executable, "-m", "areal_cli.cli", "train", recipe, "--out", str(run), "--no-live",
-                            "-o", f"seed={seed}", "-o", f"max_steps={args.steps}", "-o", "target_accuracy=0",
-                            "-o", f"eval_every={max(1, args.steps // 8)}"],
+                            "-o", f"seed={seed}", "-o", f"loop.max_steps={args.steps}", "-o", "loop.target_accuracy=0",
+                            "-o", f"loop.eval_every={max(1, args.steps // 8)}"],
                            check=True, stdout=subprocess.DEVNULL)
             wall = time.monotonic() - t0
             rows = _rows(run)

@@ -2,7 +2,7 @@
 additions it can partly do (benchmarks/smollm2_arith/), several seeds, held-out greedy accuracy over time.
 
 Each seed runs ``areal train benchmarks/smollm2_arith/recipe.yaml --model <gguf>`` (about 13 minutes on 2 cores:
-``time_limit_s`` 780); the curves go to one PNG, the figures to ``results.json``: held-out accuracy before RL
+``loop.time_limit_s`` 780); the curves go to one PNG, the figures to ``results.json``: held-out accuracy before RL
 (step 0), at the end and at its best per seed, the gain, and two noise scales -- the binomial standard error of
 one accuracy on the held-out set and the seed-to-seed spread of the final accuracies.
 

@@ -34,8 +34,8 @@ def test_builtin_scenario_is_the_shipped_file_and_every_variant_is_a_valid_recip
     assert set(full.variants) == set(st.VARIANTS) and full.etas == [0, 1, 2, 4, 8, 16]
     for ov in [st.SYNC_OVERRIDES, *st.VARIANTS.values()]:
         apply_overrides(TrainConfig(), [f"{k}={v}" for k, v in ov.items()])
-    assert st.VARIANTS["naive"] == {"recompute_proximal": False}
-    assert st.VARIANTS["decoupled"]["behav_imp_weight_mode"] == "token_mask"
+    assert st.VARIANTS["naive"] == {"ppo.recompute_proximal": False}
+    assert st.VARIANTS["decoupled"]["ppo.behav_imp_weight_mode"] == "token_mask"
 
 
 @pytest.mark.parametrize("text, line, field", [
@@ -58,9 +58,9 @@ def test_bad_scenarios_fail_with_file_line_and_field(tmp_path, text, line, field
 
 
 def test_custom_variants_and_the_plan():
-    sc = st.scenario_from_dict({"etas": [4, 0, 1], "variants": {"mine": {"lr": 1e-4}, "naive": None}, "seeds": 2},
+    sc = st.scenario_from_dict({"etas": [4, 0, 1], "variants": {"mine": {"ppo.lr": 1e-4}, "naive": None}, "seeds": 2},
                                lambda k: "x")
-    assert sc.variants == {"mine": {"lr": 1e-4}, "naive": {"recompute_proximal": False}}
+    assert sc.variants == {"mine": {"ppo.lr": 1e-4}, "naive": {"ppo.recompute_proximal": False}}
     plan = st.run_plan(sc)
     assert plan == [(0, 0, "sync"), (0, 1, "mine"), (0, 1, "naive"), (0, 4, "mine"), (0, 4, "naive"),
                     (1, 0, "sync"), (1, 1, "naive"), (1, 1, "mine"), (1, 4, "naive"), (1, 4, "mine")]
@@ -90,7 +90,7 @@ def test_command_module_imports_only_click_and_stdlib_and_is_registered(tmp_path
     sc.write_text("name: x\nrecipe: tiny-arith\noverrides:\n  bogus: 1\n")
     bad = CliRunner().invoke(main, ["bench", "staleness", "--dry-run", "--scenario", str(sc)])
     assert bad.exit_code == 2 and f"{sc}:4: field 'overrides.bogus': unknown key" in bad.output, bad.output
-    for items, field in ((["-o", "prox_logp_method=nope"], "prox_logp_method"), (["-o", "bogus=1"], "bogus")):
+    for items, field in ((["-o", "ppo.prox_logp_method=nope"], "prox_logp_method"), (["-o", "bogus=1"], "bogus")):
         bad = CliRunner().invoke(main, ["bench", "staleness", "--dry-run", *items])  # checked before the plan
         assert bad.exit_code == 2 and f"field '{field}'" in bad.output and "repeat" not in bad.output, bad.output
 

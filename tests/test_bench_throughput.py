@@ -208,11 +208,11 @@ def test_bad_scenario_is_reported_with_file_and_line(tmp_path):
 
 def test_cpu_lists_are_parsed_and_bad_ones_rejected():
     assert parse_cpu_list("") == frozenset() and parse_cpu_list("0-2,5") == {0, 1, 2, 5}
-    cfg = apply_overrides(TrainConfig(), ["trainer_cpus=0", "server_cpus=1", "interruptible=false"])
-    assert (cfg.trainer_cpus, cfg.server_cpus, cfg.interruptible) == ("0", "1", False)
+    cfg = apply_overrides(TrainConfig(), ["parallel.trainer_cpus=0", "parallel.server_cpus=1", "rollout.interruptible=false"])
+    assert (cfg.parallel.trainer_cpus, cfg.parallel.server_cpus, cfg.rollout.interruptible) == ("0", "1", False)
     for bad in ("x", "3-1", "0,"):
-        with pytest.raises(UserError, match="field 'server_cpus'"):
-            apply_overrides(TrainConfig(), [f"server_cpus={bad}"])
+        with pytest.raises(UserError, match="field 'parallel.server_cpus'"):
+            apply_overrides(TrainConfig(), [f"parallel.server_cpus={bad}"])
 
 
 # ------------------------------------------------------------------------------------------------ outputs
@@ -501,7 +501,7 @@ def test_long_tail_scenario_file():
     assert sc.source.endswith("benchmarks/scenarios/throughput-tiny-longtail.yaml")
     assert (sc.recipe, sc.eta_sync, sc.target_async_over_sync, sc.impute_post_eval_steps) == ("tiny-longtail", 0, 2.5,
                                                                                               True)
-    assert sc.sync_overrides == {"recompute_proximal": False} and sc.compare_interruptible
+    assert sc.sync_overrides == {"ppo.recompute_proximal": False} and sc.compare_interruptible
     apply_overrides(TrainConfig(), [f"{k}={v}" for k, v in {**sc.overrides, **sc.sync_overrides}.items()])
     builtin = tp.default_scenario()
     assert (builtin.target_async_over_sync, builtin.sync_overrides, builtin.impute_post_eval_steps) == (1.8, {}, False)
@@ -522,8 +522,8 @@ def test_bad_long_tail_keys_are_reported_with_file_and_line(tmp_path):
 
 @pytest.mark.parametrize("section, text, line, needle", [
     ("overrides", "overrides:\n  batch_size: 8\n  bogus: 1\n", 5, "unknown key"),
-    ("overrides", "overrides:\n  prox_logp_method: nope\n", 4, "must be 'auto', 'recompute' or 'reuse'"),
-    ("sync_overrides", "sync_overrides:\n  stale_groups: keep\n", 4, "must be 'drop' or 'train'"),
+    ("overrides", "overrides:\n  ppo.prox_logp_method: nope\n", 4, "must be one of auto, recompute, reuse"),
+    ("sync_overrides", "sync_overrides:\n  stale_groups: keep\n", 4, "must be one of drop, train"),
 ])
 def test_a_bad_recipe_override_in_a_scenario_names_its_file_and_line(tmp_path, section, text, line, needle):
     """Errors the recipe's validation raises for a scenario's overrides point at the scenario line (not at a

@@ -182,18 +182,18 @@ def test_rng_states_round_trip():
 
 # ----------------------------------------------------------------------------- kill -9 and resume (real runs)
 
-COMMON = ["--max-steps", "8", "-o", "sft_max_steps=0", "-o", "batch_size=8", "-o", "eval_n_prompts=16",
-          "-o", "target_accuracy=0", "-o", "checkpoint_every=2", "-o", "torch_threads=1"]
+COMMON = ["--max-steps", "8", "-o", "sft.max_steps=0", "-o", "rollout.batch_size=8", "-o", "loop.eval_n_prompts=16",
+          "-o", "loop.target_accuracy=0", "-o", "loop.checkpoint_every=2", "-o", "parallel.torch_threads=1"]
 # eta 0 + greedy: every step trains on exactly the next 8 prompts, generated deterministically (global
 # advantage normalisation: a greedy group has identical samples, group normalisation would zero them)
-SYNC = ["-o", "max_head_offpolicyness=0", "-o", "temperature=0", "-o", "adv_norm=global",
-        "-o", "success_rate_lb=0", "-o", "success_rate_ub=1", "-o", "group_size=1"]
-ASYNC = ["-o", "max_head_offpolicyness=2", "-o", "group_size=2"]
+SYNC = ["-o", "rollout.max_head_offpolicyness=0", "-o", "rollout.temperature=0", "-o", "ppo.adv_norm=global",
+        "-o", "rollout.success_rate_lb=0", "-o", "rollout.success_rate_ub=1", "-o", "rollout.group_size=1"]
+ASYNC = ["-o", "rollout.max_head_offpolicyness=2", "-o", "rollout.group_size=2"]
 
 
 def _start(out: Path, model: Path, extra: list[str], resume: bool = False) -> subprocess.Popen:
     args = ["train", "--resume", str(out)] if resume else ["train", "--out", str(out), *COMMON,
-                                                         "-o", f"model_path={model}", *extra]
+                                                         "-o", f"model.path={model}", *extra]
     log = open(f"{out}.{'resume' if resume else 'run'}.log", "w")
     return subprocess.Popen([sys.executable, "-m", "areal_cli.cli", *args, "--no-live"], cwd=REPO, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
@@ -234,7 +234,7 @@ def runs(warm_model, tmp_path_factory) -> dict[str, Path]:
     out = {"sync_full": d / "sync_full", "sync_killed": d / "sync_killed", "async_killed": d / "async_killed"}
     # the async run's workflow is the built-in one behind an observer that logs every episode it starts
     (d / "observer.py").write_text(OBSERVER.replace("{LOG}", str(d / "episodes.jsonl")))
-    observed = ["-o", f"workflow={d / 'observer.py'}:Observed"]
+    observed = ["-o", f"task.workflow={d / 'observer.py'}:Observed"]
     procs = {"sync_full": _start(out["sync_full"], warm_model, SYNC),
              "sync_killed": _start(out["sync_killed"], warm_model, SYNC),
              "async_killed": _start(out["async_killed"], warm_model, ASYNC + observed)}
@@ -278,12 +278,11 @@ def test_the_resumed_async_run_first_issues_the_checkpoints_pending_prompts(runs
     state = json.loads(runs["async_resumed_from"].read_text())
     pending, next_index = state["data"]["pending"], state["data"]["next_index"]
     assert pending and all(i < next_index for i in pending)
-    cfg = TrainConfig(**{k: v for k, v in json.loads((runs["async_killed"] / "config.json").read_text()).items()
-                         if k != "extra"})
+    cfg = TrainConfig.from_dict(json.loads((runs["async_killed"] / "config.json").read_text()))
     from areal_cli.models.tiny import load_tokenizer
 
     task = Task(cfg)
-    task.bind(load_tokenizer(cfg.model_path))
+    task.bind(load_tokenizer(cfg.model.path))
     stream = task.train_stream()
     ids = [next(stream).id for _ in range(next_index)]
     log = [json.loads(x) for x in runs["episodes_log"].read_text().splitlines()]

@@ -47,9 +47,9 @@ def test_unknown_recipe(tmp_path):
     "override,needles",
     [
         ("no_such_key=1", ["field 'no_such_key'", "unknown key"]),
-        ("batch_size=abc", ["field 'batch_size'", "expected int"]),
-        ("max_head_offpolicyness=-1", ["field 'max_head_offpolicyness'", ">= 0"]),
-        ("sft_stop_accuracy=0.7", ["field 'sft_stop_accuracy'", "0.5"]),
+        ("rollout.batch_size=abc", ["field 'rollout.batch_size'", "expected int"]),
+        ("rollout.max_head_offpolicyness=-1", ["field 'rollout.max_head_offpolicyness'", ">= 0"]),
+        ("sft.stop_accuracy=0.7", ["field 'sft.stop_accuracy'", "0.5"]),
         ("lr", ["expected key=value"]),
     ],
 )
@@ -63,7 +63,7 @@ def test_recipe_errors_name_file_and_line(tmp_path):
     bad.write_text("recipe: x\nbatch_size: 4\nbogus: 1\n")
     cli_error_line(*run(["train", str(bad), "--out", str(tmp_path / "o")]), f"{bad}:3", "field 'bogus'")
     bad.write_text("recipe: x\ngroup_size: [1, 2]\n")
-    cli_error_line(*run(["train", str(bad), "--out", str(tmp_path / "o")]), f"{bad}:2", "field 'group_size'")
+    cli_error_line(*run(["train", str(bad), "--out", str(tmp_path / "o")]), f"{bad}:2", "field 'rollout.group_size'")
     bad.write_text("recipe: x\n  : : :\n")
     cli_error_line(*run(["train", str(bad), "--out", str(tmp_path / "o")]), str(bad), "invalid YAML")
 
@@ -79,10 +79,11 @@ def test_existing_run_dir_is_not_overwritten(tmp_path):
 def test_shipped_recipe_is_valid_and_overrides_apply():
     cfg, path = load_train_config("tiny-arith")
     assert path.name == "tiny-arith.yaml" and cfg.recipe == "tiny-arith"
-    cfg2 = apply_overrides(cfg, ["max_head_offpolicyness=0", "lr=1e-4", "recompute_proximal=false"])
-    assert (cfg2.max_head_offpolicyness, cfg2.lr, cfg2.recompute_proximal) == (0, 1e-4, False)
-    assert cfg.max_head_offpolicyness != 0 or cfg2 is not cfg  # the loaded recipe is not mutated
-    assert TrainConfig().effective_max_concurrent == TrainConfig().batch_size * (TrainConfig().max_head_offpolicyness + 1)
+    cfg2 = apply_overrides(cfg, ["rollout.max_head_offpolicyness=0", "ppo.lr=1e-4", "ppo.recompute_proximal=false"])
+    assert (cfg2.rollout.max_head_offpolicyness, cfg2.ppo.lr, cfg2.ppo.recompute_proximal) == (0, 1e-4, False)
+    assert cfg.rollout.max_head_offpolicyness != 0 or cfg2 is not cfg  # the loaded recipe is not mutated
+    r = TrainConfig().rollout
+    assert r.effective_max_concurrent == r.batch_size * (r.max_head_offpolicyness + 1)
 
 
 def _eval(tmp_path, data_dir, *extra):
@@ -133,12 +134,14 @@ def test_more_bad_inputs_are_one_line(tmp_path):
     dup.write_text("batch_size: 32\nbatch_size: 16\n")
     cli_error_line(*run(["train", str(dup), "--out", str(tmp_path / "o")]), f"{dup}:2", "duplicate key")
     rng = tmp_path / "range.yaml"
-    rng.write_text("recipe: r\nmax_new_tokens: 0\n")
-    cli_error_line(*run(["train", str(rng), "--out", str(tmp_path / "o")]), f"{rng}:2", "max_new_tokens")
+    rng.write_text("recipe: r\nrollout:\n  max_new_tokens: 0\n")
+    cli_error_line(*run(["train", str(rng), "--out", str(tmp_path / "o")]), f"{rng}:3", "rollout.max_new_tokens")
+    rng.write_text("recipe: r\nmax_new_tokens: 0\n")  # a flat name of earlier releases: the error alone, one line
+    cli_error_line(*run(["train", str(rng), "--out", str(tmp_path / "o")]), f"{rng}:2", "rollout.max_new_tokens")
     afile = tmp_path / "afile"
     afile.write_text("x")
     cli_error_line(*run(["train", "--out", str(afile)]), "not a directory")
-    cli_error_line(*run(["train", "--out", str(tmp_path / "o"), "-o", "target_accuracy=2"]), "target_accuracy")
+    cli_error_line(*run(["train", "--out", str(tmp_path / "o"), "-o", "loop.target_accuracy=2"]), "target_accuracy")
     interrupted = tmp_path / "interrupted"
     interrupted.mkdir()
     (interrupted / "config.json").write_text("{}")

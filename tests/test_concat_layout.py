@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import re
-from types import SimpleNamespace
 
 import pytest
 import torch
 
 from areal_cli.api.types import Group, Item, Trajectory
+from areal_cli.config import TrainConfig
 from areal_cli.rollout.controller import _head_version
 from areal_cli.trainer.batch import build_train_batch
 from areal_cli.trainer.decoupled_ppo import DecoupledPPOConfig, decoupled_ppo_loss
@@ -100,7 +100,8 @@ def test_concat_gives_the_per_turn_loss_and_gradient_and_masked_tokens_get_none(
 
 
 def test_make_train_batch_writes_the_mask_and_zero_advantages_on_environment_tokens():
-    cfg = SimpleNamespace(adv_norm="group", reward_bias=0.0, reward_scaling=1.0, max_reward_clip=0.0)
+    cfg = TrainConfig().with_values({"ppo.adv_norm": "group", "ppo.reward_bias": 0.0, "ppo.reward_scaling": 1.0,
+                                     "ppo.max_reward_clip": 0.0})
     groups = [Group(0, Item("q", P, ""), [concat_sample(1.0), concat_sample(0.0)])]
     batch = make_train_batch(groups, cfg, pad_id=0)
     n_p = len(P)

@@ -6,6 +6,7 @@ import asyncio
 import pytest
 
 from areal_cli.api.types import Item, WorkflowError
+from areal_cli.config import TrainConfig
 from areal_cli.reward.pool import RewardPool, RewardResult
 from areal_cli.rollout.client import Completion
 from areal_cli.rollout.controller import RolloutController
@@ -258,7 +259,9 @@ def test_a_starving_trainer_is_told_why_and_what_to_change():
                 counters["groups_accepted"] += 1
                 await asyncio.sleep(0.01)
 
-    ctx = SimpleNamespace(cfg=SimpleNamespace(batch_size=8, success_rate_lb=0.01, success_rate_ub=0.99),
+    cfg = TrainConfig().with_values({"rollout.batch_size": 8, "rollout.success_rate_lb": 0.01,
+                                     "rollout.success_rate_ub": 0.99})
+    ctx = SimpleNamespace(cfg=cfg,
                           status=SimpleNamespace(log=logged.append))
 
     async def go():
@@ -267,11 +270,11 @@ def test_a_starving_trainer_is_told_why_and_what_to_change():
 
     asyncio.run(go())
     assert logged and "step 3: waiting" in logged[0] and "dropped by the success-rate filter [0.01, 0.99]" in logged[0]
-    assert "a longer warm start (sft_max_steps), a wider success_rate_lb..success_rate_ub range" in logged[0]
+    assert "a longer warm start (sft.max_steps), a wider rollout.success_rate_lb..success_rate_ub range" in logged[0]
 
 
 def test_stale_groups_drop_or_train_at_consumption():
-    """``stale_groups: drop`` (consumer_version given) drops groups whose head is more than eta versions older
+    """``rollout.stale_groups: drop`` (consumer_version given) drops groups whose head is more than eta versions older
     than the trainer, counts them and gives their slots back; ``train`` (no consumer_version) returns them."""
     async def go(drop):
         client, ctl = make(eta=1, batch=2)
@@ -294,7 +297,7 @@ def test_stale_groups_drop_or_train_at_consumption():
 
 
 def test_the_rollout_process_drops_at_consumption_like_the_in_process_controller():
-    """The parent side of ``rollout_process: true`` applies the same rule and tells the child to free the slot."""
+    """The parent side of ``parallel.rollout_process: true`` applies the same rule and tells the child to free the slot."""
     from areal_cli.api.types import Group, Trajectory
     from areal_cli.rollout.remote_controller import RolloutProcess
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FAST = ["--no-live", "-o", "sft_max_steps=0", "-o", "success_rate_lb=0", "-o", "success_rate_ub=1",
-        "-o", "eval_every=0", "-o", "target_accuracy=0", "-o", "max_head_offpolicyness=2"]
+FAST = ["--no-live", "-o", "sft.max_steps=0", "-o", "rollout.success_rate_lb=0", "-o", "rollout.success_rate_ub=1",
+        "-o", "loop.eval_every=0", "-o", "loop.target_accuracy=0", "-o", "rollout.max_head_offpolicyness=2"]
 
 
 def _start(out: Path, *overrides: str, **env) -> subprocess.Popen:
@@ -71,7 +71,7 @@ def _rows(out: Path) -> list[dict]:
 @pytest.mark.slow
 def test_a_killed_and_a_frozen_embedded_server_are_restarted_and_every_step_runs_once(tmp_path):
     out = tmp_path / "run"
-    run = _start(out, "-o", "n_servers=2", "-o", "max_steps=8", "-o", "server_stall_timeout_s=2")
+    run = _start(out, "-o", "rollout.n_servers=2", "-o", "loop.max_steps=8", "-o", "rollout.server_stall_timeout_s=2")
     _wait_for_step(run, out, 2)
     first, second = _servers(run)
     os.kill(first, signal.SIGKILL)  # dies with requests in flight
@@ -96,8 +96,8 @@ def test_a_killed_and_a_frozen_embedded_server_are_restarted_and_every_step_runs
 @pytest.mark.slow
 def test_the_only_sglang_stand_in_server_killed_mid_run_comes_back_and_the_run_finishes(tmp_path):
     out = tmp_path / "run"
-    run = _start(out, "-o", "rollout_engine=sglang", "-o", "model_path=" + str(_tiny_model(tmp_path)),
-                 "-o", "max_steps=6", PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests' / 'fake_sglang'}")
+    run = _start(out, "-o", "rollout.engine=sglang", "-o", "model.path=" + str(_tiny_model(tmp_path)),
+                 "-o", "loop.max_steps=6", PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests' / 'fake_sglang'}")
     _wait_for_step(run, out, 2)
     (server,) = _servers(run)
     os.kill(server, signal.SIGKILL)  # no server left: generation waits for the restart
@@ -117,7 +117,7 @@ def test_the_only_sglang_stand_in_server_killed_mid_run_comes_back_and_the_run_f
 @pytest.mark.slow
 def test_a_server_that_keeps_dying_ends_the_run_with_one_line(tmp_path):
     out = tmp_path / "run"
-    run = _start(out, "-o", "max_steps=50", "-o", "server_max_restarts=0")
+    run = _start(out, "-o", "loop.max_steps=50", "-o", "rollout.server_max_restarts=0")
     _wait_for_step(run, out, 1)
     (server,) = _servers(run)
     os.kill(server, signal.SIGKILL)
@@ -137,8 +137,8 @@ def _tiny_model(tmp_path: Path) -> Path:
 
     cfg, _ = load_train_config("tiny-arith")
     return build_tiny_model(tmp_path / "model", seed=cfg.seed, corpus=Task(cfg).tokenizer_corpus(),
-                            vocab_size=cfg.model_vocab_size, hidden_size=cfg.model_hidden_size,
-                            num_layers=cfg.model_num_layers, chat_template=cfg.model_chat_template)
+                            vocab_size=cfg.model.vocab_size, hidden_size=cfg.model.hidden_size,
+                            num_layers=cfg.model.num_layers, chat_template=cfg.model.chat_template)
 
 
 def _rank_pid(rank: int) -> int | None:
@@ -157,7 +157,7 @@ def _rank_pid(rank: int) -> int | None:
 @pytest.mark.slow
 def test_a_dying_trainer_rank_ends_the_run_with_one_line_naming_it_and_resume_continues(tmp_path):
     out = tmp_path / "run"
-    run = _start(out, "-o", "trainer_data_parallel=2", "-o", "checkpoint_every=2", "-o", "max_steps=6")
+    run = _start(out, "-o", "parallel.data=2", "-o", "loop.checkpoint_every=2", "-o", "loop.max_steps=6")
     _wait_for_step(run, out, 3)
     os.kill(_rank_pid(1), signal.SIGKILL)
     rc, _, stderr = _finish(run, timeout=120)

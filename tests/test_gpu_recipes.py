@@ -28,30 +28,30 @@ DATA = {"math-rl": REPO / "recipes" / "data" / "boba-106k-mini.jsonl",
 
 def test_boba2_14b_code_maps_onto_its_allocation_and_aReaLs_settings():
     cfg, notes = gpu_train_config(load_recipe("boba2-14b-code"))
-    assert (cfg.task, cfg.prompt_template, cfg.rollout_engine) == ("code-rl", "qwen3-think-pure", "sglang")
+    assert (cfg.task.preset, cfg.task.prompt_template, cfg.rollout.engine) == ("code-rl", "qwen3-think-pure", "sglang")
     # sglang.d80m4p1+d4p8m2: 80 servers of 4 GPUs, trainer dp 4 x pp 8 x tp 2
-    assert (cfg.n_servers, cfg.sglang_tp_size) == (80, 4)
-    assert (cfg.trainer_data_parallel, cfg.trainer_tensor_parallel, cfg.trainer_pipeline_parallel) == (4, 2, 8)
-    assert (cfg.batch_size, cfg.group_size, cfg.max_head_offpolicyness, cfg.max_new_tokens) == (128, 16, 16, 27648)
-    assert cfg.recompute_proximal and cfg.behav_imp_weight_cap == 5.0 and cfg.adv_norm == "global"
+    assert (cfg.rollout.n_servers, cfg.rollout.sglang_tp_size) == (80, 4)
+    assert (cfg.parallel.data, cfg.parallel.tensor, cfg.parallel.pipeline) == (4, 2, 8)
+    assert (cfg.rollout.batch_size, cfg.rollout.group_size, cfg.rollout.max_head_offpolicyness, cfg.rollout.max_new_tokens) == (128, 16, 16, 27648)
+    assert cfg.ppo.recompute_proximal and cfg.ppo.behav_imp_weight_cap == 5.0 and cfg.ppo.adv_norm == "global"
     # realhf's ((s - 0.5) * 2) * 5: success 1 -> +5, failure -> -5
-    assert ((1 + cfg.reward_bias) * cfg.reward_scaling, (0 + cfg.reward_bias) * cfg.reward_scaling) == (5.0, -5.0)
-    assert (cfg.success_rate_lb, cfg.success_rate_ub, cfg.max_tokens_per_mb, cfg.max_prompt_len) == (0.05, 0.95, 30720, 2048)
-    assert (cfg.epochs, cfg.max_steps, cfg.top_k, cfg.max_concurrent_rollouts) == (10, 0, -1, 128)
-    assert (cfg.lr, cfg.weight_decay, cfg.adam_beta2, cfg.adam_eps) == (2e-5, 0.05, 0.95, 1e-5)
-    assert cfg.sglang_context_length == 30720 and "--schedule-policy lpm" in cfg.sglang_extra_args
-    assert cfg.sft_max_steps == 0 and cfg.model_path is None and cfg.dataset == ""
+    assert ((1 + cfg.ppo.reward_bias) * cfg.ppo.reward_scaling, (0 + cfg.ppo.reward_bias) * cfg.ppo.reward_scaling) == (5.0, -5.0)
+    assert (cfg.rollout.success_rate_lb, cfg.rollout.success_rate_ub, cfg.ppo.max_tokens_per_mb, cfg.task.max_prompt_len) == (0.05, 0.95, 30720, 2048)
+    assert (cfg.loop.epochs, cfg.loop.max_steps, cfg.rollout.top_k, cfg.rollout.max_concurrent_rollouts) == (10, 0, -1, 128)
+    assert (cfg.ppo.lr, cfg.ppo.weight_decay, cfg.ppo.adam_beta2, cfg.ppo.adam_eps) == (2e-5, 0.05, 0.95, 1e-5)
+    assert cfg.rollout.sglang_context_length == 30720 and "--schedule-policy lpm" in cfg.rollout.sglang_extra_args
+    assert cfg.sft.max_steps == 0 and cfg.model.path is None and cfg.task.dataset == ""
     assert any("fp16" in n for n in notes) and any("gradient_checkpointing" in n for n in notes)
 
 
 def test_boba_rl_7b_math_is_standard_ppo_and_async_recipes_decoupled():
     sync, _ = gpu_train_config(load_recipe("boba-rl-7b-math"))
-    assert (sync.task, sync.max_head_offpolicyness, sync.recompute_proximal, sync.max_steps) == ("math-rl", 0, False, 400)
-    assert (sync.n_servers, sync.trainer_data_parallel, sync.trainer_pipeline_parallel) == (64, 32, 2)
+    assert (sync.task.preset, sync.rollout.max_head_offpolicyness, sync.ppo.recompute_proximal, sync.loop.max_steps) == ("math-rl", 0, False, 400)
+    assert (sync.rollout.n_servers, sync.parallel.data, sync.parallel.pipeline) == (64, 32, 2)
     async_, _ = gpu_train_config(load_recipe("async-1.5b-math"))
-    assert async_.max_head_offpolicyness > 0 and async_.recompute_proximal
+    assert async_.rollout.max_head_offpolicyness > 0 and async_.ppo.recompute_proximal
     twin, _ = gpu_train_config(load_recipe("async-1.5b-math"), "sync")
-    assert twin.max_head_offpolicyness == 0 and not twin.recompute_proximal
+    assert twin.rollout.max_head_offpolicyness == 0 and not twin.ppo.recompute_proximal
 
 
 def test_settings_areal_cannot_run_are_refused_in_one_line(tmp_path):
@@ -80,7 +80,7 @@ def tiny_models(tmp_path_factory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("gpu_tiny")
     out = {}
     for task, template in (("math-rl", "r1"), ("code-rl", "qwen3")):
-        corpus = Task(TrainConfig(task=task, dataset=str(DATA[task]))).tokenizer_corpus()
+        corpus = Task(TrainConfig().with_values({"task.preset": task, "task.dataset": str(DATA[task])})).tokenizer_corpus()
         out[task] = build_tiny_model(d / task, seed=0, corpus=corpus, vocab_size=768, chat_template=template)
     return out
 
@@ -98,11 +98,11 @@ def test_each_gpu_recipe_runs_two_steps_of_its_own_task_through_the_sglang_path(
     monkeypatch.setenv("PYTHONPATH", FAKE_SGLANG + os.pathsep + os.environ.get("PYTHONPATH", ""))
     monkeypatch.syspath_prepend(FAKE_SGLANG)
     cfg = train_config_from_recipe(name)
-    small = [f"model_path={tiny_models[cfg.task]}", f"dataset={DATA[cfg.task]}", "n_servers=1", "sglang_tp_size=1",
-             "trainer_data_parallel=1", "trainer_tensor_parallel=1", "trainer_pipeline_parallel=1", "batch_size=4",
-             "group_size=2", "max_new_tokens=24", "max_steps=2", "epochs=0", "sglang_context_length=0",
-             "max_tokens_per_mb=512", "reward_workers=1", "max_concurrent_rollouts=0", "max_prompt_len=512",
-             "success_rate_lb=0", "success_rate_ub=1"]  # an untrained tiny model scores 0: keep its groups
+    small = [f"model.path={tiny_models[cfg.task.preset]}", f"task.dataset={DATA[cfg.task.preset]}", "rollout.n_servers=1", "rollout.sglang_tp_size=1",
+             "parallel.data=1", "parallel.tensor=1", "parallel.pipeline=1", "rollout.batch_size=4",
+             "rollout.group_size=2", "rollout.max_new_tokens=24", "loop.max_steps=2", "loop.epochs=0", "rollout.sglang_context_length=0",
+             "ppo.max_tokens_per_mb=512", "task.reward_workers=1", "rollout.max_concurrent_rollouts=0", "task.max_prompt_len=512",
+             "rollout.success_rate_lb=0", "rollout.success_rate_ub=1"]  # an untrained tiny model scores 0: keep its groups
     run_cfg = apply_overrides(cfg, small)
     summary = run_training(run_cfg, tmp_path / "run", live=False)
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -110,7 +110,7 @@ def test_each_gpu_recipe_runs_two_steps_of_its_own_task_through_the_sglang_path(
     assert lines[-1]["reward_ok"] >= 8 and lines[-1]["reward_error"] == lines[-1]["reward_timeout"] == 0
     assert lines[0]["accuracy"] is None  # published runs have no held-out split of their data
     log = (tmp_path / "run" / "logs" / "server0.log").read_text()
-    assert "fake sglang" in log and f"dtype={cfg.sglang_dtype}" in log and "schedule_policy=lpm" in log
+    assert "fake sglang" in log and f"dtype={cfg.rollout.sglang_dtype}" in log and "schedule_policy=lpm" in log
 
 
 @pytest.mark.multiproc
@@ -143,7 +143,7 @@ def test_reproduce_trains_a_gpu_recipe_only_where_its_gpus_are():
     blocked = make_plan(r, gpus_here=8).blocker
     assert "needs 384 GPUs" in blocked and "this machine has 8" in blocked and "areal launch slurm" in blocked
     assert "allocation is not published" in make_plan(load_recipe("async-7b-math"), gpus_here=192).blocker
-    assert make_plan(r, gpus_here=384, overrides=["max_steps=10"]).blocker is None  # -o validates as a TrainConfig
+    assert make_plan(r, gpus_here=384, overrides=["loop.max_steps=10"]).blocker is None  # -o validates as a TrainConfig
     with pytest.raises(UserError, match="field 'nope'"):
         make_plan(r, gpus_here=384, overrides=["nope=1"])
 
@@ -179,10 +179,10 @@ def test_reproduce_retrain_of_a_gpu_recipe_downloads_trains_evaluates_and_compar
         return {names[0]: {}}
 
     monkeypatch.setattr(runner, "run_eval", fake_eval)
-    shrink = ["n_servers=1", "sglang_tp_size=1", "trainer_data_parallel=1", "trainer_tensor_parallel=1",
-              "trainer_pipeline_parallel=1", "batch_size=4", "group_size=2", "max_new_tokens=16", "max_steps=2",
-              "epochs=0", "sglang_context_length=0", "max_tokens_per_mb=512", "reward_workers=1", "max_prompt_len=512",
-              "success_rate_lb=0", "success_rate_ub=1"]
+    shrink = ["rollout.n_servers=1", "rollout.sglang_tp_size=1", "parallel.data=1", "parallel.tensor=1",
+              "parallel.pipeline=1", "rollout.batch_size=4", "rollout.group_size=2", "rollout.max_new_tokens=16", "loop.max_steps=2",
+              "loop.epochs=0", "rollout.sglang_context_length=0", "ppo.max_tokens_per_mb=512", "task.reward_workers=1", "task.max_prompt_len=512",
+              "rollout.success_rate_lb=0", "rollout.success_rate_ub=1"]
     out = rp.reproduce("boba2-8b-code", out_dir=tmp_path / "o", overrides=shrink, gpus_here=192,
                        console=quiet_console())
     manifest = json.loads((tmp_path / "o" / "manifest.json").read_text())
@@ -212,22 +212,22 @@ def test_launch_slurm_writes_the_multi_node_job_of_a_gpu_recipe(tmp_path):
     r = launch()
     assert r.returncode == 2 and "--model is required" in r.stderr and not (tmp_path / "job").exists()
     r = launch("--model", str(model))
-    assert r.returncode == 2 and "-o dataset=... is required" in r.stderr
-    r = launch("--model", str(model), "-o", "dataset=/shared/boba2/data/train/train.jsonl")
+    assert r.returncode == 2 and "-o task.dataset=... is required" in r.stderr
+    r = launch("--model", str(model), "-o", "task.dataset=/shared/boba2/data/train/train.jsonl")
     assert r.returncode == 2 and "train.jsonl not found" in r.stderr and not (tmp_path / "job").exists()
-    r = launch("--model", str(model), "-o", "dataset=data/train.jsonl")  # 20 records: not one batch of 128
+    r = launch("--model", str(model), "-o", "task.dataset=data/train.jsonl")  # 20 records: not one batch of 128
     assert r.returncode == 2 and "do not fill one batch of 128" in r.stderr
     (tmp_path / "not_a_model").mkdir()
     (tmp_path / "not_a_model" / "config.json").write_text("{}")
-    r = launch("--model", str(tmp_path / "not_a_model"), "-o", "dataset=data/train.jsonl")
+    r = launch("--model", str(tmp_path / "not_a_model"), "-o", "task.dataset=data/train.jsonl")
     assert r.returncode == 2 and "not a Hugging Face model directory" in r.stderr
-    r = launch("--model", str(model), "-o", "dataset=data/train.jsonl", "-o", "batch_size=4")
+    r = launch("--model", str(model), "-o", "task.dataset=data/train.jsonl", "-o", "rollout.batch_size=4")
     assert r.returncode == 0, r.stderr
     plan = json.loads((tmp_path / "job" / "launch" / "plan.json").read_text())
     assert plan["placement"]["nodes"] == 48 and plan["server"]["engine"] == "sglang"
     assert plan["server"]["sglang"]["tp_size"] == 4 and plan["server"]["sglang"]["context_length"] == 30720
     cmd = " ".join(plan["controller"]["command"])
-    assert "train boba2-14b-code" in cmd and f"model_path={model.resolve()}" in cmd
-    assert f"dataset={(tmp_path / 'data' / 'train.jsonl').resolve()}" in cmd  # absolute: node 0 runs elsewhere
-    assert "trainer_pipeline_parallel=8" in cmd and "rollout_engine=external" in cmd
+    assert "train boba2-14b-code" in cmd and f"model.path={model.resolve()}" in cmd
+    assert f"task.dataset={(tmp_path / 'data' / 'train.jsonl').resolve()}" in cmd  # absolute: node 0 runs elsewhere
+    assert "parallel.pipeline=8" in cmd and "rollout.engine=external" in cmd
     assert (tmp_path / "job" / "launch" / "job.sbatch").read_text().count("#SBATCH --nodes=48") == 1

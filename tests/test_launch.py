@@ -35,7 +35,7 @@ SCRIPTS = Path(__file__).resolve().parent / "launch_scripts"
 def test_sbatch_script_runs_one_launch_node_task_per_node_with_slurm_host_names(tmp_path):
     plan = plan_for_config("tiny-arith", nodes=2, gpus_per_node=8, run_dir=tmp_path / "run",
                            allocation="sglang.d4m2p1+d2m2p2", model_path=tmp_path,
-                           overrides=["sft_max_steps=0"])  # packed SFT has no pipeline-parallel path
+                           overrides=["sft.max_steps=0"])  # packed SFT has no pipeline-parallel path
     plan_path, sbatch = write_slurm_files(plan, cpus_per_task=12, time_limit="02:00:00")
     text = sbatch.read_text()
     for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=8",
@@ -53,9 +53,9 @@ def test_sbatch_script_runs_one_launch_node_task_per_node_with_slurm_host_names(
     assert got.server["engine"] == "sglang" and got.server["sglang"] == {"tp_size": 2, "pp_size": 1}
     assert got.controller["command"][1:] == [
         "-m", "areal_cli.cli", "train", "tiny-arith", "--out", str((tmp_path / "run" / "train").resolve()),
-        "--no-live", "-o", "sft_max_steps=0", "-o", "n_servers=4", "-o", "rollout_engine=external",
-        "-o", "sglang_tp_size=2", "-o", "trainer_data_parallel=2", "-o", "trainer_tensor_parallel=2",
-        "-o", "trainer_pipeline_parallel=2"]
+        "--no-live", "-o", "sft.max_steps=0", "-o", "rollout.n_servers=4", "-o", "rollout.engine=external",
+        "-o", "rollout.sglang_tp_size=2", "-o", "parallel.data=2", "-o", "parallel.tensor=2",
+        "-o", "parallel.pipeline=2"]
     hosts = ["gpu-a", "gpu-b"]
     assert torchrun_command(got, 0, hosts) is None  # node 0: servers and the controller only
     assert torchrun_command(got, 1, hosts, python="py") == [
@@ -238,7 +238,7 @@ def test_two_loopback_nodes_run_servers_torchrun_and_the_controller_then_stop_cl
 @pytest.mark.multiproc
 @pytest.mark.slow
 def test_two_loopback_nodes_run_a_real_areal_train_with_external_servers_and_a_two_node_trainer(tmp_path):
-    """No stand-ins: node 0 runs `areal train tiny-arith -o rollout_engine=external` (the default controller
+    """No stand-ins: node 0 runs `areal train tiny-arith -o rollout.engine=external` (the default controller
     command), each node an embedded server and one torchrun rank of the real trainer worker (DP=2 over 2 nodes)."""
     from areal_cli.recipes import load_train_config
     from areal_cli.launch.plan import controller_command
@@ -247,12 +247,12 @@ def test_two_loopback_nodes_run_a_real_areal_train_with_external_servers_and_a_t
 
     cfg, _ = load_train_config("tiny-arith")
     model = build_tiny_model(tmp_path / "model", seed=cfg.seed, corpus=Task(cfg).tokenizer_corpus(),
-                             vocab_size=cfg.model_vocab_size, hidden_size=cfg.model_hidden_size,
-                             num_layers=cfg.model_num_layers, chat_template=cfg.model_chat_template)
+                             vocab_size=cfg.model.vocab_size, hidden_size=cfg.model.hidden_size,
+                             num_layers=cfg.model.num_layers, chat_template=cfg.model.chat_template)
     placement = place(parse_allocation("embedded.d2+d2"), nodes=2, gpus_per_node=0)
     run = tmp_path / "run"
-    overrides = [f"model_path={model}", "max_steps=2", "sft_max_steps=0", "success_rate_lb=0", "eval_every=0",
-                 "target_accuracy=0", "max_head_offpolicyness=1"]
+    overrides = [f"model.path={model}", "loop.max_steps=2", "sft.max_steps=0", "rollout.success_rate_lb=0", "loop.eval_every=0",
+                 "loop.target_accuracy=0", "rollout.max_head_offpolicyness=1"]
     plan = build_plan(placement, run, controller_cmd=controller_command("tiny-arith", run, placement, overrides),
                       model_path=model, master_port=free_port(), controller_port=free_port(), startup_timeout_s=120)
     results = finish(start_nodes(write_plan(plan)), timeout=400)

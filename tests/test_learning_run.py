@@ -17,8 +17,8 @@ REQUIRED = {"step", "version", "reward_mean", "accuracy", "staleness_max", "elap
 @pytest.mark.slow
 def test_short_async_run_learns_well_beyond_chance(tmp_path):
     cfg, _ = load_train_config("tiny-arith")
-    cfg = apply_overrides(cfg, ["max_steps=25", "target_accuracy=0", "max_head_offpolicyness=2",
-                                "eval_n_prompts=64"])
+    cfg = apply_overrides(cfg, ["loop.max_steps=25", "loop.target_accuracy=0", "rollout.max_head_offpolicyness=2",
+                                "loop.eval_n_prompts=64"])
     out = tmp_path / "run"
     summary = run_training(cfg, out, live=False)
 
@@ -46,8 +46,8 @@ def test_a_run_stopped_by_its_time_limit_evaluates_and_keeps_its_last_policy(tmp
     """time_limit_s ends the run between evaluations: the last step is measured (its accuracy is the final one,
     not the previous measurement's) and its weights are kept."""
     cfg, _ = load_train_config("tiny-arith")
-    cfg = apply_overrides(cfg, ["max_steps=500", "time_limit_s=10", "eval_every=1000", "sft_max_steps=0",
-                                "success_rate_lb=0", "target_accuracy=0", "eval_n_prompts=16"])
+    cfg = apply_overrides(cfg, ["loop.max_steps=500", "loop.time_limit_s=10", "loop.eval_every=1000", "sft.max_steps=0",
+                                "rollout.success_rate_lb=0", "loop.target_accuracy=0", "loop.eval_n_prompts=16"])
     out = tmp_path / "run"
     summary = run_training(cfg, out, live=False)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

@@ -155,8 +155,8 @@ def test_preset_and_recipe_resolve():
     preset = get_preset("tiny-longtail")
     assert preset.dataset == "areal_cli.tasks.tiny_longtail:records" and preset.sft_target_field == "answer"
     cfg, _ = load_train_config("tiny-longtail")
-    assert cfg.task == "tiny-longtail" and cfg.max_new_tokens >= tl.MAX_ANSWER_TOKENS
-    assert cfg.batch_size == tl.STRATA  # one stratified block per training batch
+    assert cfg.task.preset == "tiny-longtail" and cfg.rollout.max_new_tokens >= tl.MAX_ANSWER_TOKENS
+    assert cfg.rollout.batch_size == tl.STRATA  # one stratified block per training batch
     task = Task(cfg)
     assert task.reward_spec == "areal_cli.tasks.tiny_longtail:reward"
     assert "countdown" in " ".join(task.tokenizer_corpus()[:4])

@@ -3,7 +3,6 @@ batch's; packing keeps every token's logprob; a sequence over the budget is one 
 
 from __future__ import annotations
 
-import dataclasses
 
 import pytest
 import torch
@@ -71,7 +70,7 @@ def test_split_respects_the_budget_and_refuses_a_longer_sequence():
     mbs = split_by_tokens(b, 20)
     assert len(mbs) >= 4 and all(int(m.attention_mask.sum()) <= 20 for m in mbs)
     assert sum(int(m.loss_mask.sum()) for m in mbs) == int(b.loss_mask.sum())
-    with pytest.raises(UserError, match="field 'max_tokens_per_mb': a sequence of 14 tokens"):
+    with pytest.raises(UserError, match="field 'ppo.max_tokens_per_mb': a sequence of 14 tokens"):
         split_by_tokens(b, 13)
 
 
@@ -79,7 +78,8 @@ def test_split_respects_the_budget_and_refuses_a_longer_sequence():
 def test_split_and_packed_update_equals_the_unsplit_one(engine, n_minibatches, monkeypatch):
     """Loss, gradients (before each optimiser step), grad norm, clip fractions and the updated weights:
     micro-batches of <= 20 tokens (packed) vs one right-padded batch, from the same weights and optimizer state."""
-    base = TrainConfig(ppo_n_minibatches=n_minibatches, batch_size=8, eps_clip=0.2, behav_imp_weight_cap=5.0)
+    base = TrainConfig().with_values({"ppo.n_minibatches": n_minibatches, "rollout.batch_size": 8, "ppo.eps_clip": 0.2,
+                                       "ppo.behav_imp_weight_cap": 5.0})
     start = {k: v.clone() for k, v in engine.model.state_dict().items() if "_extra_state" not in k}
     real_step = engine.optimizer_step
     results, weights, grads = {}, {}, {}
@@ -93,7 +93,7 @@ def test_split_and_packed_update_equals_the_unsplit_one(engine, n_minibatches, m
             return real_step()
 
         monkeypatch.setattr(engine, "optimizer_step", capturing_step)
-        cfg = dataclasses.replace(base, max_tokens_per_mb=budget)
+        cfg = base.with_values({"ppo.max_tokens_per_mb": budget})
         results[budget] = ppo_update(engine, rl_batch(engine.vocab_size), cfg)
         weights[budget] = {k: v.clone() for k, v in engine.model.state_dict().items() if "_extra_state" not in k}
     monkeypatch.undo()

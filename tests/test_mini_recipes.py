@@ -57,9 +57,9 @@ def test_the_miniature_trains_async_with_graded_rewards_and_meets_its_expected_n
 @pytest.mark.slow
 def test_areal_eval_benchmarks_run_in_the_loop_on_one_policy_version(tmp_path, shared_dir):
     out = tmp_path / "run"
-    r = areal("train", "mini-math", "--out", str(out), "--no-live", "-o", "max_steps=2", "-o", "eval_every=1",
-              "-o", "eval_benchmarks=[aime24, math_500]", "-o", f"eval_data_dir={shared_dir / 'data' / 'math'}",
-              "-o", "eval_max_problems=3", "-o", "eval_protocol=r1-distill", cwd=tmp_path)
+    r = areal("train", "mini-math", "--out", str(out), "--no-live", "-o", "loop.max_steps=2", "-o", "loop.eval_every=1",
+              "-o", "loop.eval_benchmarks=[aime24, math_500]", "-o", f"loop.eval_data_dir={shared_dir / 'data' / 'math'}",
+              "-o", "loop.eval_max_problems=3", "-o", "loop.eval_protocol=r1-distill", cwd=tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     lines = rows(out / "metrics.jsonl")
     assert [x["step"] for x in lines] == [0, 1, 2]
@@ -76,9 +76,9 @@ def test_areal_eval_benchmarks_run_in_the_loop_on_one_policy_version(tmp_path, s
 
 @pytest.mark.multiproc
 def test_unknown_benchmark_data_is_one_line_and_leaves_no_run(tmp_path):
-    r = areal("train", "mini-math", "--out", str(tmp_path / "o"), "--no-live", "-o", "eval_benchmarks=[aime24]",
-              "-o", f"eval_data_dir={tmp_path}", cwd=tmp_path)
-    assert r.returncode == 2 and "field 'eval_benchmarks'" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    r = areal("train", "mini-math", "--out", str(tmp_path / "o"), "--no-live", "-o", "loop.eval_benchmarks=[aime24]",
+              "-o", f"loop.eval_data_dir={tmp_path}", cwd=tmp_path)
+    assert r.returncode == 2 and "field 'loop.eval_benchmarks'" in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert not (tmp_path / "o").exists()
 
 

@@ -445,7 +445,7 @@ def test_multi_turn_recipe_learns_first_try_and_within_max_turns_vs_single_turn(
     from areal_cli.train_loop import run_training
     from areal_cli.workflows.multi_turn_eval import evaluate_run
 
-    common = [f"max_steps={STEPS}", "target_accuracy=0", f"eval_every={STEPS}", "eval_n_prompts=64"]
+    common = [f"loop.max_steps={STEPS}", "loop.target_accuracy=0", f"loop.eval_every={STEPS}", "loop.eval_n_prompts=64"]
     mcfg, _ = load_train_config("tiny-arith-multiturn")
     scfg, _ = load_train_config("tiny-arith")
     t0 = time.monotonic()
@@ -480,11 +480,11 @@ def test_boba2_math_multiturn_recipe_maps_onto_the_agent_with_an_identity_traine
     from areal_cli.tasks.task import Task
 
     cfg, _ = gpu_train_config(load_locked("boba2-math-multiturn"))
-    assert (cfg.task, cfg.group_size, cfg.max_new_tokens, cfg.adv_norm) == ("math-multi-turn", 1, 1024, "global")
-    assert (cfg.reward_bias, cfg.reward_scaling) == (0.0, 1.0)  # the agent shapes each turn itself
+    assert (cfg.task.preset, cfg.rollout.group_size, cfg.rollout.max_new_tokens, cfg.ppo.adv_norm) == ("math-multi-turn", 1, 1024, "global")
+    assert (cfg.ppo.reward_bias, cfg.ppo.reward_scaling) == (0.0, 1.0)  # the agent shapes each turn itself
     # the servers' context holds a whole conversation: prompt + 5 turns of 1024 tokens and their feedback turns
-    assert cfg.sglang_context_length >= cfg.max_prompt_len + 5 * (cfg.max_new_tokens + 64)
-    task = Task(cfg.__class__(**{**cfg.to_dict(), "dataset": str(MINI_MATH)}))
+    assert cfg.rollout.sglang_context_length >= cfg.task.max_prompt_len + 5 * (cfg.rollout.max_new_tokens + 64)
+    task = Task(cfg.with_values({"task.dataset": str(MINI_MATH)}))
     assert isinstance(task.workflow, Boba2MathMultiTurnAgent)
     assert (task.workflow.max_turns, task.workflow.reward_mode, task.workflow.stop_on_success) == (5, "per_turn", False)
 
@@ -509,13 +509,13 @@ def test_boba2_math_multiturn_recipe_runs_two_steps_through_the_sglang_path(tmp_
     fake = str(Path(__file__).resolve().parent / "fake_sglang")
     monkeypatch.setenv("PYTHONPATH", fake + os.pathsep + os.environ.get("PYTHONPATH", ""))
     monkeypatch.syspath_prepend(fake)
-    corpus = Task(TrainConfig(task="math-multi-turn", dataset=str(MINI_MATH))).tokenizer_corpus()
+    corpus = Task(TrainConfig().with_values({"task.preset": "math-multi-turn", "task.dataset": str(MINI_MATH)})).tokenizer_corpus()
     model = build_tiny_model(tmp_path / "m", seed=0, corpus=corpus, vocab_size=768, chat_template="r1")
     cfg, _ = gpu_train_config(load_locked("boba2-math-multiturn"))
-    small = [f"model_path={model}", f"dataset={MINI_MATH}", "n_servers=1", "sglang_tp_size=1", "trainer_data_parallel=1",
-             "trainer_tensor_parallel=1", "trainer_pipeline_parallel=1", "batch_size=4", "max_new_tokens=12",
-             "max_steps=2", "epochs=0", "sglang_context_length=0", "max_tokens_per_mb=1024", "reward_workers=1",
-             "max_concurrent_rollouts=0", "max_prompt_len=512"]
+    small = [f"model.path={model}", f"task.dataset={MINI_MATH}", "rollout.n_servers=1", "rollout.sglang_tp_size=1", "parallel.data=1",
+             "parallel.tensor=1", "parallel.pipeline=1", "rollout.batch_size=4", "rollout.max_new_tokens=12",
+             "loop.max_steps=2", "loop.epochs=0", "rollout.sglang_context_length=0", "ppo.max_tokens_per_mb=1024", "task.reward_workers=1",
+             "rollout.max_concurrent_rollouts=0", "task.max_prompt_len=512"]
     summary = run_training(apply_overrides(cfg, small), tmp_path / "run", live=False)
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert summary["final_version"] == 2 and [x["step"] for x in lines] == [0, 1, 2]

@@ -121,24 +121,25 @@ def test_config_refuses_bad_settings_with_one_line():
     with pytest.raises(ValueError, match="mask modes only"):
         DecoupledPPOConfig(behav_imp_weight_mode="token_truncate", behav_imp_weight_lower=0.5)
     assert CONFIG_MODES == BEHAV_IMP_WEIGHT_MODES
-    for kwargs, field in ((dict(behav_imp_weight_mode="nope"), "behav_imp_weight_mode"),
-                          (dict(behav_imp_weight_cap=0.5), "behav_imp_weight_cap"),
-                          (dict(behav_imp_weight_lower=1.5), "behav_imp_weight_lower"),
-                          (dict(behav_imp_weight_mode="token_truncate", behav_imp_weight_lower=0.5),
-                           "behav_imp_weight_lower"),
-                          (dict(top_p=0.95), "top_p"),
-                          (dict(prox_logp_method="loglinear"), "prox_logp_method"),
-                          (dict(prox_logp_method="reuse", batch_size=16, ppo_n_minibatches=2), "prox_logp_method"),
-                          (dict(stale_groups="keep"), "stale_groups")):
+    for values, field in (({"ppo.behav_imp_weight_mode": "nope"}, "ppo.behav_imp_weight_mode"),
+                          ({"ppo.behav_imp_weight_cap": 0.5}, "ppo.behav_imp_weight_cap"),
+                          ({"ppo.behav_imp_weight_lower": 1.5}, "ppo.behav_imp_weight_lower"),
+                          ({"ppo.behav_imp_weight_mode": "token_truncate", "ppo.behav_imp_weight_lower": 0.5},
+                           "ppo.behav_imp_weight_lower"),
+                          ({"rollout.top_p": 0.95}, "rollout.top_p"),
+                          ({"ppo.prox_logp_method": "loglinear"}, "ppo.prox_logp_method"),
+                          ({"ppo.prox_logp_method": "reuse", "rollout.batch_size": 16, "ppo.n_minibatches": 2},
+                           "ppo.prox_logp_method"),
+                          ({"rollout.stale_groups": "keep"}, "rollout.stale_groups")):
         with pytest.raises(UserError, match=f"field '{field}'"):
-            TrainConfig(**kwargs).validate("cfg.yaml")
+            TrainConfig().with_values(values).validate("cfg.yaml")
 
 
 def test_truncated_sampling_in_training_is_refused_with_one_clear_line():
     with pytest.raises(UserError) as err:
-        TrainConfig(top_p=0.9).validate("cfg.yaml")
+        TrainConfig().with_values({"rollout.top_p": 0.9}).validate("cfg.yaml")
     assert_one_line(str(err.value), "untruncated")
-    TrainConfig(top_k=1000000).validate("cfg.yaml")  # AReaL's "off" value stays allowed (checked against the vocab)
+    TrainConfig().with_values({"rollout.top_k": 1000000}).validate("cfg.yaml")  # AReaL's "off" value stays allowed (checked against the vocab)
 
 
 def _batch(prox, behav, versions, mask) -> TrainBatch:

@@ -7,13 +7,13 @@ computation from the decoupled-PPO formula (AReaL boba², eq. 5) on logprobs rec
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
 from areal_cli.api.types import Group, Item, Trajectory
+from areal_cli.config import TrainConfig
 from areal_cli.models.tiny import build_tiny_model
 from areal_cli.rollout.engine import InferenceEngine
 from areal_cli.rollout.protocol import SamplingParams
@@ -95,10 +95,11 @@ def test_update_on_a_stale_interrupted_sampled_batch_equals_the_hand_computed_lo
     current, groups = setup
     versions = {v for g in groups for s in g.samples for v in s.versions}
     assert versions == {0, 1}  # stale (trainer at 2) and interrupted (two versions in every sample)
-    cfg = SimpleNamespace(adv_norm="group", reward_bias=0.0, reward_scaling=1.0, max_reward_clip=20.0,
-                          recompute_proximal=recompute_proximal, temperature=1.0, max_tokens_per_mb=0,
-                          ppo_n_minibatches=1, eps_clip=EPS_CLIP, behav_imp_weight_cap=CAP,
-                          prox_logp_method=method)
+    cfg = TrainConfig().with_values({
+        "ppo.adv_norm": "group", "ppo.reward_bias": 0.0, "ppo.reward_scaling": 1.0, "ppo.max_reward_clip": 20.0,
+        "ppo.recompute_proximal": recompute_proximal, "rollout.temperature": 1.0, "ppo.max_tokens_per_mb": 0,
+        "ppo.n_minibatches": 1, "ppo.eps_clip": EPS_CLIP, "ppo.behav_imp_weight_cap": CAP,
+        "ppo.prox_logp_method": method})
     engine = MegatronEngine(current, lr=1e-3, seed=0)
     stats = train_on_groups(engine, groups, cfg, pad_id=0)
     want, capped = _hand_loss(current, groups, recompute_proximal)
@@ -114,15 +115,16 @@ def test_update_on_a_stale_interrupted_sampled_batch_equals_the_hand_computed_lo
 
 @pytest.mark.parametrize("max_tokens_per_mb", [0, 24])
 def test_reusing_the_training_forward_as_proximal_policy_is_the_recomputed_update(setup, max_tokens_per_mb):
-    """``prox_logp_method: reuse`` (one forward pass fewer) gives the loss, gradient norm, off-policy
+    """``ppo.prox_logp_method: reuse`` (one forward pass fewer) gives the loss, gradient norm, off-policy
     diagnostics and updated weights of ``recompute``, with one micro-batch and with packed micro-batches."""
     current, groups = setup
     results = {}
     for method in ("recompute", "reuse"):
-        cfg = SimpleNamespace(adv_norm="group", reward_bias=0.0, reward_scaling=1.0, max_reward_clip=20.0,
-                              recompute_proximal=True, temperature=1.0, max_tokens_per_mb=max_tokens_per_mb,
-                              ppo_n_minibatches=1, eps_clip=EPS_CLIP, behav_imp_weight_cap=CAP,
-                              prox_logp_method=method)
+        cfg = TrainConfig().with_values({
+            "ppo.adv_norm": "group", "ppo.reward_bias": 0.0, "ppo.reward_scaling": 1.0, "ppo.max_reward_clip": 20.0,
+            "ppo.recompute_proximal": True, "rollout.temperature": 1.0, "ppo.max_tokens_per_mb": max_tokens_per_mb,
+            "ppo.n_minibatches": 1, "ppo.eps_clip": EPS_CLIP, "ppo.behav_imp_weight_cap": CAP,
+            "ppo.prox_logp_method": method})
         engine = MegatronEngine(current, lr=1e-3, seed=0)
         stats = train_on_groups(engine, groups, cfg, pad_id=0)
         weights = {k: v.detach().clone() for k, v in engine.model.state_dict().items() if torch.is_tensor(v)}

@@ -138,10 +138,10 @@ def test_one_asynchronous_rl_step_on_the_real_model(gguf_file, tmp_path):
         "def shorter(prompt, completion, prompt_ids, completion_ids, **fields):\n"
         "    return -len(completion) / 100\n")
     out = tmp_path / "run"
-    r = areal("train", "tiny-arith", "--model", str(gguf_file), "--out", str(out), "--no-live", "-o", "sft_max_steps=0",
-              "-o", "max_steps=1", "-o", "batch_size=2", "-o", "group_size=4", "-o", "max_new_tokens=8",
-              "-o", "eval_n_prompts=4", "-o", "success_rate_lb=0", "-o", "target_accuracy=0", "-o", "lr=1e-5",
-              "-o", "reward=rewards.py:shorter", "-o", "adv_norm=global", cwd=tmp_path)
+    r = areal("train", "tiny-arith", "--model", str(gguf_file), "--out", str(out), "--no-live", "-o", "sft.max_steps=0",
+              "-o", "loop.max_steps=1", "-o", "rollout.batch_size=2", "-o", "rollout.group_size=4", "-o", "rollout.max_new_tokens=8",
+              "-o", "loop.eval_n_prompts=4", "-o", "rollout.success_rate_lb=0", "-o", "loop.target_accuracy=0", "-o", "ppo.lr=1e-5",
+              "-o", "task.reward=rewards.py:shorter", "-o", "ppo.adv_norm=global", cwd=tmp_path)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]

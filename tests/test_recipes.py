@@ -109,7 +109,7 @@ def test_tiny_arith_locked_recipe_trains_with_what_areal_train_uses():
 
 def test_a_gpu_recipe_is_an_sglang_run_and_the_sft_recipe_is_not_an_rl_run():
     cfg = train_config_from_recipe("boba2-8b-code")
-    assert (cfg.rollout_engine, cfg.n_servers, cfg.task) == ("sglang", 80, "code-rl")
+    assert (cfg.rollout.engine, cfg.rollout.n_servers, cfg.task.preset) == ("sglang", 80, "code-rl")
     with pytest.raises(UserError, match="supervised fine-tuning"):
         train_config_from_recipe("boba-sft-32b")
 
@@ -211,9 +211,13 @@ def line_of(path: Path, needle: str) -> int:
     ("boba2-8b-code", "  max_head_offpolicyness: 16", "  max_head_offpolicyness: 0", "train.max_head_offpolicyness",
      "async-ppo needs eta > 0"),
     ("boba2-8b-code", "  protocol: qwen3-think-pure", "  protocol: qwen9", "eval.protocol", "unknown protocol 'qwen9'"),
-    ("tiny-arith", "  batch_size: 32", "  batch_size: abc", "batch_size", "expected int"),
-    ("tiny-arith", "  batch_size: 32", "  batch_size: 32\n  batch_sise: 32", "train.batch_sise", "unknown key"),
-    ("tiny-arith", "  sft_stop_accuracy: 0.3", "  sft_stop_accuracy: 0.7", "sft_stop_accuracy", "0.5"),
+    ("tiny-arith", "  batch_size: 32", "  batch_size: abc", "rollout.batch_size", "expected int"),
+    ("tiny-arith", "    eval_n_prompts: 128", "    eval_n_prompts: 128\n  batch_sise: 32", "train.batch_sise",
+     "unknown key (did you mean rollout.batch_size"),
+    ("tiny-arith", "  stop_accuracy: 0.3", "  stop_accuracy: 0.7", "sft.stop_accuracy", "0.5"),
+    ("tiny-arith", "    lr: 0.0003", "    lr: 0.0003\n    sft_lr: 0.1", "train.ppo.sft_lr", "unknown key (known in ppo"),
+    ("tiny-arith", "    eval_n_prompts: 128", "    eval_n_prompts: 128\n  sft_lr: 0.1", "train.sft.lr",
+     "given twice ('sft.lr' at line"),
     ("boba-sft-32b", "  epochs: 200", "  epochs: 200\n  epochs: 100", "epochs", "duplicate key"),
 ])
 def test_a_bad_key_or_value_is_reported_with_file_line_and_field(tmp_path, name, old, new, field, why):

@@ -218,14 +218,14 @@ def test_unknown_recipe_is_one_line_and_exit_2(tmp_path):
 
 @pytest.mark.parametrize("args, needle", [
     (["tiny-arith", "-o", "no_such_key=1"], "no_such_key"),
-    (["tiny-arith", "-o", "max_steps=-3"], "max_steps"),
+    (["tiny-arith", "-o", "loop.max_steps=-3"], "max_steps"),
     (["tiny-arith", "-o", "max_steps"], "key=value"),
     (["boba2-8b-code", "--eval-only", "-o", "n_samples=many"], "n_samples"),
-    (["boba2-8b-code", "--eval-only", "-o", "lr=1e-5"], "unknown eval setting"),
+    (["boba2-8b-code", "--eval-only", "-o", "ppo.lr=1e-5"], "unknown eval setting"),
     (["boba2-8b-code", "--eval-only", "-o", "protocol=chatty"], "unknown protocol"),
-    (["boba2-8b-code", "--eval-only", "-o", "temperature=-1"], "temperature"),
+    (["boba2-8b-code", "--eval-only", "-o", "rollout.temperature=-1"], "temperature"),
     (["boba2-8b-code", "-o", "nope=1e-5"], "field 'nope': unknown key"),
-    (["boba-sft-32b", "-o", "lr=1e-5"], "supervised fine-tuning"),
+    (["boba-sft-32b", "-o", "ppo.lr=1e-5"], "supervised fine-tuning"),
     (["tiny-arith", "--variant", "sync"], "no variant 'sync'"),
 ])
 def test_invalid_overrides_are_one_line_and_write_nothing(tmp_path, args, needle):

@@ -16,11 +16,11 @@ class Clock:
         return self.t
 
 
-def _status(monkeypatch, **cfg):
+def _status(monkeypatch, settings: dict):
     clock = Clock()
     monkeypatch.setattr(run_status.time, "monotonic", clock)
     console = Console(file=io.StringIO(), force_terminal=True, width=160, record=True)
-    st = run_status.RunStatus(TrainConfig(**cfg), run_status.Path("runs/x"), live=False, console=console)
+    st = run_status.RunStatus(TrainConfig().with_values(settings), run_status.Path("runs/x"), live=False, console=console)
     return st, clock, console
 
 
@@ -31,7 +31,7 @@ def _text(st) -> str:
 
 
 def test_warm_start_shows_a_progress_bar_toward_sft_max_steps(monkeypatch):
-    st, clock, _ = _status(monkeypatch, sft_max_steps=400, sft_stop_accuracy=0.4)
+    st, clock, _ = _status(monkeypatch, {"sft.max_steps": 400, "sft.stop_accuracy": 0.4})
     st.phase("warm start", step=120, acc=0.21, loss=1.3)
     text = _text(st)
     assert "warm start 120/400 steps, accuracy 0.210 (stops once it reaches 0.4)" in text
@@ -39,7 +39,7 @@ def test_warm_start_shows_a_progress_bar_toward_sft_max_steps(monkeypatch):
 
 
 def test_rl_progress_has_an_eta_from_the_pace_so_far_capped_by_the_time_limit(monkeypatch):
-    st, clock, console = _status(monkeypatch, max_steps=100, target_accuracy=0.9)
+    st, clock, console = _status(monkeypatch, {"loop.max_steps": 100, "loop.target_accuracy": 0.9})
     st.step({"step": 0, "phase": "warm_start_end", "accuracy": 0.3}, {})
     assert st.eta_s() is None
     clock.t += 50.0
@@ -49,7 +49,7 @@ def test_rl_progress_has_an_eta_from_the_pace_so_far_capped_by_the_time_limit(mo
     assert "RL step 10/100, ETA 7m30s, accuracy 0.500 / target 0.9 (ends the run when reached)" in text
     assert "of=100 eta=7m30s" in console.export_text()  # the plain log line too
 
-    st2, clock2, _ = _status(monkeypatch, max_steps=100, time_limit_s=120.0)
+    st2, clock2, _ = _status(monkeypatch, {"loop.max_steps": 100, "loop.time_limit_s": 120.0})
     st2.step({"step": 0, "phase": "warm_start_end"}, {})
     clock2.t += 50.0
     st2.step({"step": 10, "phase": "rl"}, {})

@@ -1,5 +1,5 @@
 """Every job that grades code states the sandbox isolation in force, warns in one line when it is below the
-full set, and refuses under ``strict`` (``areal eval --isolation strict``, the ``sandbox_isolation`` train key,
+full set, and refuses under ``strict`` (``areal eval --isolation strict``, the ``task.sandbox_isolation`` train key,
 ``AREAL_SANDBOX_ISOLATION``) with one line and nothing written; the reduced mode is that of a container that
 refuses namespaces (simulated with ``AREAL_SANDBOX_REFUSE_NAMESPACES=1``, see tests/conftest.py)."""
 
@@ -117,7 +117,7 @@ def test_train_states_the_level_for_code_tasks_and_refuses_under_strict(reduced_
     status = _Status()
     state = sandbox_in_force(TrainConfig(), _Task("code"), status)
     assert state["level"] == "reduced" and len(status.warnings) == 1 and "reduced isolation" in status.warnings[0]
-    with pytest.raises(UserError, match=r"^field 'sandbox_isolation': code sandbox: .*isolation 'strict' needs namespaces"):
-        sandbox_in_force(TrainConfig(sandbox_isolation="strict"), _Task("code"), status)
+    with pytest.raises(UserError, match=r"^field 'task.sandbox_isolation': code sandbox: .*isolation 'strict' needs namespaces"):
+        sandbox_in_force(TrainConfig().with_values({"task.sandbox_isolation": "strict"}), _Task("code"), status)
     with pytest.raises(UserError, match="sandbox_isolation.*'auto' or 'strict'"):
-        TrainConfig(sandbox_isolation="paranoid").validate("cfg.yaml")
+        TrainConfig().with_values({"task.sandbox_isolation": "paranoid"}).validate("cfg.yaml")

@@ -183,12 +183,12 @@ def test_the_tiny_warm_start_is_an_instance_of_the_stage_with_its_sft_keys():
 
     tc, _ = load_train_config("tiny-arith")
     cfg = SftConfig.from_train_config(tc)
-    assert (cfg.lr, cfg.batch_size, cfg.max_steps) == (tc.sft_lr, tc.sft_batch_size, tc.sft_max_steps)
-    assert (cfg.max_tokens_per_mb, cfg.pack_row_tokens) == (tc.sft_max_tokens_per_mb, tc.sft_pack_row_tokens)
-    with pytest.raises(UserError, match="field 'sft_pack_row_tokens'"):
-        apply_overrides(tc, ["sft_pack_row_tokens=100", "sft_max_tokens_per_mb=50"])
-    with pytest.raises(UserError, match="field 'sft_max_tokens_per_mb'"):
-        apply_overrides(tc, ["sft_max_tokens_per_mb=0"])
+    assert (cfg.lr, cfg.batch_size, cfg.max_steps) == (tc.sft.lr, tc.sft.batch_size, tc.sft.max_steps)
+    assert (cfg.max_tokens_per_mb, cfg.pack_row_tokens) == (tc.sft.max_tokens_per_mb, tc.sft.pack_row_tokens)
+    with pytest.raises(UserError, match="field 'sft.pack_row_tokens'"):
+        apply_overrides(tc, ["sft.pack_row_tokens=100", "sft.max_tokens_per_mb=50"])
+    with pytest.raises(UserError, match="field 'sft.max_tokens_per_mb'"):
+        apply_overrides(tc, ["sft.max_tokens_per_mb=0"])
 
 
 def test_prompt_answer_jsonl_is_read_with_eos_and_bad_lines_are_named(tmp_path):

@@ -76,13 +76,13 @@ def test_the_readme_task_defined_in_a_temporary_directory_trains_for_3_steps(tmp
 def test_user_code_that_cannot_load_is_one_line_and_nothing_is_written(tmp_path):
     recipe = write_user_task(tmp_path / "t")
     cases = [
-        (["-o", "reward=no_such_module_x:f"], "field 'reward': no module named 'no_such_module_x'"),
-        (["-o", "reward=rewards.py:nope"], "has no attribute 'nope'"),
-        (["-o", "workflow=my_workflow:Missing"], "field 'workflow': my_workflow has no attribute 'Missing'"),
-        (["-o", "workflow_args={colour: 3}"], "field 'workflow': my_workflow:SkipSevens(**workflow_args) failed"),
-        (["-o", "dataset=hf:someone/data", "-o", f"dataset_revision={'a' * 40}"],
-         "field 'dataset': cannot load hf:someone/data at revision"),
-        (["-o", "dataset=hf:someone/data"], "needs 'dataset_revision'"),
+        (["-o", "task.reward=no_such_module_x:f"], "field 'task.reward': no module named 'no_such_module_x'"),
+        (["-o", "task.reward=rewards.py:nope"], "has no attribute 'nope'"),
+        (["-o", "task.workflow=my_workflow:Missing"], "field 'task.workflow': my_workflow has no attribute 'Missing'"),
+        (["-o", "task.workflow_args={colour: 3}"], "field 'task.workflow': my_workflow:SkipSevens(**workflow_args) failed"),
+        (["-o", "task.dataset=hf:someone/data", "-o", f"task.dataset_revision={'a' * 40}"],
+         "field 'task.dataset': cannot load hf:someone/data at revision"),
+        (["-o", "task.dataset=hf:someone/data"], "needs 'task.dataset_revision'"),
     ]
     for extra, message in cases:
         out = tmp_path / f"run{len(message)}"
@@ -96,7 +96,7 @@ def test_user_code_that_cannot_load_is_one_line_and_nothing_is_written(tmp_path)
     assert r.returncode == 2 and "raised ZeroDivisionError: division by zero" in r.stderr
     assert "my_workflow.py:2)" in r.stderr and not (tmp_path / "o").exists()
     (tmp_path / "t" / "rewards.py").write_text("def exact_match(:\n    pass\n")
-    r = areal("train", str(recipe), "--out", str(tmp_path / "o"), "--no-live", "-o", "workflow=", cwd=tmp_path)
+    r = areal("train", str(recipe), "--out", str(tmp_path / "o"), "--no-live", "-o", "task.workflow=", cwd=tmp_path)
     assert r.returncode == 2 and "raised SyntaxError" in r.stderr and "rewards.py:1)" in r.stderr, r.stderr
 
 
@@ -135,12 +135,12 @@ def test_failures_after_the_start_end_the_run_in_one_line_or_are_counted(tmp_pat
     (tmp_path / "t" / "broken.py").write_text(BROKEN_REWARD.replace("{BAD}", repr({r.fields["answer"] for r in held})))
     (tmp_path / "t" / "bad_data.py").write_text(BAD_DATA.format(N=40))
     (tmp_path / "t" / "dict_wf.py").write_text(DICT_WORKFLOW)
-    fast = ["-o", "sft_max_steps=0", "-o", "max_steps=6"]
+    fast = ["-o", "sft.max_steps=0", "-o", "loop.max_steps=6"]
     cases = [
-        (["-o", "reward=broken.py:always"], "reward ", "calls failed (e.g. error: KeyError: 'no_such_field')"),
-        (["-o", "dataset=bad_data.py:records", "-o", "eval_dataset=data/copy.jsonl", "-o", "max_steps=100"],
+        (["-o", "task.reward=broken.py:always"], "reward ", "calls failed (e.g. error: KeyError: 'no_such_field')"),
+        (["-o", "task.dataset=bad_data.py:records", "-o", "task.eval_dataset=data/copy.jsonl", "-o", "loop.max_steps=100"],
          "bad_data.py:records(train) item 41: field 'question': expected a non-empty string", ""),
-        (["-o", "workflow=dict_wf.py:Dict", "-o", "workflow_args={}"], "workflow ", "returned dict, expected a Group"),
+        (["-o", "task.workflow=dict_wf.py:Dict", "-o", "task.workflow_args={}"], "workflow ", "returned dict, expected a Group"),
     ]
     for extra, a, b in cases:
         out = tmp_path / f"o{len(a)}"
@@ -151,8 +151,8 @@ def test_failures_after_the_start_end_the_run_in_one_line_or_are_counted(tmp_pat
         assert not out.exists()  # stopped before an RL step finished: nothing left behind
     # a reward failing on the held-out records only: each failure is counted as wrong, the run goes on
     out = tmp_path / "flaky"
-    r = areal("train", str(recipe), "--out", str(out), "--no-live", "-o", "reward=broken.py:flaky",
-              "-o", "max_steps=2", cwd=tmp_path / "t")
+    r = areal("train", str(recipe), "--out", str(out), "--no-live", "-o", "task.reward=broken.py:flaky",
+              "-o", "loop.max_steps=2", cwd=tmp_path / "t")
     assert r.returncode == 0, r.stderr[-2000:]
     rows_ = rows(out / "metrics.jsonl")
     assert all(x["eval_reward_failures"] == len(held) for x in rows_[1:]) and rows_[-1]["reward_error"] == 0
@@ -173,8 +173,8 @@ def test_a_record_without_a_required_field_names_file_line_and_field(tmp_path):
 @pytest.mark.multiproc
 def test_a_prompt_template_mismatch_is_one_line_and_leaves_no_run(tmp_path):
     """R1-template records on a tokenizer without R1's markers (a chatml tiny model)."""
-    r = areal("train", "mini-math", "--out", str(tmp_path / "o"), "--no-live", "-o", "model_chat_template=chatml",
-              "-o", "prompt_template=chat", cwd=tmp_path)
+    r = areal("train", "mini-math", "--out", str(tmp_path / "o"), "--no-live", "-o", "model.chat_template=chatml",
+              "-o", "task.prompt_template=chat", cwd=tmp_path)
     assert r.returncode == 2, r.stderr[-2000:]
     assert "field 'prompt': prompt template mismatch: the record carries the r1 chat template" in r.stderr
     assert "boba-106k-mini.jsonl:" in r.stderr and not (tmp_path / "o").exists()
@@ -199,8 +199,8 @@ def test_jsonl_and_parquet_records_with_locations_and_a_stable_heldout_split(tmp
     (tmp_path / "bad.jsonl").write_text('{"prompt": "a"}\n{"prompt": \n')
     with pytest.raises(UserError, match=r"bad.jsonl:2: malformed JSON"):
         read_records(parse_source(str(tmp_path / "bad.jsonl"), what="dataset"), what="dataset")
-    with pytest.raises(UserError, match="field 'dataset': .*nothing.jsonl not found"):
-        parse_source("nothing.jsonl", what="field 'dataset'", base_dir=tmp_path)
+    with pytest.raises(UserError, match="field 'task.dataset': .*nothing.jsonl not found"):
+        parse_source("nothing.jsonl", what="field 'task.dataset'", base_dir=tmp_path)
 
 
 def test_function_datasets_stream_records_lazily():
@@ -242,7 +242,8 @@ def test_mini_math_prompts_are_used_verbatim_with_r1_bos(tmp_path):
     from areal_cli.models.tiny import build_tiny_model, load_tokenizer
     from areal_cli.tasks.task import Task
 
-    cfg = TrainConfig(task="math-rl", dataset=str(MINI_MATH), prompt_template="r1-distill", heldout_fraction=0.2)
+    cfg = TrainConfig().with_values({"task.preset": "math-rl", "task.dataset": str(MINI_MATH),
+                                     "task.prompt_template": "r1-distill", "task.heldout_fraction": 0.2})
     task = Task(cfg)
     tok = load_tokenizer(build_tiny_model(tmp_path / "m", corpus=task.tokenizer_corpus(), chat_template="r1"))
     task.bind(tok)
@@ -312,14 +313,15 @@ def test_prompts_over_max_prompt_len_are_dropped_and_counted(tmp_path):
     from areal_cli.models.tiny import build_tiny_model, load_tokenizer
     from areal_cli.tasks.task import Task
 
-    cfg = TrainConfig(task="math-rl", dataset=str(MINI_MATH), prompt_template="r1-distill", heldout_fraction=0.0)
+    cfg = TrainConfig().with_values({"task.preset": "math-rl", "task.dataset": str(MINI_MATH),
+                                     "task.prompt_template": "r1-distill", "task.heldout_fraction": 0.0})
     task = Task(cfg)
     tok = load_tokenizer(build_tiny_model(tmp_path / "m", corpus=task.tokenizer_corpus(), chat_template="r1"))
     lengths = sorted(len(task.bind(tok).item(r).prompt_ids) for r in task.train_records)
     limit = lengths[len(lengths) // 2]
-    task = Task(TrainConfig(**{**cfg.to_dict(), "max_prompt_len": limit})).bind(tok)
+    task = Task(cfg.with_values({"task.max_prompt_len": limit})).bind(tok)
     items = list(islice(task.train_stream(), 60))
     assert all(len(i.prompt_ids) <= limit for i in items) and task.dropped_too_long > 0
     # a limit no prompt fits is found when the tokenizer is bound, before the run starts
-    with pytest.raises(UserError, match=r"field 'max_prompt_len': every prompt of .* checked \(41\) is longer than 3"):
-        Task(TrainConfig(**{**cfg.to_dict(), "max_prompt_len": 3})).bind(tok)
+    with pytest.raises(UserError, match=r"field 'task.max_prompt_len': every prompt of .* checked \(41\) is longer than 3"):
+        Task(cfg.with_values({"task.max_prompt_len": 3})).bind(tok)

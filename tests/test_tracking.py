@@ -42,8 +42,8 @@ def test_logger_names_and_missing_packages_are_one_line(monkeypatch):
 
 @pytest.mark.multiproc
 def test_cli_refuses_an_unknown_logger_before_any_work(tmp_path):
-    r = _areal("train", "--out", str(tmp_path / "o"), "-o", "loggers=tensorboard,mlflow", cwd=tmp_path)
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "field 'loggers'" in r.stderr and "mlflow" in r.stderr
+    r = _areal("train", "--out", str(tmp_path / "o"), "-o", "loop.loggers=tensorboard,mlflow", cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "field 'loop.loggers'" in r.stderr and "mlflow" in r.stderr
     assert not (tmp_path / "o").exists()
 
 
@@ -53,8 +53,8 @@ def test_a_run_logs_every_metrics_line_to_tensorboard_and_offline_wandb(tmp_path
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     out = tmp_path / "run"
-    r = _areal("train", "tiny-arith", "--out", str(out), "--no-live", "-o", "max_steps=3", "-o", "sft_max_steps=40",
-               "-o", "loggers=tensorboard,wandb", "-o", "wandb_project=areal-test", cwd=tmp_path,
+    r = _areal("train", "tiny-arith", "--out", str(out), "--no-live", "-o", "loop.max_steps=3", "-o", "sft.max_steps=40",
+               "-o", "loop.loggers=tensorboard,wandb", "-o", "loop.wandb_project=areal-test", cwd=tmp_path,
                WANDB_MODE="offline", WANDB_SILENT="true")
     assert r.returncode == 0, r.stderr[-3000:]
     assert f"TensorBoard: {out / 'tensorboard'}" in r.stdout and "W&B: offline run" in r.stdout

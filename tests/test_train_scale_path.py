@@ -1,5 +1,5 @@
 """`areal train` through the scale path on CPU: SGLang's launch command (tests/fake_sglang stands in for the
-`sglang` package and runs our embedded server) and the collective weight sync (`weight_update_mode: xccl`,
+`sglang` package and runs our embedded server) and the collective weight sync (`rollout.weight_update_mode: xccl`,
 gloo on CPU, the code path that uses NCCL on GPUs) give the same run as the default (embedded servers,
 weights from disk), step by step."""
 
@@ -32,14 +32,14 @@ def test_sglang_launch_and_collective_weight_sync_train_exactly_like_the_default
     monkeypatch.setenv("PYTHONPATH", FAKE_SGLANG + os.pathsep + os.environ.get("PYTHONPATH", ""))  # the servers
     monkeypatch.syspath_prepend(FAKE_SGLANG)  # this process: launch_servers checks that `sglang` is importable
     cfg, _ = load_train_config("tiny-arith")
-    base = [*SYNC, f"model_path={warm_model}"]
+    base = [*SYNC, f"model.path={warm_model}"]
     ref = _run(cfg, tmp_path / "disk", base)
     runs = {
-        "xccl": _run(cfg, tmp_path / "xccl", [*base, "weight_update_mode=xccl", "weight_update_chunk_mb=0.5"]),
-        "sglang+xccl": _run(cfg, tmp_path / "sglang", [*base, "rollout_engine=sglang", "n_servers=2",
-                                                        "weight_update_mode=xccl"]),
+        "xccl": _run(cfg, tmp_path / "xccl", [*base, "rollout.weight_update_mode=xccl", "rollout.weight_update_chunk_mb=0.5"]),
+        "sglang+xccl": _run(cfg, tmp_path / "sglang", [*base, "rollout.engine=sglang", "rollout.n_servers=2",
+                                                        "rollout.weight_update_mode=xccl"]),
         # torchrun ranks: the head rank's weight-update group must not join torchrun's agent store
-        "xccl+dp2": _run(cfg, tmp_path / "xccl-dp2", [*base, "weight_update_mode=xccl", "trainer_data_parallel=2"]),
+        "xccl+dp2": _run(cfg, tmp_path / "xccl-dp2", [*base, "rollout.weight_update_mode=xccl", "parallel.data=2"]),
     }
     # the SGLang path really went through `python -m sglang.launch_server` (the stand-in logs its flags)
     log0 = (tmp_path / "sglang" / "logs" / "server0.log").read_text()
@@ -64,10 +64,10 @@ def test_scale_path_keys_are_checked_with_their_names():
     from areal_cli.config import TrainConfig, apply_overrides
     from areal_cli.errors import UserError
 
-    assert apply_overrides(TrainConfig(), ["weight_update_mode=xccl"]).weight_update_mode == "xccl"
-    for bad, field in (("weight_update_mode=nccl2", "weight_update_mode"), ("rollout_engine=vllm", "rollout_engine"),
-                       ("sglang_mem_fraction_static=1.5", "sglang_mem_fraction_static"),
-                       ("sglang_tp_size=0", "sglang_tp_size"), ("sglang_dtype=int8", "sglang_dtype")):
+    assert apply_overrides(TrainConfig(), ["rollout.weight_update_mode=xccl"]).rollout.weight_update_mode == "xccl"
+    for bad in ("rollout.weight_update_mode=nccl2", "rollout.engine=vllm", "rollout.sglang_mem_fraction_static=1.5",
+                "rollout.sglang_tp_size=0", "rollout.sglang_dtype=int8", "sglang_dtype=int8"):
+        field = "rollout." + bad.split("=")[0].rpartition(".")[2]
         with pytest.raises(UserError, match=f"field '{field}'"):
             apply_overrides(TrainConfig(), [bad])
 
@@ -81,7 +81,7 @@ def test_sglang_engine_without_the_sglang_package_is_one_line_before_any_launch(
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "sglang" else real(name, *a))
-    cfg = apply_overrides(TrainConfig(), ["rollout_engine=sglang"])
+    cfg = apply_overrides(TrainConfig(), ["rollout.engine=sglang"])
     with pytest.raises(UserError, match="'sglang' package is not installed"):
         launch_servers(cfg, tmp_path / "model", 0, tmp_path / "out", log=lambda _: None)
     assert not (tmp_path / "out").exists()

@@ -230,10 +230,10 @@ def test_areal_train_with_data_or_tensor_parallel_2_matches_the_single_process_r
 
     cfg, _ = load_train_config("tiny-arith")
     rows = {}
-    for layout in ("single", "trainer_data_parallel=2", "trainer_tensor_parallel=2"):
+    for layout in ("single", "parallel.data=2", "parallel.tensor=2"):
         # 2 SFT steps first (the warm start's micro-batches dealt over the ranks), then 3 RL steps
-        c = apply_overrides(cfg, [*SYNC, f"model_path={warm_model}", "sft_max_steps=2", "sft_eval_every=2",
-                                  "sft_stop_accuracy=0.5", "sft_lr=3e-4", *([layout] if "=" in layout else [])])
+        c = apply_overrides(cfg, [*SYNC, f"model.path={warm_model}", "sft.max_steps=2", "sft.eval_every=2",
+                                  "sft.stop_accuracy=0.5", "sft.lr=3e-4", *([layout] if "=" in layout else [])])
         out = tmp_path / layout.replace("=", "")
         run_training(c, out, live=False)
         rows[layout] = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -256,13 +256,13 @@ def test_trainer_parallel_keys_are_checked_with_file_and_line(tmp_path):
     from areal_cli.config import TrainConfig, apply_overrides
     from areal_cli.recipes import load_train_config
 
-    assert TrainConfig().trainer_world_size == 1  # the default: the in-process trainer
-    assert apply_overrides(TrainConfig(), ["trainer_data_parallel=2", "trainer_tensor_parallel=2"]).trainer_world_size == 4
+    assert TrainConfig().parallel.world_size == 1  # the default: the in-process trainer
+    assert apply_overrides(TrainConfig(), ["parallel.data=2", "parallel.tensor=2"]).parallel.world_size == 4
     recipe = tmp_path / "r.yaml"
     recipe.write_text("task: tiny-arith\nmax_steps: 3\ntrainer_data_parallel: 0\n")
-    with pytest.raises(UserError, match=r"r.yaml:3: field 'trainer_data_parallel': must be > 0 \(got 0\)"):
+    with pytest.raises(UserError, match=r"r.yaml:3: field 'parallel.data': must be > 0 \(got 0\)"):
         load_train_config(str(recipe))
-    with pytest.raises(UserError, match="field 'trainer_pipeline_parallel': expected int"):
-        apply_overrides(TrainConfig(), ["trainer_pipeline_parallel=two"])
-    with pytest.raises(UserError, match="field 'checkpoint_every': checkpoints need trainer_tensor_parallel"):
-        apply_overrides(TrainConfig(), ["checkpoint_every=2", "trainer_tensor_parallel=2"])
+    with pytest.raises(UserError, match="field 'parallel.pipeline': expected int"):
+        apply_overrides(TrainConfig(), ["parallel.pipeline=two"])
+    with pytest.raises(UserError, match="field 'loop.checkpoint_every': checkpoints need parallel.tensor"):
+        apply_overrides(TrainConfig(), ["loop.checkpoint_every=2", "parallel.tensor=2"])

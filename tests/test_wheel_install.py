@@ -104,7 +104,7 @@ def test_the_installed_cli_works_outside_the_checkout(venv, tmp_path, shared_dir
 
     # a 3-step asynchronous run of the shipped CPU recipe, and an evaluation of its weights on real problems
     run(areal, "train", "tiny-arith", "--max-steps", "3", "--no-live", "--out", str(work / "run"),
-        "-o", "sft_max_steps=40")
+        "-o", "sft.max_steps=40")
     rows = [json.loads(x) for x in (work / "run" / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["step"] == 3
     summary = json.loads((work / "run" / "summary.json").read_text())

@@ -112,7 +112,7 @@ class AgentSession:
         base_url: ``http://127.0.0.1:PORT/s/<id>/v1`` (set by :class:`OpenAIProxy`).
         max_total_tokens: cap on prompt + completion per request (e.g. the servers' context): a request's budget
             is cut to the room left (AReaL's ``engine_max_tokens``); None: no cap.
-        default_max_tokens: the budget of a request that names none (default the run's ``max_new_tokens``).
+        default_max_tokens: the budget of a request that names none (default the run's ``rollout.max_new_tokens``).
         turn_end_token: the token ending an assistant turn in the chat template (default the eos token).
     """
 

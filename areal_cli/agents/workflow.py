@@ -1,7 +1,7 @@
 """AgentWorkflow: a rollout workflow that runs an agent written against the ``openai`` Python client.
 
 AReaL's proxy mode (AP@HEAD ``areal/experimental/openai/proxy/workflow.py``, ``OpenAIProxyWorkflow``): an agent
-is anything with ``async run(client, item) -> reward``. Per episode the workflow runs ``group_size`` sessions
+is anything with ``async run(client, item) -> reward``. Per episode the workflow runs ``rollout.group_size`` sessions
 concurrently; each gets ``client = openai.AsyncOpenAI(base_url=<its session>, api_key=...)`` and the
 :class:`~areal_cli.api.types.Item` (``item.fields`` is the dataset record, ``item.prompt`` the rendered prompt).
 What ``run`` returns decides the rewards (AReaL: a float applies to the last completion, a dict maps completion
@@ -10,7 +10,7 @@ ids to rewards, any other type is an error):
 - a number: the reward of the session's last response;
 - a dict ``{response_id: reward}`` (``ChatCompletion.id``);
 - None (added): the last response is scored by the task's reward function in the reward pool (the recipe's
-  ``reward``, with the record's fields), like the single-turn workflow -- a failed call drops the episode as a
+  ``task.reward``, with the record's fields), like the single-turn workflow -- a failed call drops the episode as a
   reward failure, never a silent 0.
 
 Then :meth:`AgentSession.apply_discount` (``turn_discount``) and :meth:`AgentSession.export` (``export_style``:
@@ -39,7 +39,7 @@ from areal_cli.errors import UserError
 
 
 def _bad(name: str, why: str, value: Any) -> UserError:
-    return UserError(f"field 'workflow_args.{name}': {why} (got {value!r})")
+    return UserError(f"field 'task.workflow_args.{name}': {why} (got {value!r})")
 
 
 def resolve_agent(agent: Any, agent_args: dict | None = None) -> Any:
@@ -49,7 +49,7 @@ def resolve_agent(agent: Any, agent_args: dict | None = None) -> Any:
     Raises:
         UserError: not importable, the class refuses ``agent_args``, or no ``async run(client, item)``.
     """
-    what = "field 'workflow_args.agent'"
+    what = "field 'task.workflow_args.agent'"
     obj = load_object(agent, what) if isinstance(agent, str) else agent
     args = dict(agent_args or {})
     if inspect.isclass(obj):
@@ -82,8 +82,8 @@ class AgentWorkflow:
         turn_discount: in [0, 1] (AReaL ``AgentConfig.turn_discount``, default 1.0).
         export_style: ``"concat"`` (one sample per conversation, environment tokens masked) or
             ``"individual"`` (one per response; AReaL's default).
-        n_samples: sessions per prompt (default the run's ``group_size``).
-        max_new_tokens: budget of a request that names none (default the run's ``max_new_tokens``).
+        n_samples: sessions per prompt (default the run's ``rollout.group_size``).
+        max_new_tokens: budget of a request that names none (default the run's ``rollout.max_new_tokens``).
         max_total_tokens: cap on one request's prompt + completion (e.g. the servers' context length).
         request_timeout_s: the agent's OpenAI client timeout per request.
         turn_end_token: the token ending an assistant turn (default the tokenizer's eos).
@@ -176,15 +176,15 @@ class AgentWorkflow:
                 try:
                     sess.set_reward(rid, r)
                 except (KeyError, ValueError) as e:
-                    raise WorkflowError(f"field 'workflow_args.agent': {name}.run returned a reward for "
+                    raise WorkflowError(f"field 'task.workflow_args.agent': {name}.run returned a reward for "
                                         f"{rid!r}: {e}") from None
         elif isinstance(result, (int, float)) and not isinstance(result, bool):
             try:
                 sess.set_last_reward(result)
             except ValueError as e:
-                raise WorkflowError(f"field 'workflow_args.agent': {name}.run returned {result!r}: {e}") from None
+                raise WorkflowError(f"field 'task.workflow_args.agent': {name}.run returned {result!r}: {e}") from None
         else:
-            raise WorkflowError(f"field 'workflow_args.agent': {name}.run returned a {type(result).__name__}; "
+            raise WorkflowError(f"field 'task.workflow_args.agent': {name}.run returned a {type(result).__name__}; "
                                 f"expected a number, a {{response_id: reward}} dict or None")
 
     async def arun_episode(self, client: Any, item: Item) -> Group | None:

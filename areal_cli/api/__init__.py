@@ -2,11 +2,11 @@
 ``module:attr`` (or ``path/to/file.py:attr``) and nothing in the kit changes.
 
 =====================  =======================================================================
-``dataset``            records from JSONL/Parquet files, ``hf:OWNER/NAME`` at a pinned revision, or
+``task.dataset``            records from JSONL/Parquet files, ``hf:OWNER/NAME`` at a pinned revision, or
                        ``fn(split, seed) -> Iterable[dict]`` (:mod:`areal_cli.api.records`)
-``reward``             ``reward(prompt, completion, prompt_ids, completion_ids, **fields) -> float``
+``task.reward``             ``reward(prompt, completion, prompt_ids, completion_ids, **fields) -> float``
                        (:mod:`areal_cli.api.reward`)
-``workflow``           ``async arun_episode(client, item) -> Group | None`` (:mod:`areal_cli.api.workflow`;
+``task.workflow``           ``async arun_episode(client, item) -> Group | None`` (:mod:`areal_cli.api.workflow`;
                        default :class:`RLVRWorkflow`)
 =====================  =======================================================================
 

@@ -4,7 +4,7 @@ A recipe names its dataset, reward function and rollout workflow this way, so us
 edit to the kit:
 
 - ``my_pkg.rewards:exact_match`` -- an importable module (installed, on ``PYTHONPATH``, or in the run's
-  ``code_dir``, which :func:`add_code_dir` puts first on ``sys.path``: by default the recipe's folder);
+  ``task.code_dir``, which :func:`add_code_dir` puts first on ``sys.path``: by default the recipe's folder);
 - ``rewards.py:exact_match`` / ``/abs/path/rewards.py:exact_match`` -- a Python file; a relative path is
   relative to the recipe's folder (``-o`` overrides: to the current directory). :func:`absolute_spec` fixes
   it when the recipe is read, so checkpoints and child processes see the same file.
@@ -65,7 +65,7 @@ def absolute_spec(spec: str, base_dir: Path | str) -> str:
 
 
 def add_code_dir(code_dir: str | Path | None) -> None:
-    """Put ``code_dir`` first on ``sys.path`` (once) so ``module:attr`` names find the user's modules there.
+    """Put ``task.code_dir`` first on ``sys.path`` (once) so ``module:attr`` names find the user's modules there.
 
     Child processes started with ``spawn`` (reward workers, the rollout process) inherit ``sys.path``.
     """
@@ -131,7 +131,7 @@ def load_object(spec: str, what: str = "object") -> Any:
     """The object named by ``spec`` (``module:attr`` or ``file.py:attr``; see the module docstring).
 
     Args:
-        what: how the error message names it, e.g. ``"field 'reward'"``.
+        what: how the error message names it, e.g. ``"field 'task.reward'"``.
     Raises:
         UserError: one line (malformed name, missing file/module/attribute, exception at import).
     """

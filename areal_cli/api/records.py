@@ -1,13 +1,13 @@
 """Dataset records for training: local JSONL / Parquet files, a Hugging Face dataset at a pinned revision, or
 a user function -- each record a dict whose fields reach the reward function as keyword arguments.
 
-Sources (the recipe's ``dataset`` / ``eval_dataset``):
+Sources (the recipe's ``task.dataset`` / ``task.eval_dataset``):
 
 - a path: a ``.jsonl`` (or ``.json`` lines) or ``.parquet`` file, or a folder of them (sorted by name);
   relative to the recipe's folder. Locations in messages: ``file:line`` (JSONL) / ``file: row N`` (Parquet).
 - ``hf:OWNER/NAME`` or ``hf:OWNER/NAME/path/in/repo.jsonl``: loaded with ``datasets.load_dataset`` at
-  ``dataset_revision`` (a 40-hex commit, required: data must not change under a run), split
-  ``dataset_split``. Offline, the revision must already be in the Hugging Face cache (``HF_HOME``);
+  ``task.dataset_revision`` (a 40-hex commit, required: data must not change under a run), split
+  ``task.dataset_split``. Offline, the revision must already be in the Hugging Face cache (``HF_HOME``);
   otherwise one line says so.
 - ``package.module:attr`` or ``file.py:attr``: a function ``fn(split, seed) -> Iterable[dict]`` with split
   ``"train"`` or ``"heldout"``; the train iterable may be endless (generated tasks such as tiny-arith).
@@ -38,7 +38,7 @@ _HF = re.compile(r"^hf:(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:/(?P<path>.+))?$")
 @dataclass(frozen=True)
 class Record:
     """One dataset record. ``fields``: the record as read; ``where``: ``file:line`` (or similar) for
-    messages; ``id``: the ``id_field`` value as a string, else ``where``."""
+    messages; ``id``: the ``task.id_field`` value as a string, else ``where``."""
 
     fields: dict
     where: str
@@ -60,7 +60,7 @@ class Source:
 
 def parse_source(text: str, *, what: str, revision: str = "", split: str = "train",
                  base_dir: Path | str | None = None) -> Source:
-    """Parse a ``dataset`` value; paths are resolved against ``base_dir`` (default: the current directory).
+    """Parse a ``task.dataset`` value; paths are resolved against ``base_dir`` (default: the current directory).
 
     Raises:
         UserError: an hf source without a 40-hex revision, a path that does not exist or holds no data file,
@@ -72,7 +72,7 @@ def parse_source(text: str, *, what: str, revision: str = "", split: str = "trai
     m = _HF.match(text)
     if m:
         if not _SHA1.match(revision or ""):
-            raise UserError(f"{what}: {text} needs 'dataset_revision': a 40-hex commit of the dataset repo "
+            raise UserError(f"{what}: {text} needs 'task.dataset_revision': a 40-hex commit of the dataset repo "
                             f"(got {revision!r}); pin it so the data cannot change under the run")
         return Source("hf", text, repo=m["repo"], repo_path=m["path"] or "", revision=revision, split=split)
     head = text.rpartition(":")[0]

@@ -38,7 +38,7 @@ def reward_kwargs(fields: dict) -> dict:
     return {k: v for k, v in fields.items() if k not in POSITIONAL}
 
 
-def resolve_reward(spec: str, what: str = "field 'reward'") -> Callable[..., Any]:
+def resolve_reward(spec: str, what: str = "field 'task.reward'") -> Callable[..., Any]:
     """Import the reward function named by ``spec`` and check it can take the four positional arguments.
 
     Raises:
@@ -60,7 +60,7 @@ def resolve_reward(spec: str, what: str = "field 'reward'") -> Callable[..., Any
     return fn
 
 
-def check_fields(spec: str, fields: dict, where: str, what: str = "field 'reward'") -> None:
+def check_fields(spec: str, fields: dict, where: str, what: str = "field 'task.reward'") -> None:
     """Check that the reward function named by ``spec`` accepts a record's fields as keywords.
 
     Raises:

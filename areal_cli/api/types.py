@@ -44,7 +44,7 @@ class Trajectory:
         behaviour_logprobs: list[float], length R: the engine's logprob (nats) of each output token.
         versions: list[int], length R: the policy version that produced each output token.
         reward: the sample's reward as returned by the reward function (shaping is the trainer's:
-            ``reward_bias`` / ``reward_scaling``).
+            ``ppo.reward_bias`` / ``ppo.reward_scaling``).
         group_id: the episode (group) it belongs to.
         finish_reason: ``"stop"`` (an end token) or ``"length"`` (budget exhausted).
         n_interruptions: times a weight update interrupted it (each resumed with its prefix).
@@ -109,7 +109,7 @@ def loss_mask_problem(loss_mask: Any, logprobs: Any, versions: Any) -> str | Non
 
 @dataclass
 class Group:
-    """The samples of one episode (``group_size`` answers to one prompt, in the single-turn workflow).
+    """The samples of one episode (``rollout.group_size`` answers to one prompt, in the single-turn workflow).
 
     ``success_rate`` (the fraction of samples with reward > 0) is what ``success_rate_lb/ub`` filter on.
     """

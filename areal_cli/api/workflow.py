@@ -10,8 +10,8 @@ or ``client.score(item, completions)``) and builds the :class:`~areal_cli.api.ty
 ``groups_rejected``); raising :class:`~areal_cli.api.types.RewardFailed` drops it as a reward failure; any
 other exception ends the run with one line naming the workflow.
 
-A recipe names the workflow as ``module:attr`` / ``file.py:attr`` (``workflow``) with keyword arguments
-(``workflow_args``): a class is instantiated with them, an instance or module-level object is used as is.
+A recipe names the workflow as ``module:attr`` / ``file.py:attr`` (``task.workflow``) with keyword arguments
+(``task.workflow_args``): a class is instantiated with them, an instance or module-level object is used as is.
 The controller only admits, schedules and collects episodes; what an episode does is the workflow's.
 """
 
@@ -35,7 +35,7 @@ class RolloutWorkflow(Protocol):
     async def arun_episode(self, client: Any, item: Item) -> Group | None: ...
 
 
-def make_workflow(spec: str, args: dict | None = None, what: str = "field 'workflow'") -> RolloutWorkflow:
+def make_workflow(spec: str, args: dict | None = None, what: str = "field 'task.workflow'") -> RolloutWorkflow:
     """The workflow named by ``spec``: a class instantiated with ``args``, or an object used as is.
 
     Raises:
@@ -53,7 +53,7 @@ def make_workflow(spec: str, args: dict | None = None, what: str = "field 'workf
         except Exception as e:  # noqa: BLE001 - user constructor
             raise UserError(f"{what}: {spec}(**{args}) raised {type(e).__name__}: {e}") from None
     elif args:
-        raise UserError(f"{what}: {spec} is not a class, so 'workflow_args' {sorted(args)} cannot be applied")
+        raise UserError(f"{what}: {spec} is not a class, so 'task.workflow_args' {sorted(args)} cannot be applied")
     method = getattr(obj, "arun_episode", None)
     if method is None or not inspect.iscoroutinefunction(method):
         raise UserError(f"{what}: {spec} has no 'async def arun_episode(self, client, item)'")

@@ -54,21 +54,26 @@ def override_locations(data: Any, path: Path, sections: tuple[str, ...] = ("over
 
 
 def located(err: UserError, sections: dict[str, dict], locations: dict[str, str]) -> UserError:
-    """``err`` (a recipe-validation error naming ``field 'KEY'``) pointed at the scenario line that set KEY in
-    one of ``sections`` (``{"overrides": {...}}``), when ``locations`` knows it; else ``err`` unchanged."""
+    """``err`` (a recipe-validation error naming ``field 'KEY'``, a dotted setting) pointed at the scenario line
+    that set KEY (as a dotted key or a flat name of earlier releases) in one of ``sections``
+    (``{"overrides": {...}}``), when ``locations`` knows it; else ``err`` unchanged."""
+    from areal_cli.config import FLAT_NAMES, KEYS
+
     m = re.search(r"field '([^']+)': (.*)$", str(err), re.S)
     if m:
         key, why = m.groups()
         for section, mapping in sections.items():
-            if key in mapping and f"{section}.{key}" in locations:
-                return UserError(f"{locations[f'{section}.{key}']}: field '{section}.{key}': {why}")
+            for written in mapping:
+                dotted = written if written in KEYS else FLAT_NAMES.get(written, written)
+                if key in (written, dotted) and f"{section}.{written}" in locations:
+                    return UserError(f"{locations[f'{section}.{written}']}: field '{section}.{written}': {why}")
     return err
 
 
 def cpu_overrides(cpus: dict[str, str]) -> list[str]:
     """A scenario's CPU split (``{trainer, server, controller}``) as ``-o`` items."""
-    return [f"trainer_cpus={cpus['trainer']}", f"server_cpus={cpus['server']}",
-            f"controller_cpus={cpus['controller']}"]
+    return [f"parallel.trainer_cpus={cpus['trainer']}", f"parallel.server_cpus={cpus['server']}",
+            f"parallel.controller_cpus={cpus['controller']}"]
 
 
 def check_out_dir(out: Path) -> None:
@@ -85,7 +90,7 @@ def check_out_dir(out: Path) -> None:
 
 def shared_warm_start(cfg, out: Path, log, recipe: str) -> dict:
     """The one supervised warm start every run of a benchmark starts from: ``cfg`` (``recipe``'s, with
-    ``max_steps=0``) trained into ``out/warm`` (console in ``out/warm/console.log``). Returns the run summary's ``warm_start`` plus
+    ``loop.max_steps=0``) trained into ``out/warm`` (console in ``out/warm/console.log``). Returns the run summary's ``warm_start`` plus
     ``weights`` (the last SFT checkpoint's folder).
 
     Raises:

@@ -40,7 +40,7 @@ def _int_list(ctx, param, value: str | None) -> list[int] | None:
 @click.option("--seeds", type=click.IntRange(min=1), default=None, help="Runs per grid point (overrides the scenario).")
 @click.option("--dry-run", is_flag=True, help="Print the plan (runs, their order) and exit.")
 @click.option("-o", "--override", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Override a recipe field in every run, e.g. -o lr=2e-4. Repeatable.")
+              help="Override a recipe field in every run, e.g. -o ppo.lr=2e-4. Repeatable.")
 @one_line_errors
 def staleness(scenario_path: str | None, out_dir: Path | None, etas: list[int] | None, variants: str | None,
               steps: int | None, seeds: int | None, dry_run: bool, overrides: tuple[str, ...]) -> None:

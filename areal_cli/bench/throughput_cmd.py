@@ -29,7 +29,7 @@ from areal_cli.cli_errors import one_line_errors
 @click.option("--no-interruptible-compare", is_flag=True, help="Skip the non-interruptible async runs.")
 @click.option("--no-generate-compare", is_flag=True, help="Skip continuous batching vs HF static generate.")
 @click.option("-o", "--override", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Override a recipe field in every run, e.g. -o group_size=8. Repeatable.")
+              help="Override a recipe field in every run, e.g. -o rollout.group_size=8. Repeatable.")
 @one_line_errors
 def throughput(recipe: str | None, out_dir: Path | None, scenario_path: Path | None, steps: int | None,
                repeats: int | None, no_interruptible_compare: bool, no_generate_compare: bool,

@@ -1,10 +1,10 @@
-"""In-loop evaluation of ``areal eval`` benchmarks during ``areal train`` (recipe key ``eval_benchmarks``).
+"""In-loop evaluation of ``areal eval`` benchmarks during ``areal train`` (recipe key ``loop.eval_benchmarks``).
 
 The same pieces as ``areal eval``: benchmark declarations and loaders (:func:`areal_cli.eval.preflight.
 load_selected`), protocols (prompt strings and stop strings), per-sample seeds, and the math and code
 graders in their worker pools (:class:`areal_cli.eval.grading.Graders`). Differences, all recorded: the
-sampling is the run's held-out evaluation's (``eval_n_samples`` at ``eval_temperature``, ``max_new_tokens``
-of training; no separate greedy pass), ``eval_max_problems`` keeps the first N problems of each benchmark,
+sampling is the run's held-out evaluation's (``loop.eval_n_samples`` at ``loop.eval_temperature``, ``rollout.max_new_tokens``
+of training; no separate greedy pass), ``loop.eval_max_problems`` keeps the first N problems of each benchmark,
 and the generation goes through the run's rollout client.
 
 Every sample must come from one policy version -- the one the servers hold when the evaluation starts: the
@@ -41,13 +41,13 @@ class BenchmarkEval:
     @classmethod
     def prepare(cls, cfg: Any, tokenizer: Any, model_dir: Path, stop_ids: list[int], vocab_size: int,
                 *, tiny_model: bool) -> "BenchmarkEval | None":
-        """None when ``cfg.eval_benchmarks`` is empty.
+        """None when ``cfg.loop.eval_benchmarks`` is empty.
 
         Raises:
-            UserError: unknown benchmark, missing data (``eval_data_dir``), a protocol that does not fit the
+            UserError: unknown benchmark, missing data (``loop.eval_data_dir``), a protocol that does not fit the
                 benchmarks or the tokenizer, a prompt that does not fit the model.
         """
-        if not cfg.eval_benchmarks:
+        if not cfg.loop.eval_benchmarks:
             return None
         import json
 
@@ -60,15 +60,15 @@ class BenchmarkEval:
         from areal_cli.rollout.protocol import SamplingParams
 
         try:
-            problems, _ = load_selected(list(cfg.eval_benchmarks), cfg.eval_data_dir or None)
+            problems, _ = load_selected(list(cfg.loop.eval_benchmarks), cfg.loop.eval_data_dir or None)
         except UserError as e:
-            raise UserError(f"field 'eval_benchmarks': {e}") from None
-        if cfg.eval_max_problems:
-            problems = {k: v[: cfg.eval_max_problems] for k, v in problems.items()}
+            raise UserError(f"field 'loop.eval_benchmarks': {e}") from None
+        if cfg.loop.eval_max_problems:
+            problems = {k: v[: cfg.loop.eval_max_problems] for k, v in problems.items()}
         specs = load_benchmark_specs()
-        name = choose_protocol(cfg.eval_protocol or None, specs, list(problems), tiny_model)
-        _, proto = resolve_protocol(name, n_samples=cfg.eval_n_samples, temperature=cfg.eval_temperature,
-                                    max_new_tokens=cfg.max_new_tokens, greedy_pass=False)
+        name = choose_protocol(cfg.loop.eval_protocol or None, specs, list(problems), tiny_model)
+        _, proto = resolve_protocol(name, n_samples=cfg.loop.eval_n_samples, temperature=cfg.loop.eval_temperature,
+                                    max_new_tokens=cfg.rollout.max_new_tokens, greedy_pass=False)
         check_protocol_fits(proto, problems, specs)
         check_tokenizer(proto, tokenizer)
         model_cfg = json.loads((Path(model_dir) / "config.json").read_text())

@@ -11,8 +11,8 @@ Fields of the JSON (version :data:`PLAN_VERSION`):
 - ``trainer``: ``args``: what torchrun runs on every training node (default ``-m areal_cli.trainer.worker``);
   ``env``: extra environment of the ranks; ``threads``: ``OMP_NUM_THREADS``.
 - ``controller``: ``command``: argv of the controller on node 0 (``{python}`` replaced by the node's
-  interpreter; default ``{python} -m areal_cli.cli train CONFIG --out RUN/train --no-live -o n_servers=S
-  -o trainer_data_parallel=D -o trainer_tensor_parallel=T -o trainer_pipeline_parallel=P``); ``env``.
+  interpreter; default ``{python} -m areal_cli.cli train CONFIG --out RUN/train --no-live -o rollout.n_servers=S
+  -o parallel.data=D -o parallel.tensor=T -o parallel.pipeline=P``); ``env``.
 - ``ports``: ``master`` (torchrun rendezvous on the first training node), ``controller`` (the controller
   listens there for trainer rank 0: ``AREAL_CONTROLLER_LISTEN`` / ``AREAL_CONTROLLER_ADDR``).
 - ``hosts``: host names by node index, or null (given at run time: ``--hosts``, which the sbatch script
@@ -108,13 +108,13 @@ def write_plan(plan: LaunchPlan) -> Path:
 
 def controller_command(config: str, run_dir: Path, placement: Placement, overrides: list[str] = ()) -> list[str]:
     """The default controller argv: ``areal train CONFIG`` into ``RUN/train`` with the allocation's degrees and
-    ``rollout_engine=external`` (servers started by each node)."""
+    ``rollout.engine=external`` (servers started by each node)."""
     a = placement.allocation
     cmd = [PYTHON, "-m", "areal_cli.cli", "train", config, "--out", str(Path(run_dir) / "train"), "--no-live"]
     # the servers run on their nodes (`areal launch node`); the controller finds them in $AREAL_LLM_SERVER_ADDRS
-    engine = ["rollout_engine=external"] + ([f"sglang_tp_size={a.gen.tp}"] if a.gen is not None else [])
-    for o in list(overrides) + [f"n_servers={a.n_servers}", *engine, f"trainer_data_parallel={a.train.dp}",
-                                f"trainer_tensor_parallel={a.train.tp}", f"trainer_pipeline_parallel={a.train.pp}"]:
+    engine = ["rollout.engine=external"] + ([f"rollout.sglang_tp_size={a.gen.tp}"] if a.gen is not None else [])
+    for o in list(overrides) + [f"rollout.n_servers={a.n_servers}", *engine, f"parallel.data={a.train.dp}",
+                                f"parallel.tensor={a.train.tp}", f"parallel.pipeline={a.train.pp}"]:
         cmd += ["-o", o]
     return cmd
 
@@ -143,7 +143,7 @@ def build_plan(placement: Placement, run_dir: str | Path, *, controller_cmd: lis
         raise UserError(f"allocation '{a.text}': the vllm backend is not launched by areal (use sglang. or embedded.)")
     if a.n_servers and model_path is None:
         raise UserError(f"allocation '{a.text}': its {a.n_servers} server(s) need a model directory "
-                        f"(the config's model_path or --model)")
+                        f"(the config's model.path or --model)")
     for name, port in (("master", master_port), ("controller", controller_port)):
         if not 1 <= int(port) <= 65535:
             raise UserError(f"launch: {name} port {port} is not in [1, 65535]")

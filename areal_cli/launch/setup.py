@@ -33,13 +33,13 @@ def plan_for_config(config: str, *, nodes: int, gpus_per_node: int, run_dir: str
             raise UserError(f"recipe '{published.name}': --model is required: its base model "
                             f"({published.file.model.repo}) on the shared filesystem (`areal download {published.name} "
                             f"--local-dir DIR`, then --model DIR/model)")
-        if not any(o.split("=", 1)[0].strip() == "dataset" for o in overrides):
+        if not any(o.split("=", 1)[0].strip() in ("dataset", "task.dataset") for o in overrides):
             data_path = published.file.data.files[0].path if published.file.data.files else "FILE"
-            raise UserError(f"recipe '{published.name}': -o dataset=... is required: its training data on the shared "
+            raise UserError(f"recipe '{published.name}': -o task.dataset=... is required: its training data on the shared "
                             f"filesystem (`areal download {published.name} --local-dir DIR`, then -o "
-                            f"dataset=DIR/data/{data_path})")
+                            f"task.dataset=DIR/data/{data_path})")
         _check_model_dir(Path(model_path))
-        overrides = [f"model_path={Path(model_path).resolve()}", *overrides]
+        overrides = [f"model.path={Path(model_path).resolve()}", *overrides]
         allocation = allocation or published.file.resources.allocation
         if allocation is None:
             raise UserError(f"recipe '{published.name}': its allocation is not published; pass --allocation")
@@ -47,12 +47,13 @@ def plan_for_config(config: str, *, nodes: int, gpus_per_node: int, run_dir: str
     if published is not None:
         # the controller runs on node 0, maybe in another directory: absolute paths; and the data is read now,
         # so that a missing or malformed file fails here rather than after every node has started
-        overrides = [f"dataset={cfg.dataset}" if o.split("=", 1)[0].strip() == "dataset" else o for o in overrides]
+        overrides = [f"task.dataset={cfg.task.dataset}" if o.split("=", 1)[0].strip() in ("dataset", "task.dataset") else o
+                     for o in overrides]
         from areal_cli.tasks.task import Task
         from areal_cli.train_loop import steps_for_epochs
 
         task = Task(cfg)
-        if cfg.epochs:
+        if cfg.loop.epochs:
             steps_for_epochs(cfg, task)
     alloc = parse_allocation(allocation or config_allocation(cfg))
     placement = place(alloc, nodes=nodes, gpus_per_node=gpus_per_node)
@@ -63,14 +64,14 @@ def plan_for_config(config: str, *, nodes: int, gpus_per_node: int, run_dir: str
     existing = Path(run_dir) / "launch" / "plan.json"
     if existing.exists():
         raise UserError(f"{existing}: already holds a launch plan; choose another --out")
-    if cfg.rollout_engine == "sglang" and "sglang" not in plan_kwargs:  # the servers each node starts
-        context = cfg.sglang_context_length or (cfg.max_prompt_len or 1024) + cfg.max_new_tokens
-        plan_kwargs["sglang"] = {"mem_fraction_static": cfg.sglang_mem_fraction_static, "dtype": cfg.sglang_dtype,
+    if cfg.rollout.engine == "sglang" and "sglang" not in plan_kwargs:  # the servers each node starts
+        context = cfg.rollout.sglang_context_length or (cfg.task.max_prompt_len or 1024) + cfg.rollout.max_new_tokens
+        plan_kwargs["sglang"] = {"mem_fraction_static": cfg.rollout.sglang_mem_fraction_static, "dtype": cfg.rollout.sglang_dtype,
                                  "context_length": context, "skip_tokenizer_init": True,
-                                 "max_running_requests": cfg.server_max_running_requests or None,
-                                 "max_total_tokens": cfg.server_max_total_tokens or None,
-                                 "extra_args": shlex.split(cfg.sglang_extra_args)}
-    return build_plan(placement, run_dir, controller_cmd=cmd, model_path=model_path or cfg.model_path,
+                                 "max_running_requests": cfg.rollout.server_max_running_requests or None,
+                                 "max_total_tokens": cfg.rollout.server_max_total_tokens or None,
+                                 "extra_args": shlex.split(cfg.rollout.sglang_extra_args)}
+    return build_plan(placement, run_dir, controller_cmd=cmd, model_path=model_path or cfg.model.path,
                       master_port=master_port, controller_port=controller_port, hosts=hosts, **plan_kwargs)
 
 

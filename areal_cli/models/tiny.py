@@ -87,7 +87,7 @@ R1_CHAT_TEMPLATE = (
 
 @dataclass(frozen=True)
 class ChatFormat:
-    """Special tokens and chat template of a tiny model's tokenizer (``model_chat_template``).
+    """Special tokens and chat template of a tiny model's tokenizer (``model.chat_template``).
 
     ``special``: special tokens in id order (ids 0..); ``added``: non-special added tokens (kept by
     ``decode(skip_special_tokens=True)``, as Qwen3's and R1's ``<think>``); ``bos``: prepended when a text is

@@ -1,7 +1,7 @@
 """A published (``trainer: gpu``) recipe as an ``areal train`` run: its :class:`~areal_cli.recipes.schema.PublishedTrainSpec`
 mapped onto :class:`~areal_cli.config.TrainConfig`, with every difference from AReaL's run said in one line.
 
-The run is AReaL's system rebuilt here: SGLang servers (``rollout_engine: sglang``, one per
+The run is AReaL's system rebuilt here: SGLang servers (``rollout.engine: sglang``, one per
 ``tp x pp`` generation GPUs of the allocation), the Megatron-core trainer as torchrun ranks (data x tensor x
 pipeline parallel of the allocation's training part), the recipe's task reading the published records and
 rewarding them with the ``areal eval`` graders, decoupled PPO with AReaL's settings. Names:
@@ -9,16 +9,17 @@ rewarding them with the ``areal eval`` graders, decoupled PPO with AReaL's setti
 ========================  ===============================================================================
 recipe key                TrainConfig
 ========================  ===============================================================================
-``recompute_logprob`` +   ``recompute_proximal`` (the decoupled loss needs the trainer's proximal logprobs;
+``recompute_logprob`` +   ``ppo.recompute_proximal`` (the decoupled loss needs the trainer's proximal logprobs;
 ``use_decoupled_loss``    without it PPO's old policy is the behaviour policy)
 ``reward_scaling/bias``   realhf's ``((s - 0.5) * 2 - bias) * scaling`` = ``(s + reward_bias) * reward_scaling``
-                          with ``reward_bias = -0.5 - bias / 2``, ``reward_scaling = 2 * scaling`` (+-5 for boba)
-``max_concurrent_rollouts``  null -> ``batch_size`` (AReaL's default)
+                          with ``ppo.reward_bias = -0.5 - bias / 2``, ``ppo.reward_scaling = 2 * scaling`` (+-5 for boba)
+``max_concurrent_rollouts``  null -> ``rollout.batch_size`` (AReaL's default)
 ``top_k``                 >= 10^6 -> -1 (off: larger than any vocabulary)
-``epochs``                ``epochs`` (steps = epochs x records / batch_size) when ``max_steps`` is null
-``save_freq_steps``       ``checkpoint_every``
-``sglang_*``              ``sglang_mem_fraction_static``, ``sglang_dtype``, ``sglang_context_length``, the attention
-                          backend and schedule policy as SGLang flags (``sglang_extra_args``)
+``epochs``                ``loop.epochs`` (steps = epochs x records / batch_size) when ``loop.max_steps`` is null
+``save_freq_steps``       ``loop.checkpoint_every``
+``sglang_*``              ``rollout.sglang_mem_fraction_static``, ``rollout.sglang_dtype``,
+                          ``rollout.sglang_context_length``; attention backend and schedule policy as SGLang
+                          flags (``rollout.sglang_extra_args``)
 ========================  ===============================================================================
 
 Not reproduced (listed by :func:`gpu_train_config` as deviations, recorded in the manifest): fp16 training with
@@ -29,11 +30,11 @@ clip, sample reuse, masking truncated samples) are refused in one line.
 
 from __future__ import annotations
 
-import dataclasses
 import shlex
 from typing import Any
 
 from areal_cli.config import TrainConfig
+from areal_cli.config.sections import LoopSection, ModelSection, PPOSection, RolloutSection, SftSection, TaskSection
 from areal_cli.errors import UserError
 
 #: top_k at or above this is "off" (AReaL writes 10^6 or 10^8 for "no top-k").
@@ -46,10 +47,10 @@ def gpu_train_config(recipe: Any, variant: str | None = None, *, placement: Any 
 
     Args:
         placement: a :class:`~areal_cli.placement.Placement` of the allocation (its servers and trainer
-            degrees); None: the recipe's published allocation, or none (then ``n_servers`` / ``trainer_*``
+            degrees); None: the recipe's published allocation, or none (then ``rollout.n_servers`` / ``parallel.*``
             stay 1 and the caller sets them).
     Returns:
-        the config with ``model_path`` None and ``dataset`` empty (the caller sets the downloaded paths),
+        the config with ``model.path`` None and ``task.dataset`` empty (the caller sets the downloaded paths),
         and one line per setting areal runs differently.
     Raises:
         UserError: an SFT recipe, a setting the kit cannot run (KL, GAE, dual clip, sample reuse, ...).
@@ -78,32 +79,36 @@ def gpu_train_config(recipe: Any, variant: str | None = None, *, placement: Any 
     if spec.adv_norm not in ("group", "global"):
         raise refuse("adv_norm", "advantages are normalised per group or over the batch")
     notes: list[str] = []
-    cfg = TrainConfig(
-        recipe=recipe.name, seed=spec.seed, task=spec.task, prompt_template=spec.prompt_template,
-        model_path=None, dataset="", heldout_fraction=0.0, shuffle_dataset=spec.shuffle_dataset,
-        max_prompt_len=spec.max_prompt_len, sft_max_steps=0, target_accuracy=0.0, eval_every=0, eval_n_prompts=0,
+    cfg = TrainConfig(recipe=recipe.name, seed=spec.seed)
+    cfg.model = ModelSection(path=None)
+    cfg.task = TaskSection(
+        preset=spec.task, prompt_template=spec.prompt_template, dataset="", heldout_fraction=0.0,
+        shuffle_dataset=spec.shuffle_dataset, max_prompt_len=spec.max_prompt_len,
+        reward_timeout_s=90.0 if spec.task == "code-rl" else 10.0, reward_workers=8)
+    cfg.sft = SftSection(max_steps=0)
+    cfg.rollout = RolloutSection(
         batch_size=spec.batch_size, group_size=spec.group_size, max_new_tokens=spec.max_new_tokens,
         min_new_tokens=spec.min_new_tokens, temperature=spec.temperature, top_p=spec.top_p,
         top_k=-1 if spec.top_k >= TOP_K_OFF else spec.top_k, max_head_offpolicyness=spec.max_head_offpolicyness,
         max_concurrent_rollouts=spec.max_concurrent_rollouts or spec.batch_size,
         success_rate_lb=spec.success_rate_lb, success_rate_ub=spec.success_rate_ub,
-        ppo_n_minibatches=spec.ppo_n_minibatches, eps_clip=spec.eps_clip,
+        engine="sglang", sglang_mem_fraction_static=spec.sglang_mem_fraction_static,
+        sglang_dtype=spec.sglang_dtype, sglang_context_length=spec.sglang_context_length,
+        server_max_total_tokens=0, server_max_running_requests=spec.sglang_max_running_requests or 0,
+        sglang_extra_args=shlex.join(["--attention-backend", spec.sglang_attention_backend,
+                                      "--schedule-policy", spec.sglang_schedule_policy]))
+    cfg.ppo = PPOSection(
+        n_minibatches=spec.ppo_n_minibatches, eps_clip=spec.eps_clip,
         recompute_proximal=bool(spec.use_decoupled_loss),
         behav_imp_weight_cap=spec.behav_imp_weight_cap if spec.behav_imp_weight_cap is not None else 1e9,
         adv_norm=spec.adv_norm, reward_bias=-0.5 - spec.reward_bias / 2, reward_scaling=2 * spec.reward_scaling,
         max_reward_clip=spec.max_reward_clip, lr=spec.lr, lr_scheduler=spec.lr_scheduler,
         warmup_proportion=spec.warmup_proportion, weight_decay=spec.weight_decay, adam_beta1=spec.adam_beta1,
         adam_beta2=spec.adam_beta2, adam_eps=spec.adam_eps, grad_clip=spec.grad_clip,
-        max_tokens_per_mb=spec.max_tokens_per_mb, max_steps=spec.max_steps or 0,
-        epochs=0 if spec.max_steps else int(spec.epochs or 0),
-        checkpoint_every=spec.save_freq_steps or 0,
-        rollout_engine="sglang", sglang_mem_fraction_static=spec.sglang_mem_fraction_static,
-        sglang_dtype=spec.sglang_dtype, sglang_context_length=spec.sglang_context_length,
-        server_max_total_tokens=0, server_max_running_requests=spec.sglang_max_running_requests or 0,
-        sglang_extra_args=shlex.join(["--attention-backend", spec.sglang_attention_backend,
-                                      "--schedule-policy", spec.sglang_schedule_policy]),
-        reward_timeout_s=90.0 if spec.task == "code-rl" else 10.0, reward_workers=8,
-    )
+        max_tokens_per_mb=spec.max_tokens_per_mb)
+    cfg.loop = LoopSection(
+        target_accuracy=0.0, eval_every=0, eval_n_prompts=0, max_steps=spec.max_steps or 0,
+        epochs=0 if spec.max_steps else int(spec.epochs or 0), checkpoint_every=spec.save_freq_steps or 0)
     if spec.recompute_logprob and not spec.use_decoupled_loss:
         notes.append("recompute_logprob without the decoupled loss: AReaL's PPO old policy is the trainer's "
                      "recomputation; areal's is the behaviour policy (recompute_proximal false)")
@@ -129,10 +134,10 @@ def gpu_train_config(recipe: Any, variant: str | None = None, *, placement: Any 
         placement = place(parse_allocation(r.allocation), nodes=r.nodes, gpus_per_node=r.gpus_per_node)
     if placement is not None:
         cfg = apply_placement(cfg, placement)
-    if cfg.checkpoint_every and cfg.trainer_tensor_parallel * cfg.trainer_pipeline_parallel > 1:
-        notes.append(f"save_freq_steps {cfg.checkpoint_every}: no resumable checkpoints with a tensor- or "
+    if cfg.loop.checkpoint_every and cfg.parallel.tensor * cfg.parallel.pipeline > 1:
+        notes.append(f"save_freq_steps {cfg.loop.checkpoint_every}: no resumable checkpoints with a tensor- or "
                      f"pipeline-parallel trainer (sharded optimizer state); weights of the last step only")
-        cfg.checkpoint_every = 0
+        cfg.loop.checkpoint_every = 0
     cfg.validate(str(recipe.path))
     return cfg, notes
 
@@ -140,8 +145,8 @@ def gpu_train_config(recipe: Any, variant: str | None = None, *, placement: Any 
 def apply_placement(cfg: TrainConfig, placement: Any) -> TrainConfig:
     """``cfg`` with the allocation's servers (count, tensor parallel size) and trainer degrees."""
     a = placement.allocation
-    changes = dict(n_servers=max(a.n_servers, 1), trainer_data_parallel=a.train.dp,
-                   trainer_tensor_parallel=a.train.tp, trainer_pipeline_parallel=a.train.pp)
+    changes = {"rollout.n_servers": max(a.n_servers, 1), "parallel.data": a.train.dp, "parallel.tensor": a.train.tp,
+               "parallel.pipeline": a.train.pp}
     if a.gen is not None:
-        changes["sglang_tp_size"] = a.gen.tp
-    return dataclasses.replace(cfg, **changes)
+        changes["rollout.sglang_tp_size"] = a.gen.tp
+    return cfg.with_values(changes)

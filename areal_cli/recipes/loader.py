@@ -9,8 +9,9 @@ A *locked recipe* pins everything needed to re-run one published number (``recip
   ``kind`` (``async-ppo`` | ``sync-ppo`` | ``sft``), ``trainer`` (``cpu`` | ``gpu``).
 - ``model`` / ``published_model`` / ``data``: Hub references. ``revision`` is a 40-hex commit or
   ``null`` with a ``revision_note`` saying why (``areal download`` then refuses without ``--allow-unpinned``).
-- ``train``: for ``trainer: cpu`` the keys of :class:`areal_cli.config.TrainConfig` (coerced and
-  validated by config.py itself, so the CPU trainer and the recipe can never disagree); for
+- ``train``: for ``trainer: cpu`` the settings of :class:`areal_cli.config.TrainConfig` in sections
+  (``rollout: {group_size: 8}``; coerced and validated by :mod:`areal_cli.config` itself, so the CPU trainer
+  and the recipe can never disagree; a variant's section overrides key by key); for
   ``trainer: gpu`` the keys of :class:`~areal_cli.recipes.schema.PublishedTrainSpec` (AReaL's settings, every
   key required: a locked recipe states each value, even when it is AReaL's default).
 - ``variants`` (optional): named ``train`` overrides, e.g. the synchronous twin of an async run.
@@ -30,7 +31,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from areal_cli.config import TRAIN_FIELDS, TrainConfig, coerce_field, resolve_paths
+from areal_cli.config import TrainConfig, note_flat_names, settings_into
 from areal_cli.errors import UserError
 from areal_cli.hub import REPO_ID, SHA1, SHA256
 from areal_cli.recipes.build import build, where
@@ -271,28 +272,24 @@ def _build_train(rf: RecipeFile, data: dict, path: Path, *, kind: str | None,
 
 
 def _build_cpu_train(data: dict, path: Path, prefix: str, *, name: str, kind: str | None) -> TrainConfig:
-    """The ``train`` section of a ``trainer: cpu`` recipe, with config.py's own coercion (``coerce_field``) and
-    validation (``TrainConfig.validate``), so a recipe and ``areal train -o`` accept the same values."""
+    """The ``train`` section of a ``trainer: cpu`` recipe (sections, dotted keys or flat names of earlier
+    releases: :func:`areal_cli.config.settings_into`), with config's own coercion and validation
+    (``TrainConfig.validate``), so a recipe and ``areal train -o`` accept the same values."""
+    if isinstance(data, dict) and "recipe" in data:
+        line = data.at("recipe") if isinstance(data, LineDict) else 1
+        raise UserError(f"{path}:{line}: field '{prefix}.recipe': unknown key (the recipe name is the "
+                        f"top-level 'recipe')")
     cfg = TrainConfig()
-    lines: dict[str, int] = {}
-    for key, value in data.items():
-        line = data.at(key) if isinstance(data, LineDict) else 1
-        if key == "recipe":
-            raise UserError(f"{path}:{line}: field '{prefix}.recipe': unknown key (the recipe name is the "
-                            f"top-level 'recipe')")
-        if key not in TRAIN_FIELDS:
-            raise UserError(f"{path}:{line}: field '{prefix}.{key}': unknown key (known: TrainConfig fields, "
-                            f"see areal_cli/config.py)")
-        setattr(cfg, key, coerce_field(key, value, f"{path}:{line}"))
-        lines[key] = line
+    lines, written = settings_into(cfg, data, path, prefix)
     cfg.recipe = name
     cfg.validate(str(path), lines)
-    resolve_paths(cfg, path.parent, set(data))
-    eta_line = f"{path}:{lines.get('max_head_offpolicyness', data.line if isinstance(data, LineDict) else 1)}"
-    if kind == "sync-ppo" and cfg.max_head_offpolicyness != 0:
-        raise UserError(f"{eta_line}: field '{prefix}.max_head_offpolicyness': kind sync-ppo needs eta = 0")
-    if kind == "async-ppo" and cfg.max_head_offpolicyness == 0:
-        raise UserError(f"{eta_line}: field '{prefix}.max_head_offpolicyness': kind async-ppo needs eta > 0")
+    note_flat_names(str(path), written)
+    eta = "rollout.max_head_offpolicyness"
+    eta_line = f"{path}:{lines.get(eta, data.line if isinstance(data, LineDict) else 1)}"
+    if kind == "sync-ppo" and cfg.rollout.max_head_offpolicyness != 0:
+        raise UserError(f"{eta_line}: field '{prefix}.{eta}': kind sync-ppo needs eta = 0")
+    if kind == "async-ppo" and cfg.rollout.max_head_offpolicyness == 0:
+        raise UserError(f"{eta_line}: field '{prefix}.{eta}': kind async-ppo needs eta > 0")
     return cfg
 
 
@@ -301,6 +298,14 @@ def _apply_variant(recipe: Recipe, name: str) -> TrainConfig | PublishedTrainSpe
     may be the synchronous twin of an async recipe)."""
     rf = recipe.file
     base, over = rf.train or LineDict(), rf.variants[name].train
+    if rf.trainer != "gpu":  # the variant's settings over the base's (a section in both: merged key by key)
+        cfg = TrainConfig()
+        lines, written = settings_into(cfg, base, recipe.path, "train")
+        more, written2 = settings_into(cfg, over or LineDict(), recipe.path, f"variants.{name}.train")
+        cfg.recipe = rf.recipe
+        cfg.validate(str(recipe.path), {**lines, **more})
+        note_flat_names(str(recipe.path), written + written2)
+        return cfg
     merged = LineDict({**base, **over})
     merged.line = getattr(base, "line", 1)
     merged.lines = {**getattr(base, "lines", {}), **getattr(over, "lines", {})}

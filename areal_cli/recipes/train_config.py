@@ -1,17 +1,16 @@
 """What ``areal train`` runs from a recipe: the :class:`~areal_cli.config.TrainConfig` of a locked recipe
-(its ``train`` section, or a published GPU recipe mapped onto the kit) or of a flat recipe file.
+(its ``train`` section, or a published GPU recipe mapped onto the kit) or of a train config file.
 
 A recipe file is either a locked recipe (``recipes/*.yaml``, with a ``kind``: :mod:`areal_cli.recipes.loader`)
-or a flat YAML mapping whose keys are the fields of :class:`~areal_cli.config.TrainConfig` (a quick user recipe,
-:func:`areal_cli.config.flat_config`). :func:`load_train_config` tells them apart and returns the config.
+or a train config file: a YAML mapping of :class:`~areal_cli.config.TrainConfig` settings (a quick user recipe,
+:func:`areal_cli.config.config_from_file`). :func:`load_train_config` tells them apart and returns the config.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
-from areal_cli.config import TrainConfig, flat_config
+from areal_cli.config import TrainConfig, config_from_file
 from areal_cli.errors import UserError
 from areal_cli.recipes.gpu_train import gpu_train_config
 from areal_cli.recipes.loader import Recipe, find_recipe_file, load_recipe, recipe_names
@@ -20,7 +19,7 @@ from areal_cli.typed_yaml import read_yaml
 
 def load_train_config(name_or_path: str) -> tuple[TrainConfig, Path]:
     """The config ``areal train`` runs from a recipe given by name (``recipes/NAME.yaml``) or by path: a locked
-    recipe's (:func:`train_config_from_recipe`) or a flat recipe's (:func:`areal_cli.config.flat_config`).
+    recipe's (:func:`train_config_from_recipe`) or a train config file's (:func:`areal_cli.config.config_from_file`).
 
     Returns:
         ``(config, recipe file)``.
@@ -41,13 +40,13 @@ def load_train_config(name_or_path: str) -> tuple[TrainConfig, Path]:
         # A locked recipe (sections model/data/train/resources/eval): validated as a whole by
         # areal_cli.recipes.loader; its ``train`` section holds the TrainConfig keys.
         return train_config_from_recipe(load_recipe(p)), p
-    return flat_config(data, p), p
+    return config_from_file(data, p), p
 
 
 def train_config_from_recipe(recipe: Recipe | str | Path, variant: str | None = None) -> TrainConfig:
     """The :class:`TrainConfig` of a recipe (what ``areal train`` runs): a ``trainer: cpu`` recipe's ``train``
     section, or a published RL recipe mapped by :func:`areal_cli.recipes.gpu_train.gpu_train_config` (SGLang servers
-    and trainer degrees of its allocation; ``model_path`` and ``dataset`` left for the caller: the downloaded
+    and trainer degrees of its allocation; ``model.path`` and ``task.dataset`` left for the caller: the downloaded
     base model and data file).
 
     Raises:
@@ -62,4 +61,4 @@ def train_config_from_recipe(recipe: Recipe | str | Path, variant: str | None = 
         return gpu_train_config(recipe, variant)[0]
     cfg = recipe.variant(variant)
     assert isinstance(cfg, TrainConfig)
-    return dataclasses.replace(cfg)
+    return cfg.copy()

@@ -196,7 +196,7 @@ def _retrain(ctx: _RunRecord, *, allow_unpinned: bool = False, data_dir: Path | 
     ctx.runs["train"] = "train"
     summary = run_training(cfg, train_dir, live=ctx.live)
     rows = [json.loads(line) for line in (train_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    measured, why = measured_from_training(p.expected, summary, rows, cfg.eval_n_prompts)
+    measured, why = measured_from_training(p.expected, summary, rows, cfg.loop.eval_n_prompts)
     checks = explain_skips(compare(p.recipe.expected, measured, mode="retrain", variant=p.variant), why)
     return ctx.finish(checks, measured)
 
@@ -308,7 +308,7 @@ def _retrain_gpu(ctx: _RunRecord, *, allow_unpinned: bool, data_dir: Path | None
         from areal_cli.train_loop import run_training
 
         cfg, notes = gpu_train_config(r, p.variant, placement=placement)
-        cfg.model_path, cfg.dataset, cfg.code_dir = str(model_dir), str(data_file), str(r.path.parent)
+        cfg.model.path, cfg.task.dataset, cfg.task.code_dir = str(model_dir), str(data_file), str(r.path.parent)
         cfg = apply_overrides(cfg, p.overrides)
         ctx.runs["train"] = "train"
         ctx.runs["deviations"] = notes

@@ -3,12 +3,12 @@
 The controller only admits, schedules and collects: one asyncio task admits an episode while
 :class:`~areal_cli.rollout.staleness.StalenessManager` gives capacity; each episode runs the task's rollout
 workflow (``await workflow.arun_episode(client, item)``, :mod:`areal_cli.api.workflow`; the built-in
-single-turn one, :class:`~areal_cli.workflows.rlvr.RLVRWorkflow`, samples ``group_size`` answers in one
+single-turn one, :class:`~areal_cli.workflows.rlvr.RLVRWorkflow`, samples ``rollout.group_size`` answers in one
 batched ``/generate`` and scores each as it finishes, in a worker pool with a timeout). An episode that
 returns ``None`` is rejected (``groups_rejected``); one whose reward failed (crash or timeout: counted and
 reported, never turned into a silent 0) is dropped (``groups_dropped_reward_failure``); a finished group
 is dropped (and counted) if its success rate is outside ``[success_rate_lb, success_rate_ub]``; otherwise it
-is queued for the trainer, which takes ``batch_size`` groups per step with :meth:`get_batch`. A workflow that
+is queued for the trainer, which takes ``rollout.batch_size`` groups per step with :meth:`get_batch`. A workflow that
 raises anything else, or returns something that is not a well-formed :class:`~areal_cli.api.types.Group`,
 ends the run (:class:`~areal_cli.api.types.WorkflowError`, one line naming the workflow).
 """
@@ -140,10 +140,10 @@ class RolloutController:
         """Wait for and return ``n_groups`` accepted groups, oldest first.
 
         With ``consumer_version`` (the policy version the trainer will update from; config ``stale_groups:
-        drop``), a group whose head (its oldest generated token) is more than ``max_head_offpolicyness`` versions
+        drop``), a group whose head (its oldest generated token) is more than ``rollout.max_head_offpolicyness`` versions
         older is dropped instead (:meth:`release_stale`): admission control bounds staleness for groups that
         finish in order, this keeps the bound for stragglers too (long answers, samples re-issued after their
-        server died). Without it (``stale_groups: train``) staleness is bounded at admission only, as in AReaL.
+        server died). Without it (``rollout.stale_groups: train``) staleness is bounded at admission only, as in AReaL.
 
         Raises:
             UserError (WorkflowError, RewardBroken, bad data met mid-run) / ServerError: as raised.

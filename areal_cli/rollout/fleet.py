@@ -478,7 +478,7 @@ def launch_fleet(spec: FleetSpec, *, wait: bool = True) -> Fleet:
         text = ",".join(spec.urls) if spec.urls else os.environ.get(ENV_ADDRS, "")
         where = "fleet.urls" if spec.urls else ENV_ADDRS
         if not text:
-            raise UserError(f"{ENV_ADDRS}: not set (external servers need server_urls=host:port,... or {ENV_ADDRS}=host:port,...)")
+            raise UserError(f"{ENV_ADDRS}: not set (external servers need rollout.server_urls=host:port,... or {ENV_ADDRS}=host:port,...)")
         urls = parse_server_addrs(text, where)
         if spec.n_servers and spec.n_servers != len(urls):
             raise UserError(f"{where}: {len(urls)} addresses for n_servers = {spec.n_servers}")

@@ -1,4 +1,4 @@
-"""The rollout controller in its own process (``rollout_process: true``), as AReaL's rollout workers.
+"""The rollout controller in its own process (``parallel.rollout_process: true``), as AReaL's rollout workers.
 
 Why: in one process the controller's event loop (HTTP client, response parsing, reward dispatch) and the
 trainer thread share the GIL. Measured here (tiny-arith, trainer thread on one core, a Python-busy thread on
@@ -75,7 +75,7 @@ class RolloutProcess:
         child.close()
         self.stats = RemoteStats()
         self._on_activity = on_activity
-        self._eta = spec.cfg.max_head_offpolicyness
+        self._eta = spec.cfg.rollout.max_head_offpolicyness
         self._groups: asyncio.Queue | None = None
         self._ready: asyncio.Event | None = None
         self._stopped: asyncio.Event | None = None
@@ -250,7 +250,7 @@ async def _child(conn, spec: RolloutSpec) -> None:
     task = Task(cfg).bind(tokenizer)
     pool = open_reward_pool(cfg, task)
     on_activity = (lambda url, kind, a, b: send(("activity", url, kind, a, b))) if spec.record_activity else None
-    client = RolloutClient(spec.urls, vocab_size=spec.vocab_size, interruptible=cfg.interruptible,
+    client = RolloutClient(spec.urls, vocab_size=spec.vocab_size, interruptible=cfg.rollout.interruptible,
                            on_activity=on_activity)
     template = episode_client(cfg, client, pool, tokenizer, task, stop_token_ids(spec.model_dir, tokenizer))
     controller = make_controller(cfg, template, task, task.train_stream())

@@ -56,7 +56,7 @@ class FleetSupervisor:
         client: the run's :class:`~areal_cli.rollout.client.RolloutClient` (its ``on_server_down`` is taken).
         weights_of: ``() -> (model_dir, policy_version)`` the fleet serves now.
         lock: held around weight updates by the loop; held here around a restart.
-        can_restart: False under ``weight_update_mode: xccl`` (an outage then ends the run).
+        can_restart: False under ``rollout.weight_update_mode: xccl`` (an outage then ends the run).
         max_restarts: restarts allowed per server.
         stall_s: seconds without a ``/generate`` answer (with requests in flight) before a probe.
         log: one-line status messages.
@@ -125,7 +125,7 @@ class FleetSupervisor:
         where = self.fleet.describe(i) if i is not None else url
         reason = self.client.down.get(url, "down")
         if not self.can_restart:
-            raise ServerDiedError(f"{where} went down ({reason}); weight_update_mode xccl cannot re-admit a "
+            raise ServerDiedError(f"{where} went down ({reason}); rollout.weight_update_mode xccl cannot re-admit a "
                                   f"restarted server (weight_update_mode: disk heals the fleet)")
         if i is None or not self.fleet.can_restart(i):  # external: wait for it to answer again
             if await self.client.probe(url, timeout_s=5.0):

@@ -14,7 +14,7 @@ Reward (:func:`reward`): 1.0 iff the completion's final answer equals ANY soluti
 ``solutions``) under :func:`areal_cli.reward.math_grader.grade` -- the grader of ``areal eval`` -- else 0.0.
 As in ``areal eval``, when the prompt ends inside an open ``<think>`` the grader reads ``"<think>" +
 completion``, so an answer boxed only inside the unfinished thinking is not the final answer. Shaping to
-AReaL's +-5 is the trainer's (``reward_bias`` / ``reward_scaling``).
+AReaL's +-5 is the trainer's (``ppo.reward_bias`` / ``ppo.reward_scaling``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Training prompts: a record's prompt field -> prompt text and token ids, with the same protocol objects as
 ``areal eval`` (:mod:`areal_cli.eval.protocols`).
 
-``prompt_template`` (recipe key) says how the field is wrapped:
+``task.prompt_template`` (recipe key) says how the field is wrapped:
 
 - ``chat``: the model's chat template around the field as one user message (a ``messages`` list of
   ``{role, content}`` is rendered as is), with the generation prompt; special tokens come from the template.
@@ -73,25 +73,25 @@ class PromptRenderer:
         """
         if self.template in MODES:
             if self.template == "chat" and not getattr(self.tokenizer, "chat_template", None):
-                raise UserError(f"field 'prompt_template': chat: {_name(self.tokenizer)} has no chat template "
+                raise UserError(f"field 'task.prompt_template': chat: {_name(self.tokenizer)} has no chat template "
                                 f"(use 'none' or a protocol)")
             return
         from areal_cli.eval.protocols import PROTOCOLS, TEMPLATE_MARKERS, check_kind
 
         if self.template not in PROTOCOLS:
-            raise UserError(f"field 'prompt_template': unknown template {self.template!r} (known: "
+            raise UserError(f"field 'task.prompt_template': unknown template {self.template!r} (known: "
                             f"{', '.join(MODES + tuple(PROTOCOLS))})")
         proto = PROTOCOLS[self.template]
         if self.kind != "any":
             try:
                 check_kind(proto, self.kind, f"this {self.kind} task")
             except UserError as e:
-                raise UserError(f"field 'prompt_template': {e}") from None
+                raise UserError(f"field 'task.prompt_template': {e}") from None
         vocab = self.tokenizer.get_vocab()
         for marker in TEMPLATE_MARKERS:
             if marker in (proto.template or "") and marker not in vocab:
-                raise UserError(f"field 'prompt_template': protocol '{self.template}' uses {marker}, which is not a "
-                                f"token of the model's tokenizer (model_path / model_chat_template); use 'chat' (the "
+                raise UserError(f"field 'task.prompt_template': protocol '{self.template}' uses {marker}, which is not a "
+                                f"token of the model's tokenizer (model.path / model.chat_template); use 'chat' (the "
                                 f"model's own template) or a protocol of the model's family")
 
     def render(self, fields: dict, where: str) -> tuple[str, list[int]]:
@@ -105,7 +105,7 @@ class PromptRenderer:
             raise UserError(f"{where}: field '{self.field}': missing (the prompt field)")
         if isinstance(value, list):
             if self.template != "chat":
-                raise UserError(f"{where}: field '{self.field}': a messages list needs prompt_template 'chat' "
+                raise UserError(f"{where}: field '{self.field}': a messages list needs task.prompt_template 'chat' "
                                 f"(got {self.template!r})")
             return self._chat(value, where)
         if not isinstance(value, str):
@@ -150,7 +150,7 @@ class PromptRenderer:
             want = baked_family(PROTOCOLS[self.template].template or "")
             if want is not None and want != family:
                 raise UserError(f"{where}: field '{self.field}': prompt template mismatch: the record carries the "
-                                f"{family} chat template but prompt_template '{self.template}' is the {want} one")
+                                f"{family} chat template but task.prompt_template '{self.template}' is the {want} one")
         return text, _ids(self.tokenizer, text, True)
 
 

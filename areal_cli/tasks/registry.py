@@ -9,7 +9,7 @@ sets them all itself. The built-in tasks go through the same API as user code (:
                 math grader of ``areal eval`` (:mod:`areal_cli.tasks.math_rl`)
 ``code-rl``     AReaL-boba-2-RL-Code records (``prompt``, ``query_id``, ``input_output`` JSON), graded by the
                 sandboxed code grader of ``areal eval`` (:mod:`areal_cli.tasks.code_rl`)
-``custom``      nothing preset: ``dataset`` and ``reward`` are required
+``custom``      nothing preset: ``task.dataset`` and ``task.reward`` are required
 =============  ===========================================================================================
 
 ``tiny-arith-multiturn``: tiny-arith's problems as a conversation -- after a wrong answer a feedback turn and
@@ -103,6 +103,6 @@ def get_preset(name: str) -> Preset:
         UserError: unknown task name (lists the known ones).
     """
     if name not in PRESETS:
-        raise UserError(f"field 'task': unknown task '{name}' (known: {', '.join(PRESETS)}; your own data, "
+        raise UserError(f"field 'task.preset': unknown task '{name}' (known: {', '.join(PRESETS)}; your own data, "
                         f"reward and workflow go in a 'custom' task)")
     return PRESETS[name]

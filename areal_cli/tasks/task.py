@@ -6,11 +6,11 @@ in one line before anything starts), :meth:`Task.tokenizer_corpus` feeds the emb
 :meth:`Task.bind` attaches the model's tokenizer, then :meth:`Task.train_stream` / :meth:`Task.heldout` /
 :meth:`Task.sft_examples` give :class:`~areal_cli.api.types.Item` objects.
 
-Data order: file and Hub records train in epochs, each a fresh seeded shuffle (``shuffle_dataset``); a
+Data order: file and Hub records train in epochs, each a fresh seeded shuffle (``task.shuffle_dataset``); a
 function source streams what it yields (``fn("train", seed)``, called again when exhausted). Held out:
-``eval_dataset``, else ``fn("heldout", seed)`` for function sources, else ``heldout_fraction`` of the records
+``task.eval_dataset``, else ``fn("heldout", seed)`` for function sources, else ``task.heldout_fraction`` of the records
 by a hash of their id (:func:`areal_cli.api.records.heldout_by_hash`). Prompts longer than
-``max_prompt_len`` tokens are dropped and counted (:attr:`Task.dropped_too_long`), as AReaL drops them.
+``task.max_prompt_len`` tokens are dropped and counted (:attr:`Task.dropped_too_long`), as AReaL drops them.
 """
 
 from __future__ import annotations
@@ -46,32 +46,32 @@ class Task:
     """
 
     def __init__(self, cfg: Any, *, load_workflow: bool = True) -> None:
-        preset = get_preset(cfg.task)
-        if cfg.task == "tiny-arith" and cfg.dataset:
-            raise UserError("field 'task': tiny-arith generates its own problems; a recipe with a dataset names its "
+        preset = get_preset(cfg.task.preset)
+        if cfg.task.preset == "tiny-arith" and cfg.task.dataset:
+            raise UserError("field 'task.preset': tiny-arith generates its own problems; a recipe with a dataset names its "
                             "task: custom (or math-rl / code-rl for those record formats)")
         self.cfg = cfg
-        self.name = cfg.task
+        self.name = cfg.task.preset
         self.kind = preset.kind
         self.seed = int(cfg.seed)
-        self.dataset = cfg.dataset or preset.dataset
-        self.reward_spec = cfg.reward or preset.reward
-        self.workflow_spec = cfg.workflow or preset.workflow
-        self.workflow_args = dict(cfg.workflow_args)
-        self.prompt_field = cfg.prompt_field or preset.prompt_field
-        self.prompt_template = cfg.prompt_template or preset.prompt_template
-        self.id_field = cfg.id_field or preset.id_field
-        self.required = tuple(dict.fromkeys(tuple(preset.required_fields) + tuple(cfg.required_fields)))
-        self.sft_target_field = cfg.sft_target_field or preset.sft_target_field
-        self._sft_target_fn = "" if cfg.sft_target_field else preset.sft_target
-        self.code_dir = cfg.code_dir
+        self.dataset = cfg.task.dataset or preset.dataset
+        self.reward_spec = cfg.task.reward or preset.reward
+        self.workflow_spec = cfg.task.workflow or preset.workflow
+        self.workflow_args = dict(cfg.task.workflow_args)
+        self.prompt_field = cfg.task.prompt_field or preset.prompt_field
+        self.prompt_template = cfg.task.prompt_template or preset.prompt_template
+        self.id_field = cfg.task.id_field or preset.id_field
+        self.required = tuple(dict.fromkeys(tuple(preset.required_fields) + tuple(cfg.task.required_fields)))
+        self.sft_target_field = cfg.sft.target_field or preset.sft_target_field
+        self._sft_target_fn = "" if cfg.sft.target_field else preset.sft_target
+        self.code_dir = cfg.task.code_dir
         self._corpus_fn = preset.corpus
         self.dropped_too_long = 0
         if not self.dataset:
-            raise UserError(f"field 'dataset': task '{self.name}' needs a dataset (a data file, hf:OWNER/NAME or "
+            raise UserError(f"field 'task.dataset': task '{self.name}' needs a dataset (a data file, hf:OWNER/NAME or "
                             f"module:function)")
         if not self.reward_spec:
-            raise UserError(f"field 'reward': task '{self.name}' needs a reward function "
+            raise UserError(f"field 'task.reward': task '{self.name}' needs a reward function "
                             f"(reward(prompt, completion, prompt_ids, completion_ids, **fields) -> float)")
         add_code_dir(self.code_dir)
         self._check = load_object(preset.record_check, "record check") if preset.record_check else None
@@ -99,28 +99,28 @@ class Task:
 
     def _load_records(self) -> None:
         cfg = self.cfg
-        self.source = parse_source(self.dataset, what="field 'dataset'", revision=cfg.dataset_revision,
-                                   split=cfg.dataset_split)
+        self.source = parse_source(self.dataset, what="field 'task.dataset'", revision=cfg.task.dataset_revision,
+                                   split=cfg.task.dataset_split)
         self.train_records: list[Record] | None = None
         self.heldout_records: list[Record] | None = None
         if self.source.kind != "function":
-            records = list(self._iter(self.source, "field 'dataset'"))
+            records = list(self._iter(self.source, "field 'task.dataset'"))
             if not records:
-                raise UserError(f"field 'dataset': {self.dataset} holds no record")
+                raise UserError(f"field 'task.dataset': {self.dataset} holds no record")
             self.train_records = records
-        if cfg.eval_dataset:
-            src = parse_source(cfg.eval_dataset, what="field 'eval_dataset'", revision=cfg.dataset_revision,
+        if cfg.task.eval_dataset:
+            src = parse_source(cfg.task.eval_dataset, what="field 'task.eval_dataset'", revision=cfg.task.dataset_revision,
                                split="test")
-            self.heldout_records = list(self._iter(src, "field 'eval_dataset'", "heldout"))
+            self.heldout_records = list(self._iter(src, "field 'task.eval_dataset'", "heldout"))
         elif self.train_records is not None:
-            self.train_records, self.heldout_records = heldout_by_hash(self.train_records, cfg.heldout_fraction)
+            self.train_records, self.heldout_records = heldout_by_hash(self.train_records, cfg.task.heldout_fraction)
         if self.train_records is not None and not self.train_records:
-            raise UserError(f"field 'dataset': no training record left after holding out {cfg.heldout_fraction:g} "
+            raise UserError(f"field 'task.dataset': no training record left after holding out {cfg.task.heldout_fraction:g} "
                             f"of {self.dataset}")
-        first = self.train_records[0] if self.train_records else next(self._iter(self.source, "field 'dataset'"),
+        first = self.train_records[0] if self.train_records else next(self._iter(self.source, "field 'task.dataset'"),
                                                                         None)
         if first is None:
-            raise UserError(f"field 'dataset': {self.dataset} yields no record")
+            raise UserError(f"field 'task.dataset': {self.dataset} yields no record")
         check_fields(self.reward_spec, first.fields, first.where)
 
     def tokenizer_corpus(self) -> list[str]:
@@ -129,7 +129,7 @@ class Task:
         if self._corpus_fn:
             return list(load_object(self._corpus_fn, "corpus")())
         recs = self.train_records if self.train_records is not None else \
-            list(itertools.islice(self._iter(self.source, "field 'dataset'"), CORPUS_RECORDS))
+            list(itertools.islice(self._iter(self.source, "field 'task.dataset'"), CORPUS_RECORDS))
         out: list[str] = []
         for r in itertools.chain(recs[:CORPUS_RECORDS], (self.heldout_records or [])[:CORPUS_RECORDS]):
             for v in r.fields.values():
@@ -152,14 +152,14 @@ class Task:
         if self.train_records is not None:  # render a sample now: a bad record or limit fails before the run
             sample = self.train_records[:BIND_CHECK_RECORDS]
             lengths = [len(self._renderer.render(r.fields, r.where)[1]) for r in sample]
-            limit = self.cfg.max_prompt_len
+            limit = self.cfg.task.max_prompt_len
             if limit and min(lengths) > limit:
-                raise UserError(f"field 'max_prompt_len': every prompt of {self.dataset} checked ({len(sample)}) is "
+                raise UserError(f"field 'task.max_prompt_len': every prompt of {self.dataset} checked ({len(sample)}) is "
                                 f"longer than {limit} tokens (the shortest has {min(lengths)})")
         return self
 
     def item(self, record: Record) -> Item | None:
-        """The :class:`Item` of ``record``, or None (counted) when its prompt exceeds ``max_prompt_len``.
+        """The :class:`Item` of ``record``, or None (counted) when its prompt exceeds ``task.max_prompt_len``.
 
         Raises:
             UserError: the record's prompt cannot be rendered (``file:line: field 'prompt': ...``).
@@ -167,7 +167,7 @@ class Task:
         if self._renderer is None:
             raise RuntimeError("Task.bind(tokenizer) first")
         text, ids = self._renderer.render(record.fields, record.where)
-        limit = self.cfg.max_prompt_len
+        limit = self.cfg.task.max_prompt_len
         if limit and len(ids) > limit:
             self.dropped_too_long += 1
             return None
@@ -179,11 +179,11 @@ class Task:
         while True:
             if self.train_records is not None:
                 order = list(self.train_records)
-                if self.cfg.shuffle_dataset:
+                if self.cfg.task.shuffle_dataset:
                     random.Random(f"areal-epoch:{self.seed}:{epoch}").shuffle(order)
                 rows: Iterator[Record] = iter(order)
             else:
-                rows = self._iter(self.source, "field 'dataset'")
+                rows = self._iter(self.source, "field 'task.dataset'")
             yield from rows
             epoch += 1
 
@@ -200,8 +200,8 @@ class Task:
             if item is None:
                 misses += 1
                 if (n_train is not None and misses >= n_train) or misses >= 100_000:
-                    raise UserError(f"field 'max_prompt_len': every prompt of {self.dataset} is longer than "
-                                    f"{self.cfg.max_prompt_len} tokens")
+                    raise UserError(f"field 'task.max_prompt_len': every prompt of {self.dataset} is longer than "
+                                    f"{self.cfg.task.max_prompt_len} tokens")
                 continue
             misses = 0
             yield item
@@ -210,16 +210,16 @@ class Task:
         """The first ``n`` held-out items (fixed; overlong prompts skipped and counted). May be fewer than ``n``.
 
         Raises:
-            UserError: the function source has no held-out split and no ``eval_dataset`` is set.
+            UserError: the function source has no held-out split and no ``task.eval_dataset`` is set.
         """
         if self.heldout_records is not None:
             rows: Iterator[Record] = iter(self.heldout_records)
         else:
             try:
-                rows = self._iter(self.source, "field 'dataset'", "heldout")
+                rows = self._iter(self.source, "field 'task.dataset'", "heldout")
                 first = next(rows, None)
             except UserError as e:
-                raise UserError(f"{e} (set 'eval_dataset' for the held-out records)") from None
+                raise UserError(f"{e} (set 'task.eval_dataset' for the held-out records)") from None
             rows = itertools.chain([first] if first is not None else [], rows)
         out: list[Item] = []
         for rec in rows:
@@ -232,22 +232,22 @@ class Task:
 
     def sft_examples(self, n: int) -> list[tuple[Item, str]]:
         """``n`` distinct training items with their target completion for the warm start: the
-        ``sft_target_field`` text (or the preset's target function of the rendered prompt and the record),
+        ``sft.target_field`` text (or the preset's target function of the rendered prompt and the record),
         from the function's ``"sft"`` split or the training records in a seeded order.
 
         Raises:
             UserError: no target, a record without one.
         """
         if not self.sft_target_field and not self._sft_target_fn:
-            raise UserError(f"field 'sft_target_field': task '{self.name}' names no target field, so it has no "
-                            f"warm start (set sft_max_steps: 0, or name the field holding the target completion)")
+            raise UserError(f"field 'sft.target_field': task '{self.name}' names no target field, so it has no "
+                            f"warm start (set sft.max_steps: 0, or name the field holding the target completion)")
         target_fn = load_object(self._sft_target_fn, "sft target") if self._sft_target_fn else None
         if self.train_records is not None:
             order = list(self.train_records)
             random.Random(f"areal-sft:{self.seed}").shuffle(order)
             rows: Iterator[Record] = iter(order)
         else:
-            rows = self._iter(self.source, "field 'dataset'", "sft")
+            rows = self._iter(self.source, "field 'task.dataset'", "sft")
         out: list[tuple[Item, str]] = []
         seen: set[str] = set()
         for rec in rows:

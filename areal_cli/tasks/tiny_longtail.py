@@ -26,7 +26,7 @@ luck of the draw). The recipe's batch is one block (16 prompts x 4 samples).
 Learnability (measured): a plain-PyTorch warm start (default tiny Qwen3, batch 64, AdamW lr 3e-3) of a 4-digit
 variant of the same rule reached held-out greedy accuracy 0.05 after 50 steps, 0.44 after 75, 0.91 after 100 (long
 answers are learned last); on this task, 80 steps on answers of <= 12 numbers give 30/32 exact short held-out
-answers (``tests/test_longtail.py``). The recipe's warm start stops at ``sft_stop_accuracy`` (0.4: 120-145 steps
+answers (``tests/test_longtail.py``). The recipe's warm start stops at ``sft.stop_accuracy`` (0.4: 120-145 steps
 with its evaluation every 4 steps) and asynchronous PPO raises the accuracy from there
 (``recipes/tiny-longtail.yaml``; with lr 3e-4 and a warm start at 0.32 both modes collapsed onto one-number
 answers, hence lr 1e-4 and the later stop).
@@ -64,7 +64,7 @@ M_SIGMA = 1.5
 STRATA = 16  # training prompts per stratified block
 HELDOUT_PERCENT = 10
 SPLITS = ("train", "heldout")
-#: Tokens of the longest answer including the eos token: what ``max_new_tokens`` must allow.
+#: Tokens of the longest answer including the eos token: what ``rollout.max_new_tokens`` must allow.
 MAX_ANSWER_TOKENS = (DIGITS + 1) * M_MAX
 
 
@@ -252,7 +252,7 @@ def block_length_ratio(problems: list[LongtailProblem]) -> float:
 
 # The answer format and reward are tiny-arith's (the text before the first stop string, stripped, equals the
 # answer exactly): one implementation, imported at the top as this task's ``extract_answer``, ``is_correct``
-# and ``reward`` (the preset names ``areal_cli.tasks.tiny_longtail:reward``).
+# and ``task.reward`` (the preset names ``areal_cli.tasks.tiny_longtail:reward``).
 
 
 def _record(p: LongtailProblem) -> dict:

@@ -1,7 +1,7 @@
 """A run of ``areal train``: setup, the supervised warm start and the asynchronous RL loop, top to bottom.
 
 Processes (DESIGN §3): this process runs the rollout controller (asyncio) and the Megatron-core trainer
-(its steps in a worker thread, so rollouts keep streaming while it trains); ``n_servers`` rollout servers
+(its steps in a worker thread, so rollouts keep streaming while it trains); ``rollout.n_servers`` rollout servers
 run as child processes (:mod:`areal_cli.processes`); rewards are computed in a worker-process pool. With
 ``trainer_data_parallel x trainer_tensor_parallel x trainer_pipeline_parallel > 1`` the trainer is a group of
 torchrun ranks instead. Every trainer use goes through the group (:mod:`areal_cli.trainer.group`): engine
@@ -12,19 +12,19 @@ What is trained is the run's task (:mod:`areal_cli.tasks.task`): records, prompt
 and rollout workflow, each pluggable by ``module:attr`` (:mod:`areal_cli.api`).
 
 1. Read the task's records (bad data fails here, before anything starts), build the embedded tiny model
-   (or use ``model_path``), start the servers and the reward pool.
+   (or use ``model.path``), start the servers and the reward pool.
 2. Supervised warm start (part of the recipe, when the task names a target field): train on the task's
-   training split until held-out accuracy reaches ``sft_stop_accuracy`` (<= 0.5). That policy is version 0.
-3. RL steps: wait for ``batch_size`` accepted groups (episodes of the workflow, admitted under the staleness
+   training split until held-out accuracy reaches ``sft.stop_accuracy`` (<= 0.5). That policy is version 0.
+3. RL steps: wait for ``rollout.batch_size`` accepted groups (episodes of the workflow, admitted under the staleness
    bound eta), recompute proximal logprobs, compute advantages, one decoupled-PPO update per minibatch,
    publish version v+1 in HF format, pause -> load -> continue every server (interrupted samples resume with
    their prefix; the servers load while the trainer takes its next batch, and the load is awaited before the
    next publish and before an eval), measure held-out accuracy, append one line to ``metrics.jsonl``.
 
 For ``areal bench throughput`` (off by default, output unchanged): ``record_timeline=True`` writes
-``timeline.json`` (:class:`~areal_cli.timeline.Timeline`); ``trainer_cpus`` / ``server_cpus`` /
-``controller_cpus`` pin the trainer thread, the servers, and the rest of this process (controller, reward
-workers) to chosen cores; ``interruptible: false`` makes weight updates wait for in-flight samples instead of
+``timeline.json`` (:class:`~areal_cli.timeline.Timeline`); ``parallel.trainer_cpus`` / ``parallel.server_cpus`` /
+``parallel.controller_cpus`` pin the trainer thread, the servers, and the rest of this process (controller, reward
+workers) to chosen cores; ``rollout.interruptible: false`` makes weight updates wait for in-flight samples instead of
 aborting them.
 
 Modules:

@@ -14,12 +14,12 @@ from areal_cli.train_loop.context import RunContext
 
 async def evaluate(ctx: RunContext) -> float | None:
     """Held-out accuracy in [0, 1]: the task's workflow on the fixed held-out items with the evaluation's
-    sampling (``eval_temperature``, default greedy; ``eval_n_samples`` per prompt), the fraction of samples
+    sampling (``loop.eval_temperature``, default greedy; ``loop.eval_n_samples`` per prompt), the fraction of samples
     whose reward is > 0. An episode the workflow rejects, or whose reward failed (error / timeout), counts as
     wrong and is counted (``ctx.eval_failures``), as ``areal eval`` counts grader failures. Every token must come
     from one policy version (the servers' current one): nothing may update the weights during an evaluation.
 
-    Returns None when the run has no held-out items (``eval_n_prompts: 0``).
+    Returns None when the run has no held-out items (``loop.eval_n_prompts: 0``).
     Raises:
         WorkflowError: the workflow raised or returned something that is not a Group (one line).
         RuntimeError: the samples mix policy versions.
@@ -49,7 +49,7 @@ async def evaluate(ctx: RunContext) -> float | None:
     stats = ctx.eval_episodes.stats
     ctx.eval_failures = stats.reward_status["error"] + stats.reward_status["timeout"] - failed_before
     check_reward_health(stats, ctx.task.reward_spec)
-    n = ctx.cfg.eval_n_samples
+    n = ctx.cfg.loop.eval_n_samples
     correct = sum(sum(s.reward > 0 for s in g.samples) for g in groups if g is not None)
     total = sum(max(len(g.samples), n) if g is not None else n for g in groups)
     versions = {v for g in groups if g is not None for s in g.samples for v in s.versions if v >= 0}

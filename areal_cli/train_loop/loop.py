@@ -1,6 +1,6 @@
 """Phase 2 of a run: the asynchronous RL loop, one step top to bottom.
 
-Each step waits for ``batch_size`` accepted groups, trains on them (proximal logprobs, advantages, one
+Each step waits for ``rollout.batch_size`` accepted groups, trains on them (proximal logprobs, advantages, one
 decoupled-PPO update per minibatch), publishes version v+1 (the servers load it while the trainer takes its next
 batch), measures held-out accuracy when due, and appends one line to ``metrics.jsonl`` (and, for ``areal bench
 throughput``, one step to the :class:`~areal_cli.timeline.Timeline`).
@@ -45,9 +45,9 @@ def _cpu_snapshot(ctx: RunContext) -> dict:
 
 
 async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None) -> dict:
-    """Asynchronous RL until ``max_steps``, the target accuracy or the time limit.
+    """Asynchronous RL until ``loop.max_steps``, the target accuracy or the time limit.
 
-    Every ``checkpoint_every`` steps a checkpoint (:func:`~areal_cli.trainer.steps.save_trainer_checkpoint`) is written after the step's
+    Every ``loop.checkpoint_every`` steps a checkpoint (:func:`~areal_cli.trainer.steps.save_trainer_checkpoint`) is written after the step's
     metrics line. With ``resume``, the loop continues after the checkpointed step: weights and optimizer are
     already restored (:func:`~areal_cli.train_loop.setup.run_job`); here the data position, staleness
     counters, controller counters and RNG states are, ``metrics.jsonl`` is cut back to the checkpointed step,
@@ -73,7 +73,7 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
     metrics_path = ctx.out / "metrics.jsonl"
     resumes: list[dict] = list(rs.get("resumes", [])) if rs else []
     if rs is None:
-        await ctx.train("engine.set_lr", cfg.lr)
+        await ctx.train("engine.set_lr", cfg.ppo.lr)
         await ctx.train("engine.optimizer.state.clear")  # fresh AdamW moments for the RL phase
         version, acc, first_step = 0, warm["accuracy"], 1
         time_to_target, trained_tokens, last_tokens = None, 0, 0
@@ -115,14 +115,14 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
         mismatch_warned = False
         try:
             last_t = time.monotonic()
-            for step in range(first_step, cfg.max_steps + 1):
-                if cfg.lr_scheduler != "constant" or cfg.warmup_proportion:
+            for step in range(first_step, cfg.loop.max_steps + 1):
+                if cfg.ppo.lr_scheduler != "constant" or cfg.ppo.warmup_proportion:
                     from areal_cli.sft import lr_at
 
-                    await ctx.train("engine.set_lr", lr_at(step - 1, cfg.max_steps, cfg))
+                    await ctx.train("engine.set_lr", lr_at(step - 1, cfg.loop.max_steps, cfg.ppo))
                 t_wait = time.monotonic()
                 groups = await get_batch_watched(
-                    ctx, controller, step, consumer_version=version if cfg.stale_groups == "drop" else None)
+                    ctx, controller, step, consumer_version=version if cfg.rollout.stale_groups == "drop" else None)
                 t_batch = time.monotonic()
                 wait_s = t_batch - t_wait
                 train_stats = await ctx.train(f"{STEPS}:train_on_groups", groups, cfg,
@@ -145,10 +145,10 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                     loading = None
                 path = ctx.out / "weights" / f"v{version}"
                 # the last step: max_steps, or the time limit (the final policy is then evaluated and kept too)
-                time_up = bool(cfg.time_limit_s) and ctx.elapsed() > cfg.time_limit_s
-                last = step == cfg.max_steps or time_up
-                keep_copy = last or bool(cfg.checkpoint_every and step % cfg.checkpoint_every == 0)
-                if cfg.weight_update_mode == "xccl":  # broadcast from the trainer; servers paused meanwhile
+                time_up = bool(cfg.loop.time_limit_s) and ctx.elapsed() > cfg.loop.time_limit_s
+                last = step == cfg.loop.max_steps or time_up
+                keep_copy = last or bool(cfg.loop.checkpoint_every and step % cfg.loop.checkpoint_every == 0)
+                if cfg.rollout.weight_update_mode == "xccl":  # broadcast from the trainer; servers paused meanwhile
                     await sync_distributed(ctx, version)
                     ctx.version = version
                     controller.notify_version(version)
@@ -159,8 +159,8 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                     # The servers load it while the trainer goes on with the next batch (already generated
                     # under the staleness bound); rollouts of the new version are admitted once it is loaded.
                     loading = asyncio.create_task(load_version(ctx, controller, path, version))
-                eval_due = bool(cfg.eval_every) and (step % cfg.eval_every == 0 or last)
-                bench_every = cfg.eval_benchmark_every or cfg.eval_every
+                eval_due = bool(cfg.loop.eval_every) and (step % cfg.loop.eval_every == 0 or last)
+                bench_every = cfg.loop.eval_benchmark_every or cfg.loop.eval_every
                 bench_due = ctx.bench is not None and bool(bench_every) and (step % bench_every == 0
                                                                              or last)
                 if (eval_due or bench_due or last) and loading is not None:
@@ -231,7 +231,7 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                 if ctx.tracker is not None:
                     ctx.tracker.log(line)
                 ctx.status.step(line, cs)
-                if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+                if cfg.loop.checkpoint_every and step % cfg.loop.checkpoint_every == 0:
                     if loading is not None:  # the servers must hold this version: the staleness counter is v
                         await loading
                         loading = None
@@ -246,13 +246,13 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                     rng = capture_rng()
                     t_ck = time.monotonic()
                     ck = await ctx.train(f"{STEPS}:save_trainer_checkpoint", ctx.out, step, hf_dir=path,
-                                         rng=rng, state=state, keep=cfg.keep_checkpoints)
+                                         rng=rng, state=state, keep=cfg.loop.keep_checkpoints)
                     ctx.status.log(f"checkpoint {ck.relative_to(ctx.out)} ({time.monotonic() - t_ck:.2f} s)")
-                if time_to_target is None and cfg.target_accuracy and acc is not None and acc >= cfg.target_accuracy:
+                if time_to_target is None and cfg.loop.target_accuracy and acc is not None and acc >= cfg.loop.target_accuracy:
                     time_to_target = {"step": step, "elapsed_s": line["elapsed_s"], "rl_elapsed_s": line["rl_elapsed_s"]}
                     break
                 if time_up:
-                    ctx.status.log(f"time limit {cfg.time_limit_s}s reached: the policy of step {step} is the final one")
+                    ctx.status.log(f"time limit {cfg.loop.time_limit_s}s reached: the policy of step {step} is the final one")
                     break
             if loading is not None:
                 await loading
@@ -275,11 +275,11 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
             # also after Ctrl-C: the curve of the steps that were completed
             from areal_cli.plots import plot_learning_curve
 
-            plot_learning_curve(metrics_path, ctx.out / "learning_curve.png", target=cfg.target_accuracy)
+            plot_learning_curve(metrics_path, ctx.out / "learning_curve.png", target=cfg.loop.target_accuracy)
     final = ctx.out / "weights" / f"v{version}"
     summary = {
         "recipe": cfg.recipe, "ok": True, "final_version": version, "final_accuracy": acc,
-        "target_accuracy": cfg.target_accuracy, "target_reached": time_to_target is not None,
+        "target_accuracy": cfg.loop.target_accuracy, "target_reached": time_to_target is not None,
         "warm_start": warm, "time_to_target": time_to_target, "elapsed_s": round(ctx.elapsed(), 3),
         "final_weights": str(final), "controller": controller.stats.as_dict(),
         "reward_failures": controller.stats.reward_failure_examples, "task": ctx.task.name,
@@ -299,7 +299,7 @@ async def get_batch_watched(ctx: RunContext, controller: Any, step: int, every_s
     """``controller.get_batch(batch_size)``, saying once a minute why the wait is long when episodes are being
     dropped or rejected instead of accepted (a success-rate filter that drops every group of a model that
     always or never succeeds starves the trainer, as in AReaL; the counters say so)."""
-    task = asyncio.ensure_future(controller.get_batch(ctx.cfg.batch_size, consumer_version=consumer_version))
+    task = asyncio.ensure_future(controller.get_batch(ctx.cfg.rollout.batch_size, consumer_version=consumer_version))
     start = dict(controller.stats.as_dict())
     t0 = time.monotonic()
     try:
@@ -310,13 +310,13 @@ async def get_batch_watched(ctx: RunContext, controller: Any, step: int, every_s
             now = controller.stats.as_dict()
             delta = {k: now.get(k, 0) - start.get(k, 0) for k in ("groups_accepted", "groups_dropped_filter",
                                                                    "groups_rejected", "groups_dropped_reward_failure")}
-            ctx.status.log(f"step {step}: waiting {time.monotonic() - t0:.0f} s for a batch of {ctx.cfg.batch_size} "
+            ctx.status.log(f"step {step}: waiting {time.monotonic() - t0:.0f} s for a batch of {ctx.cfg.rollout.batch_size} "
                            f"groups: {delta['groups_accepted']} accepted, {delta['groups_dropped_filter']} dropped by "
-                           f"the success-rate filter [{ctx.cfg.success_rate_lb}, {ctx.cfg.success_rate_ub}], "
+                           f"the success-rate filter [{ctx.cfg.rollout.success_rate_lb}, {ctx.cfg.rollout.success_rate_ub}], "
                            f"{delta['groups_rejected']} rejected by the workflow, "
                            f"{delta['groups_dropped_reward_failure']} dropped by reward failures"
-                           + ("; almost every group is all-correct or all-wrong: a longer warm start (sft_max_steps), "
-                              "a wider success_rate_lb..success_rate_ub range or a larger group_size gives the trainer "
+                           + ("; almost every group is all-correct or all-wrong: a longer warm start (sft.max_steps), "
+                              "a wider rollout.success_rate_lb..success_rate_ub range or a larger rollout.group_size gives the trainer "
                               "batches" if delta["groups_dropped_filter"] > 10 * max(delta["groups_accepted"], 1)
                               else ""))
     finally:

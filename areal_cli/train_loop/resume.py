@@ -1,5 +1,5 @@
 """What a checkpoint holds of the run beyond the trainer: its config, its weights folder, and the rollout controller's
-counters and data position, saved every ``checkpoint_every`` steps and restored by ``areal train --resume``
+counters and data position, saved every ``loop.checkpoint_every`` steps and restored by ``areal train --resume``
 (semantics: :mod:`areal_cli.checkpoint`).
 """
 
@@ -24,11 +24,10 @@ def config_of_checkpoint(ckpt: Checkpoint) -> TrainConfig:
     where = ckpt.path / "state.json"
     if not isinstance(stored, dict):
         raise UserError(f"{where}: field 'config': missing")
-    known = {f.name for f in fields(TrainConfig)} - {"extra"}
-    unknown = sorted(set(stored) - known)
-    if unknown:
-        raise UserError(f"{where}: field 'config.{unknown[0]}': unknown key (written by another version?)")
-    cfg = TrainConfig(**stored)
+    try:
+        cfg = TrainConfig.from_dict(stored, f"{where}: config")
+    except UserError as e:
+        raise UserError(f"{e} (written by another version?)") from None
     cfg.validate(str(where))
     return cfg
 
@@ -57,8 +56,8 @@ def controller_state(controller: RolloutController, stream: PromptStream, cfg: T
     counters = controller.staleness.state_dict()
     return {
         "staleness": counters,
-        "staleness_capacity": staleness_capacity(cfg.max_head_offpolicyness, cfg.batch_size, counters),
-        "trained_groups": step * cfg.batch_size,
+        "staleness_capacity": staleness_capacity(cfg.rollout.max_head_offpolicyness, cfg.rollout.batch_size, counters),
+        "trained_groups": step * cfg.rollout.batch_size,
         "controller": {f.name: getattr(controller.stats, f.name) for f in fields(controller.stats)},
         "data": stream.position(controller.pending_group_ids()),
     }
@@ -79,7 +78,7 @@ def restore_controller(controller: RolloutController, cfg: TrainConfig, ckpt: Ch
         setattr(controller.stats, name, Counter(value) if name == "reward_status" else value)
     restored = sm.state_dict()
     n_pending = len(rs["data"]["pending"])
-    eta, b = cfg.max_head_offpolicyness, cfg.batch_size
+    eta, b = cfg.rollout.max_head_offpolicyness, cfg.rollout.batch_size
     return {
         "checkpoint": str(ckpt.path.relative_to(ckpt.path.parent.parent)), "step": ckpt.step,
         "metrics_lines_dropped": dropped_lines, "pending_reissued": n_pending,

@@ -1,11 +1,10 @@
 """The entry points of ``areal train``: a new run (:func:`run_training`), a resumed one (:func:`resume_training`), and
-the RL steps of ``epochs`` passes (:func:`steps_for_epochs`). Everything is checked before anything is written.
+the RL steps of ``loop.epochs`` passes (:func:`steps_for_epochs`). Everything is checked before anything is written.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import random
 import shutil
 from pathlib import Path
@@ -54,38 +53,38 @@ def run_training(cfg: TrainConfig, out: Path, *, live: bool = True, record_timel
             existing run directory, bad model path, or unavailable pinned cpus -- all before anything is written.
     """
     model_dir = None
-    if cfg.model_path is not None:
+    if cfg.model.path is not None:
         from areal_cli.models.gguf import resolve_model
         from areal_cli.rollout.engine import ModelSpec
 
-        model_dir = resolve_model(cfg.model_path, log=print)  # a .gguf file: dequantised once into a cache
+        model_dir = resolve_model(cfg.model.path, log=print)  # a .gguf file: dequantised once into a cache
         if not (model_dir / "config.json").is_file():
-            raise UserError(f"model_path '{cfg.model_path}': not a model directory (no config.json) or .gguf file")
+            raise UserError(f"model.path '{cfg.model.path}': not a model directory (no config.json) or .gguf file")
         ModelSpec.from_model_dir(model_dir)  # an unsupported family or feature: one line, before anything
-    if cfg.rollout_engine == "sglang":
+    if cfg.rollout.engine == "sglang":
         import importlib.util
 
         if importlib.util.find_spec("sglang") is None:
-            raise UserError(f"rollout_engine: sglang: the 'sglang' package is not installed here (a GPU run: "
+            raise UserError(f"rollout.engine: sglang: the 'sglang' package is not installed here (a GPU run: "
                             f"`areal reproduce {cfg.recipe}` on a machine with its GPUs, or `areal launch slurm "
-                            f"{cfg.recipe} ...` on a cluster; -o rollout_engine=embedded runs the CPU server)")
-    if cfg.model_path is None and cfg.rollout_engine != "embedded" and resume is None:
-        raise UserError(f"field 'model_path': rollout_engine {cfg.rollout_engine} serves a model directory; set "
-                        f"-o model_path=DIR (a published recipe's base model: `areal download {cfg.recipe} "
-                        f"--local-dir DIR`, then -o model_path=DIR/model -o dataset=DIR/data/FILE)")
+                            f"{cfg.recipe} ...` on a cluster; -o rollout.engine=embedded runs the CPU server)")
+    if cfg.model.path is None and cfg.rollout.engine != "embedded" and resume is None:
+        raise UserError(f"field 'model.path': rollout.engine {cfg.rollout.engine} serves a model directory; set "
+                        f"-o model.path=DIR (a published recipe's base model: `areal download {cfg.recipe} "
+                        f"--local-dir DIR`, then -o model.path=DIR/model -o task.dataset=DIR/data/FILE)")
     check_cpus(cfg)
     from areal_cli.tracking import Tracker, parse_loggers
 
-    loggers = parse_loggers(cfg.loggers)  # a missing package: one line, before any work
+    loggers = parse_loggers(cfg.loop.loggers)  # a missing package: one line, before any work
     if resume is not None and record_timeline:
         raise UserError("a resumed run cannot record a timeline (areal bench runs are not resumed)")
     task = Task(cfg)
-    if cfg.epochs and resume is None:
-        cfg = dataclasses.replace(cfg, max_steps=steps_for_epochs(cfg, task))
+    if cfg.loop.epochs and resume is None:
+        cfg = cfg.with_values({"loop.max_steps": steps_for_epochs(cfg, task)})
     created = not out.exists()
     if resume is None:
         prepare_out_dir(out)
-    torch.set_num_threads(cfg.torch_threads)
+    torch.set_num_threads(cfg.parallel.torch_threads)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     if resume is None:
@@ -94,7 +93,7 @@ def run_training(cfg: TrainConfig, out: Path, *, live: bool = True, record_timel
     timeline = Timeline() if record_timeline else None
     tracker = None
     try:
-        tracker = Tracker(loggers, out, cfg.to_dict(), project=cfg.wandb_project,
+        tracker = Tracker(loggers, out, cfg.to_dict(), project=cfg.loop.wandb_project,
                           resume_step=resume.step if resume is not None else None, log=status.log)
         with status:
             summary = asyncio.run(run_job(cfg, out, task, status, timeline, resume, model_dir, tracker))
@@ -122,19 +121,19 @@ def _has_rl_steps(metrics: Path) -> bool:
 
 
 def steps_for_epochs(cfg: TrainConfig, task: Task) -> int:
-    """RL steps of ``cfg.epochs`` passes over the training records: ``epochs * (records // batch_size)``
+    """RL steps of ``cfg.loop.epochs`` passes over the training records: ``epochs * (records // batch_size)``
     (AReaL counts steps per epoch the same way, before any filtering).
 
     Raises:
         UserError: a generated (endless) dataset, or fewer records than one batch.
     """
     if task.train_records is None:
-        raise UserError(f"field 'epochs': task '{task.name}' streams generated records; set max_steps instead")
-    per_epoch = len(task.train_records) // cfg.batch_size
+        raise UserError(f"field 'loop.epochs': task '{task.name}' streams generated records; set loop.max_steps instead")
+    per_epoch = len(task.train_records) // cfg.rollout.batch_size
     if per_epoch == 0:
-        raise UserError(f"field 'epochs': {len(task.train_records)} training records do not fill one batch of "
-                        f"{cfg.batch_size} prompts")
-    return cfg.epochs * per_epoch
+        raise UserError(f"field 'loop.epochs': {len(task.train_records)} training records do not fill one batch of "
+                        f"{cfg.rollout.batch_size} prompts")
+    return cfg.loop.epochs * per_epoch
 
 
 def resume_training(path: Path, *, live: bool = True) -> dict:
@@ -152,7 +151,7 @@ def resume_training(path: Path, *, live: bool = True) -> dict:
         raise UserError(f"{run_dir}: the run already finished (summary.json); nothing to resume")
     cfg = config_of_checkpoint(ckpt)
     truncate_metrics(run_dir / "metrics.jsonl", ckpt.step, write=False)  # checked now, cut when the run restarts
-    if cfg.model_path is None and not (run_dir / "model" / "base" / "config.json").is_file():
+    if cfg.model.path is None and not (run_dir / "model" / "base" / "config.json").is_file():
         raise UserError(f"{run_dir / 'model' / 'base'}: the run's base model is missing; cannot resume")
     return run_training(cfg, run_dir, live=live, resume=ckpt)
 

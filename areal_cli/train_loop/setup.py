@@ -33,7 +33,7 @@ from areal_cli.train_loop.warm_start import warm_start
 
 
 def sandbox_in_force(cfg: TrainConfig, task: Task, status: RunStatus) -> dict | None:
-    """For a code task: apply ``sandbox_isolation``, probe the sandbox once, warn in one line when its level is
+    """For a code task: apply ``task.sandbox_isolation``, probe the sandbox once, warn in one line when its level is
     below full (recorded in metrics.jsonl's first line and summary.json).
 
     Raises:
@@ -45,9 +45,9 @@ def sandbox_in_force(cfg: TrainConfig, task: Task, status: RunStatus) -> dict | 
     from areal_cli.sandbox.status import isolation_in_force, reduced_warning
 
     try:
-        state = isolation_in_force(cfg.sandbox_isolation)
+        state = isolation_in_force(cfg.task.sandbox_isolation)
     except SandboxError as exc:  # the key is named only when its value is what refused
-        where = "field 'sandbox_isolation': " if cfg.sandbox_isolation == "strict" and "strict" in str(exc) else ""
+        where = "field 'task.sandbox_isolation': " if cfg.task.sandbox_isolation == "strict" and "strict" in str(exc) else ""
         raise UserError(f"{where}code sandbox: {exc}") from None
     warning = reduced_warning(state)
     if warning:
@@ -62,7 +62,7 @@ async def run_job(cfg: TrainConfig, out: Path, task: Task, status: RunStatus, ti
     ``summary.json`` (and ``timeline.json`` with a ``timeline``). Returns the summary.
 
     Raises:
-        UserError: bad held-out set, ``top_k`` below the vocabulary, a sandbox that refuses; and whatever the
+        UserError: bad held-out set, ``rollout.top_k`` below the vocabulary, a sandbox that refuses; and whatever the
             phases raise.
     """
     from areal_cli.models.tiny import build_tiny_model, load_tokenizer
@@ -75,27 +75,27 @@ async def run_job(cfg: TrainConfig, out: Path, task: Task, status: RunStatus, ti
     else:
         status.log("building the embedded tiny Qwen3 model and tokenizer")
         base = build_tiny_model(out / "model" / "base", seed=cfg.seed, corpus=task.tokenizer_corpus(),
-                                vocab_size=cfg.model_vocab_size, hidden_size=cfg.model_hidden_size,
-                                num_layers=cfg.model_num_layers, chat_template=cfg.model_chat_template)
+                                vocab_size=cfg.model.vocab_size, hidden_size=cfg.model.hidden_size,
+                                num_layers=cfg.model.num_layers, chat_template=cfg.model.chat_template)
     tokenizer = load_tokenizer(base)
     task.bind(tokenizer)
-    eval_items = task.heldout(cfg.eval_n_prompts) if cfg.eval_n_prompts else []
-    if cfg.eval_n_prompts and not eval_items:
+    eval_items = task.heldout(cfg.loop.eval_n_prompts) if cfg.loop.eval_n_prompts else []
+    if cfg.loop.eval_n_prompts and not eval_items:
         if task.dropped_too_long:
-            raise UserError(f"field 'max_prompt_len': every held-out prompt is longer than {cfg.max_prompt_len} tokens "
-                            f"(raise it, or eval_n_prompts: 0 for no held-out evaluation)")
-        raise UserError(f"field 'eval_n_prompts': task '{task.name}' has no held-out prompt to evaluate "
-                        f"(set eval_dataset or heldout_fraction, or eval_n_prompts: 0)")
+            raise UserError(f"field 'task.max_prompt_len': every held-out prompt is longer than {cfg.task.max_prompt_len} tokens "
+                            f"(raise it, or loop.eval_n_prompts: 0 for no held-out evaluation)")
+        raise UserError(f"field 'loop.eval_n_prompts': task '{task.name}' has no held-out prompt to evaluate "
+                        f"(set task.eval_dataset or task.heldout_fraction, or loop.eval_n_prompts: 0)")
     stop_ids = stop_token_ids(base, tokenizer)
     from areal_cli.eval.in_loop import BenchmarkEval
 
     vocab = json.loads((base / "config.json").read_text()).get("vocab_size")
-    if vocab and 1 <= cfg.top_k < int(vocab):
-        raise UserError(f"field 'top_k': training samples must come from the untruncated policy: with top_k {cfg.top_k} "
+    if vocab and 1 <= cfg.rollout.top_k < int(vocab):
+        raise UserError(f"field 'rollout.top_k': training samples must come from the untruncated policy: with top_k {cfg.rollout.top_k} "
                         f"< the vocabulary ({vocab}) the rollout servers report logprobs of the untruncated "
                         "distribution (as SGLang does), so pi_prox/pi_behav would ignore the truncation; use -1 "
                         "(or a value >= the vocabulary, as AReaL's 1000000)")
-    bench = BenchmarkEval.prepare(cfg, tokenizer, base, stop_ids, int(vocab), tiny_model=cfg.model_path is None)
+    bench = BenchmarkEval.prepare(cfg, tokenizer, base, stop_ids, int(vocab), tiny_model=cfg.model.path is None)
     serve_dir, serve_version = base, 0
     if resume is not None:  # the servers restart with the checkpointed policy version
         serve_version = int(resume.state["version"])
@@ -105,7 +105,7 @@ async def run_job(cfg: TrainConfig, out: Path, task: Task, status: RunStatus, ti
     fleet = launch_servers(cfg, serve_dir, serve_version, out, status.log)
     # this process's threads other than the trainer's: the controller's event loop, or, when the controller
     # runs in its own process, the trainer's side (receiving batches, publishing)
-    main_cpus = trainer_cpus if (cfg.rollout_process and trainer_cpus) else controller_cpus
+    main_cpus = trainer_cpus if (cfg.parallel.rollout_process and trainer_cpus) else controller_cpus
     original_cpus = os.sched_getaffinity(0) if main_cpus else None
     for p in fleet.procs if server_cpus else ():
         pin_process(p.pid, server_cpus)
@@ -119,8 +119,8 @@ async def run_job(cfg: TrainConfig, out: Path, task: Task, status: RunStatus, ti
     try:
         sandbox = sandbox_in_force(cfg, task, status)  # before the reward workers start: they inherit the setting
         pool = open_reward_pool(cfg, task)
-        engine_kwargs = dict(hf_model_dir=base, lr=cfg.sft_lr, weight_decay=cfg.weight_decay,
-                             betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps, grad_clip=cfg.grad_clip,
+        engine_kwargs = dict(hf_model_dir=base, lr=cfg.sft.lr, weight_decay=cfg.ppo.weight_decay,
+                             betas=(cfg.ppo.adam_beta1, cfg.ppo.adam_beta2), eps=cfg.ppo.adam_eps, grad_clip=cfg.ppo.grad_clip,
                              seed=cfg.seed)
         trainer = await start_trainer(cfg, engine_kwargs, out, trainer_cpus, status.log)
         if resume is not None:
@@ -135,26 +135,26 @@ async def run_job(cfg: TrainConfig, out: Path, task: Task, status: RunStatus, ti
             on_activity = lambda url, kind, a, b: timeline.add(lanes.get(url, url), kind, a, b)  # noqa: E731
         vocab_size = trainer.info["vocab_size"]
         client = RolloutClient(urls, vocab_size=vocab_size,
-                               interruptible=cfg.interruptible, on_activity=on_activity)
-        if cfg.rollout_process:  # starts now, builds its controller during the warm start
+                               interruptible=cfg.rollout.interruptible, on_activity=on_activity)
+        if cfg.parallel.rollout_process:  # starts now, builds its controller during the warm start
             remote = RolloutProcess(RolloutSpec(cfg, str(base), urls, vocab_size,
                                                 controller_cpus, timeline is not None), on_activity=on_activity)
         episodes = episode_client(cfg, client, pool, tokenizer, task, stop_ids)
-        eval_sampling = dataclasses.replace(episodes.sampling, temperature=cfg.eval_temperature)
+        eval_sampling = dataclasses.replace(episodes.sampling, temperature=cfg.loop.eval_temperature)
         eval_episodes = episode_client(cfg, client, pool, tokenizer, task, stop_ids, sampling=eval_sampling,
-                                       group_size=cfg.eval_n_samples, rid_prefix="eval-")
+                                       group_size=cfg.loop.eval_n_samples, rid_prefix="eval-")
         ctx = RunContext(cfg, out, task, tokenizer, trainer, client, fleet, pool, episodes, eval_episodes, eval_items,
                          status, t0, timeline, remote, version=serve_version, bench=bench, tracker=tracker,
                          served=(serve_dir, serve_version))
         ctx.sandbox = sandbox
-        if not cfg.rollout_process:  # the controller's client is this one: heal servers that die
+        if not cfg.parallel.rollout_process:  # the controller's client is this one: heal servers that die
             from areal_cli.rollout.supervisor import FleetSupervisor
 
             ctx.fleet_lock = asyncio.Lock()
             ctx.supervisor = FleetSupervisor(
                 fleet, client, weights_of=lambda: ctx.served, lock=ctx.fleet_lock,
-                can_restart=cfg.weight_update_mode == "disk", max_restarts=cfg.server_max_restarts,
-                stall_s=cfg.server_stall_timeout_s, log=status.log, clock=lambda: time.monotonic() - t0)
+                can_restart=cfg.rollout.weight_update_mode == "disk", max_restarts=cfg.rollout.server_max_restarts,
+                stall_s=cfg.rollout.server_stall_timeout_s, log=status.log, clock=lambda: time.monotonic() - t0)
             supervising = ctx.supervisor_task = asyncio.create_task(ctx.supervisor.run())
 
         async def train() -> dict:
@@ -178,7 +178,7 @@ async def run_job(cfg: TrainConfig, out: Path, task: Task, status: RunStatus, ti
             await client.aclose()
         if pool is not None:
             pool.close()
-        if trainer is not None and cfg.weight_update_mode == "xccl":
+        if trainer is not None and cfg.rollout.weight_update_mode == "xccl":
             with contextlib.suppress(Exception):  # the servers leave the weight-update group
                 await trainer.call("areal_cli.rollout.weight_sync:close_engine_senders")
         fleet.stop()

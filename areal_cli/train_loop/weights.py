@@ -1,4 +1,4 @@
-"""Publishing a policy version: the trainer's weights saved in HF format (or broadcast, ``weight_update_mode: xccl``)
+"""Publishing a policy version: the trainer's weights saved in HF format (or broadcast, ``rollout.weight_update_mode: xccl``)
 and loaded on every server, under the lock that keeps weight updates and server restarts apart.
 """
 
@@ -27,7 +27,7 @@ def fleet_lock(ctx: RunContext):
 
 
 async def sync_distributed(ctx: RunContext, version: int) -> None:
-    """``weight_update_mode: xccl``: every trainer rank gathers the HF weights, rank 0 broadcasts them to the
+    """``rollout.weight_update_mode: xccl``: every trainer rank gathers the HF weights, rank 0 broadcasts them to the
     servers in buckets (:func:`areal_cli.rollout.weight_sync.sync_weights_from_engine`), around a pause of the
     servers (interruptible) or a hold of new submissions (non-interruptible)."""
     from areal_cli.rollout.weight_sync import update_weights_distributed

@@ -15,7 +15,7 @@ Three policies per token t:
 The loss is the negative objective summed over valid tokens and divided by the number of valid tokens in
 the *global* batch (all micro-batches, all data-parallel ranks), AReaL's token-level aggregation.
 
-Off-policy corrections of the behaviour weight ``w`` (``behav_imp_weight_mode``, :func:`behaviour_weights`):
+Off-policy corrections of the behaviour weight ``w`` (``ppo.behav_imp_weight_mode``, :func:`behaviour_weights`):
 
 * ``token_mask`` (default; AReaL boba² §5.2): tokens with ``w > cap`` (or ``w < lower``) get weight 0.
   With ``lower`` set this is IcePop's two-sided token masking (Ling team, "Every Step Evolves: Scaling RL
@@ -32,7 +32,7 @@ Off-policy corrections of the behaviour weight ``w`` (``behav_imp_weight_mode``,
 * ``sequence_truncate``: ``w := min(w_seq, cap)`` per sequence (AReaL's ``sequence_truncate``).
 * ``disabled``: ``w := 1`` (the behaviour policy is ignored: PPO against the proximal policy only).
 
-Naive PPO (proximal := behaviour, ``recompute_proximal: false``) makes ``w = 1`` by construction.
+Naive PPO (proximal := behaviour, ``ppo.recompute_proximal: false``) makes ``w = 1`` by construction.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class DecoupledPPOConfig:
     Attributes:
         eps_clip: PPO clip range eps (AReaL default 0.2).
         behav_imp_weight_cap: upper bound of the behaviour weight w = pi_prox/pi_behav (AReaL default 5.0):
-            above it a token (or sequence) is masked out, or its weight truncated, per ``behav_imp_weight_mode``;
+            above it a token (or sequence) is masked out, or its weight truncated, per ``ppo.behav_imp_weight_mode``;
             None disables the bound.
         behav_imp_weight_mode: one of :data:`BEHAV_IMP_WEIGHT_MODES` (see the module docstring).
         behav_imp_weight_lower: lower bound for the mask modes (IcePop's alpha, e.g. 0.5); None: no lower bound.

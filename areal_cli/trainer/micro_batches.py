@@ -103,13 +103,13 @@ def split_by_tokens(batch: "TrainBatch", max_tokens: int, *, pack: bool = True) 
     sequence lengths), packed (:func:`pack_rows`) or right-padded and trimmed (``pack=False``).
 
     Raises:
-        UserError: a sequence longer than ``max_tokens`` (field ``max_tokens_per_mb``).
+        UserError: a sequence longer than ``max_tokens`` (field ``ppo.max_tokens_per_mb``).
     """
     lengths = [int(x) for x in batch.lengths]
     if max(lengths) > max_tokens:
-        raise UserError(f"field 'max_tokens_per_mb': a sequence of {max(lengths)} tokens (prompt + response) does "
-                        f"not fit a micro-batch of {max_tokens} tokens; set max_tokens_per_mb >= max_prompt_len + "
-                        f"max_new_tokens")
+        raise UserError(f"field 'ppo.max_tokens_per_mb': a sequence of {max(lengths)} tokens (prompt + response) does "
+                        f"not fit a micro-batch of {max_tokens} tokens; set ppo.max_tokens_per_mb >= task.max_prompt_len + "
+                        f"rollout.max_new_tokens")
     out = []
     for group in ffd_allocate(lengths, max_tokens):
         rows = sorted(group)

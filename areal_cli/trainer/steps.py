@@ -71,9 +71,9 @@ def shaped_rewards(raw: torch.Tensor, cfg) -> torch.Tensor:
     """``clip((r + reward_bias) * reward_scaling, -max_reward_clip, max_reward_clip)`` (AReaL
     ``areal/trainer/ppo/actor.py``; realhf's ``((s - 0.5) * 2 - b) * c`` is bias ``-0.5 - b/2``, scaling ``2c``).
     ``max_reward_clip <= 0`` disables the clip. FloatTensor of ``raw``'s shape."""
-    r = (raw + float(cfg.reward_bias)) * float(cfg.reward_scaling)
-    if cfg.max_reward_clip > 0:
-        r = r.clamp(-float(cfg.max_reward_clip), float(cfg.max_reward_clip))
+    r = (raw + float(cfg.ppo.reward_bias)) * float(cfg.ppo.reward_scaling)
+    if cfg.ppo.max_reward_clip > 0:
+        r = r.clamp(-float(cfg.ppo.max_reward_clip), float(cfg.ppo.max_reward_clip))
     return r
 
 
@@ -81,7 +81,7 @@ def make_train_batch(groups: list[Group], cfg, pad_id: int) -> TrainBatch:
     """Pack groups into a right-padded TrainBatch with per-token advantages.
 
     Advantages: group normalisation (GRPO) of the shaped rewards (:func:`shaped_rewards`), or rewards
-    broadcast to tokens and normalised over all valid tokens of the batch (``adv_norm = global``).
+    broadcast to tokens and normalised over all valid tokens of the batch (``ppo.adv_norm = global``).
     Groups may differ in size (a workflow decides how many samples an episode has); group normalisation
     is then per group. A sample's own ``loss_mask`` (the concatenated multi-turn / agent layout) is written
     into the batch, so its environment and template tokens get loss mask 0 and advantage 0.
@@ -92,7 +92,7 @@ def make_train_batch(groups: list[Group], cfg, pad_id: int) -> TrainBatch:
          for s in samples], pad_id=pad_id
     )
     sizes = {len(g.samples) for g in groups}
-    if cfg.adv_norm == "group":
+    if cfg.ppo.adv_norm == "group":
         if len(sizes) == 1:
             raw = torch.tensor([[s.reward for s in g.samples] for g in groups], dtype=torch.float32)
             adv = group_normalized_advantages(shaped_rewards(raw, cfg)).flatten()
@@ -168,14 +168,14 @@ def off_policy_diagnostics(batches: list[TrainBatch], trainer_version: int | Non
 
 
 def proximal_source(cfg) -> str:
-    """Where :func:`ppo_update` takes the proximal logprobs from: ``"behaviour"`` (``recompute_proximal:
-    false``, naive PPO), ``"recompute"`` or ``"reuse"`` (``prox_logp_method``; ``auto`` = reuse when
-    ``ppo_n_minibatches`` is 1, the only case where the training forward's weights are the proximal policy's)."""
-    if not cfg.recompute_proximal:
+    """Where :func:`ppo_update` takes the proximal logprobs from: ``"behaviour"`` (``ppo.recompute_proximal:
+    false``, naive PPO), ``"recompute"`` or ``"reuse"`` (``ppo.prox_logp_method``; ``auto`` = reuse when
+    ``ppo.n_minibatches`` is 1, the only case where the training forward's weights are the proximal policy's)."""
+    if not cfg.ppo.recompute_proximal:
         return "behaviour"
-    method = getattr(cfg, "prox_logp_method", "recompute")
+    method = cfg.ppo.prox_logp_method
     if method == "auto":
-        return "reuse" if cfg.ppo_n_minibatches == 1 else "recompute"
+        return "reuse" if cfg.ppo.n_minibatches == 1 else "recompute"
     return method
 
 
@@ -183,12 +183,12 @@ def ppo_update(engine, batch: TrainBatch, cfg, trainer_version: int | None = Non
     """Proximal logprobs, then one decoupled-PPO optimiser step per minibatch (runs in a thread).
 
     Proximal logprobs (:func:`proximal_source`): ``recompute`` runs a forward pass with the weights before the
-    step; ``reuse`` takes the training forward's own logprobs, detached (AReaL's ``prox_logp_method``
+    step; ``reuse`` takes the training forward's own logprobs, detached (AReaL's ``ppo.prox_logp_method``
     ``reuse_train_logp``): with one optimiser step per batch the weights of that forward ARE the proximal
     policy, so the loss and its gradient are the recomputed ones (tests/test_ppo_update.py) for one forward
-    pass fewer. ``behaviour`` (``recompute_proximal: false``) is naive PPO.
+    pass fewer. ``behaviour`` (``ppo.recompute_proximal: false``) is naive PPO.
 
-    Minibatches: ``ppo_n_minibatches`` contiguous row splits. With ``max_tokens_per_mb > 0`` each minibatch is
+    Minibatches: ``ppo.n_minibatches`` contiguous row splits. With ``max_tokens_per_mb > 0`` each minibatch is
     split into micro-batches of at most that many tokens and packed (:func:`~areal_cli.trainer.micro_batches.
     split_by_tokens`; right-padded instead under pipeline parallelism); proximal logprobs are recomputed per
     micro-batch with the weights from before the step, and gradients accumulate over the micro-batches of a
@@ -199,23 +199,23 @@ def ppo_update(engine, batch: TrainBatch, cfg, trainer_version: int | None = Non
     iw_truncated_frac, the :func:`off_policy_diagnostics`, ``n_micro_batches`` and ``cpu_s``: CPU seconds of
     the calling thread (compared with wall time it shows whether the trainer had its core to itself).
     Raises:
-        UserError: a sequence longer than ``max_tokens_per_mb``.
+        UserError: a sequence longer than ``ppo.max_tokens_per_mb``.
     """
     from areal_cli.trainer.micro_batches import split_by_tokens
 
     cpu0 = time.thread_time()
-    budget = int(getattr(cfg, "max_tokens_per_mb", 0) or 0)
+    budget = int(cfg.ppo.max_tokens_per_mb or 0)
     source = proximal_source(cfg)
 
     def proximal(b: TrainBatch) -> None:
         if source == "recompute":
-            b.proximal_logprobs = engine.logprobs(b, temperature=cfg.temperature) * b.loss_mask
+            b.proximal_logprobs = engine.logprobs(b, temperature=cfg.rollout.temperature) * b.loss_mask
         elif source == "behaviour":
             b.proximal_logprobs = b.behaviour_logprobs.clone()
         # reuse: set by loss_fn from the training forward
 
     if budget:
-        minibatches = batch.split(cfg.ppo_n_minibatches)
+        minibatches = batch.split(cfg.ppo.n_minibatches)
         plan = [(mb, split_by_tokens(mb, budget, pack=getattr(engine, "pp", 1) == 1)) for mb in minibatches]
         for _, micro in plan:  # all proximal logprobs before the first update
             for m in micro:
@@ -223,7 +223,7 @@ def ppo_update(engine, batch: TrainBatch, cfg, trainer_version: int | None = Non
         diagnosed = [m for _, micro in plan for m in micro]
     else:
         proximal(batch)
-        plan = [(mb, [mb]) for mb in batch.split(cfg.ppo_n_minibatches)]
+        plan = [(mb, [mb]) for mb in batch.split(cfg.ppo.n_minibatches)]
         diagnosed = [batch]
     try:
         params = next(iter(engine.model.parameters()), None)
@@ -233,9 +233,8 @@ def ppo_update(engine, batch: TrainBatch, cfg, trainer_version: int | None = Non
     if source != "reuse":
         diagnostics = off_policy_diagnostics(diagnosed, trainer_version, source == "recompute", float32)
     seen: list[TrainBatch] = []  # reuse: the (micro-)batches loss_fn saw, with their proximal logprobs
-    loss_cfg = DecoupledPPOConfig(cfg.eps_clip, cfg.behav_imp_weight_cap,
-                                  getattr(cfg, "behav_imp_weight_mode", "token_mask"),
-                                  getattr(cfg, "behav_imp_weight_lower", 0.0) or None)
+    loss_cfg = DecoupledPPOConfig(cfg.ppo.eps_clip, cfg.ppo.behav_imp_weight_cap,
+                                  cfg.ppo.behav_imp_weight_mode, cfg.ppo.behav_imp_weight_lower or None)
     totals: dict[str, float] = {"n_tokens": 0.0, "n_clipped": 0.0, "n_iw_capped": 0.0, "n_iw_truncated": 0.0}
     out: dict[str, float] = {}
     for mb, micro in plan:
@@ -252,7 +251,7 @@ def ppo_update(engine, batch: TrainBatch, cfg, trainer_version: int | None = Non
                 totals[k] += st[k]
             return loss
 
-        out = engine.train_step(micro, loss_fn, temperature=cfg.temperature)
+        out = engine.train_step(micro, loss_fn, temperature=cfg.rollout.temperature)
     if source == "reuse":  # (under data parallelism: this rank's rows)
         diagnostics = off_policy_diagnostics(seen, trainer_version, True, float32)
     _sum_over_data_parallel(totals)

@@ -47,12 +47,12 @@ def turn_end_token_of(tokenizer: Any, turn_end_token: str | None = None) -> tupl
     """
     tok = turn_end_token or getattr(tokenizer, "eos_token", None)
     if not tok:
-        raise UserError("field 'workflow_args.turn_end_token': the tokenizer has no eos token; name the token that "
+        raise UserError("field 'task.workflow_args.turn_end_token': the tokenizer has no eos token; name the token that "
                         "ends an assistant turn in its chat template")
     tid = tokenizer.convert_tokens_to_ids(tok)
     if not isinstance(tid, int) or tid < 0 or (getattr(tokenizer, "unk_token_id", None) is not None
                                                 and tid == tokenizer.unk_token_id):
-        raise UserError(f"field 'workflow_args.turn_end_token': {tok!r} is not a token of the model's tokenizer")
+        raise UserError(f"field 'task.workflow_args.turn_end_token': {tok!r} is not a token of the model's tokenizer")
     return tok, int(tid)
 
 
@@ -84,25 +84,25 @@ def template_suffix_ids(tokenizer: Any, new_messages: Sequence[dict], *, turn_en
             cut does not tokenise as the full render (the template is not splittable at a turn end).
     """
     if not getattr(tokenizer, "chat_template", None):
-        raise UserError("field 'workflow': the multi-turn workflow needs a tokenizer with a chat template")
+        raise UserError("field 'task.workflow': the multi-turn workflow needs a tokenizer with a chat template")
     end_text, _ = turn_end_token_of(tokenizer, turn_end_token)
     msgs = [{"role": "user", "content": _STUB_USER}, {"role": "assistant", "content": _STUB_ANSWER},
             *[dict(m) for m in new_messages]]
     try:
         text = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=add_generation_prompt)
     except Exception as e:  # noqa: BLE001 - jinja errors of the model's template
-        raise UserError(f"field 'workflow': the chat template failed on a multi-turn conversation: "
+        raise UserError(f"field 'task.workflow': the chat template failed on a multi-turn conversation: "
                         f"{type(e).__name__}: {e}") from None
     at = text.find(_STUB_ANSWER)
     end = text.find(end_text, at + len(_STUB_ANSWER)) if at >= 0 else -1
     if end < 0:
-        raise UserError(f"field 'workflow_args.turn_end_token': the chat template does not end an assistant turn "
+        raise UserError(f"field 'task.workflow_args.turn_end_token': the chat template does not end an assistant turn "
                         f"with {end_text!r}; name the token that does")
     cut = end + len(end_text)
     head, tail = text[:cut], text[cut:]
     new = _ids(tokenizer, tail)
     if not new or _ids(tokenizer, text) != _ids(tokenizer, head) + new:
-        raise UserError(f"field 'workflow': the chat template's turn after {end_text!r} does not tokenise on its own "
+        raise UserError(f"field 'task.workflow': the chat template's turn after {end_text!r} does not tokenise on its own "
                         f"as in the full conversation; multi-turn token ids cannot be built without re-tokenising")
     return new
 

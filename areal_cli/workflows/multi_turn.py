@@ -1,7 +1,7 @@
 """Multi-turn RL: AReaL's multi-turn workflow (answer, be scored, get feedback, try again) over a token-exact
 conversation (:mod:`areal_cli.workflows.conversation`).
 
-One episode (:meth:`MultiTurnWorkflow.arun_episode`) = ``group_size`` independent conversations on one prompt.
+One episode (:meth:`MultiTurnWorkflow.arun_episode`) = ``rollout.group_size`` independent conversations on one prompt.
 Each conversation (:class:`Conversation`) runs up to ``max_turns`` turns:
 
 1. the model answers ``Conversation.ids`` (the whole conversation so far, sent as token ids);
@@ -34,7 +34,7 @@ logprob 0, version -1 in the trainer's batch) and each generated token is traine
 turn. Under causal attention the logprobs of a turn's tokens are the same as in AReaL's one concatenated
 sequence with a loss mask over every assistant turn, so the loss (a sum over the same loss tokens) is the same up
 to the advantage statistics -- group normalisation runs over turns, not conversations -- and to the
-sequence-level off-policy corrections (``behav_imp_weight_mode: sequence_*`` see a turn as the sequence); it
+sequence-level off-policy corrections (``ppo.behav_imp_weight_mode: sequence_*`` see a turn as the sequence); it
 costs a re-read of the earlier turns per turn.
 (The concatenated form, ``layout: concat``: one sample per conversation, :meth:`Conversation.concat_trajectory`,
 with a per-token loss mask whose zeros cover the feedback and template tokens inside the response; only with
@@ -117,7 +117,7 @@ def success_reward(conv: Conversation, turn_discount: float) -> float:
 # The workflow
 # --------------------------------------------------------------------------------------------------
 def _bad(name: str, why: str, value: Any) -> UserError:
-    return UserError(f"field 'workflow_args.{name}': {why} (got {value!r})")
+    return UserError(f"field 'task.workflow_args.{name}': {why} (got {value!r})")
 
 
 def _number(name: str, value: Any) -> float:
@@ -145,7 +145,7 @@ def _text(name: str, value: Any) -> str:
 
 
 class MultiTurnWorkflow:
-    """``async arun_episode(client, item) -> Group``: ``group_size`` conversations of up to ``max_turns`` turns
+    """``async arun_episode(client, item) -> Group``: ``rollout.group_size`` conversations of up to ``max_turns`` turns
     (module docstring: data flow, token-exactness, reward rules, layout).
 
     Args:
@@ -157,8 +157,8 @@ class MultiTurnWorkflow:
             ran all turns: ``false``, with ``success_feedback`` after a right answer.
         success_feedback: the user message after a right answer when conversations go on.
         turn_reward_bias, turn_reward_scaling: ``per_turn`` shaping of each turn's reward before discounting.
-        n_samples: conversations per prompt (default: the run's ``group_size``).
-        max_new_tokens: generation budget of EACH turn (default: the run's ``max_new_tokens``).
+        n_samples: conversations per prompt (default: the run's ``rollout.group_size``).
+        max_new_tokens: generation budget of EACH turn (default: the run's ``rollout.max_new_tokens``).
         max_total_tokens: cap on a conversation's length in tokens (prompt + every turn + template ids), e.g. the
             servers' context length: a turn's budget is cut to the room left, and a conversation with no room for
             another turn ends there (AReaL's ``ArealOpenAI(engine_max_tokens)`` rule); None: no cap (then the
@@ -171,7 +171,7 @@ class MultiTurnWorkflow:
             with a per-token loss mask, AReaL's ``MultiTurnWorkflow`` / ``export_interactions(style="concat")``;
             needs ``reward_mode: final``).
     Raises:
-        UserError: one line naming the bad argument (``field 'workflow_args.max_turns': ...``).
+        UserError: one line naming the bad argument (``field 'task.workflow_args.max_turns': ...``).
     """
 
     def __init__(self, max_turns: int = 2, turn_discount: float = 0.9, feedback: str = FEEDBACK,

@@ -5,7 +5,7 @@ within ``max_turns``: :mod:`areal_cli.workflows.multi_turn`, ``eval_export``). T
 numbers of a run's saved weights -- the warm start's (``weights/sft-step<N>``) and the last policy's
 (``weights/v<N>``) -- on the run's fixed held-out prompts, greedy, with one embedded rollout server and the
 task's reward function called in this process (it must be a pure function, as tiny-arith's is). Weights of a
-single-turn run can be measured the same way (``workflow_args`` of the multi-turn recipe): its first-try
+single-turn run can be measured the same way (``task.workflow_args`` of the multi-turn recipe): its first-try
 accuracy is its held-out accuracy.
 
 Run as ``python -m areal_cli.workflows.multi_turn_eval RUN_DIR [RUN_DIR ...] [--workflow-args JSON]``: one
@@ -59,9 +59,9 @@ def evaluate_weights(model_dirs: Sequence[Path], cfg: Any, *, workflow_args: dic
     Args:
         model_dirs: Hugging Face directories sharing one tokenizer (the first one's is used).
         cfg: the run's :class:`~areal_cli.config.TrainConfig` (task, held-out prompts, workflow arguments).
-        workflow_args: :class:`MultiTurnWorkflow` arguments (default: ``cfg.workflow_args``).
-        n_prompts: held-out prompts (default ``cfg.eval_n_prompts``).
-        max_new_tokens: per-turn budget (default ``cfg.max_new_tokens``).
+        workflow_args: :class:`MultiTurnWorkflow` arguments (default: ``cfg.task.workflow_args``).
+        n_prompts: held-out prompts (default ``cfg.loop.eval_n_prompts``).
+        max_new_tokens: per-turn budget (default ``cfg.rollout.max_new_tokens``).
     Returns:
         one dict per directory: ``first_try``, ``within_max_turns``, ``mean_turns``, ``n``, ``reward_failures``.
     Raises:
@@ -78,10 +78,10 @@ def evaluate_weights(model_dirs: Sequence[Path], cfg: Any, *, workflow_args: dic
     dirs = [Path(d).resolve() for d in model_dirs]
     tokenizer = load_tokenizer(dirs[0])
     task = Task(cfg, load_workflow=False).bind(tokenizer)
-    items = task.heldout(n_prompts or cfg.eval_n_prompts)
-    workflow = MultiTurnWorkflow(**dict(cfg.workflow_args if workflow_args is None else workflow_args))
+    items = task.heldout(n_prompts or cfg.loop.eval_n_prompts)
+    workflow = MultiTurnWorkflow(**dict(cfg.task.workflow_args if workflow_args is None else workflow_args))
     vocab = json.loads((dirs[0] / "config.json").read_text())["vocab_size"]
-    params = SamplingParams(max_new_tokens=max_new_tokens or cfg.max_new_tokens, temperature=0.0,
+    params = SamplingParams(max_new_tokens=max_new_tokens or cfg.rollout.max_new_tokens, temperature=0.0,
                             stop_token_ids=stop_token_ids(dirs[0], tokenizer) or None)
 
     async def run(url: str) -> list[dict[str, float]]:
@@ -113,8 +113,7 @@ def evaluate_run(run_dir: Path, *, workflow_args: dict | None = None, n_prompts:
 
     run_dir = Path(run_dir)
     raw = json.loads((run_dir / "config.json").read_text())
-    known = {f for f in TrainConfig.__dataclass_fields__}
-    cfg = TrainConfig(**{k: v for k, v in raw.items() if k in known})
+    cfg = TrainConfig.from_dict(raw, str(run_dir / "config.json"))
     sft, last = final_weights(run_dir)
     ws, fin = evaluate_weights([sft, last], cfg, workflow_args=workflow_args, n_prompts=n_prompts)
     return {"run": str(run_dir), "warm_start": ws, "final": fin, "weights": [sft.name, last.name]}

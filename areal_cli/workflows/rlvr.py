@@ -1,7 +1,7 @@
 """RLVR: the single-turn workflow of every built-in RL task (AReaL ``areal/workflow/rlvr.py`` with
 ``GroupedRolloutWorkflow``).
 
-One episode = one prompt: ``group_size`` samples in one batched request (interrupted samples resume with
+One episode = one prompt: ``rollout.group_size`` samples in one batched request (interrupted samples resume with
 their prefix after a weight update), each scored by the task's reward function on its decoded text and the
 record's fields. A reward that fails (error or timeout) raises :class:`~areal_cli.api.types.RewardFailed`
 out of the episode, which the controller counts as a dropped group.
@@ -16,8 +16,8 @@ class RLVRWorkflow:
     """``async arun_episode(client, item) -> Group``: ``client.group_size`` samples of ``item``, rewarded.
 
     Args:
-        n_samples: samples per prompt (default: the run's ``group_size``).
-        max_new_tokens: generation budget (default: the run's ``max_new_tokens``).
+        n_samples: samples per prompt (default: the run's ``rollout.group_size``).
+        max_new_tokens: generation budget (default: the run's ``rollout.max_new_tokens``).
     """
 
     def __init__(self, n_samples: int | None = None, max_new_tokens: int | None = None) -> None:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 # `areal train` overrides for a deterministic 3-step run from the warm model (eta 0, greedy, global advantage
 # normalisation, no warm start): runs that differ only in their parallel layout must match step by step
-SYNC = ["max_head_offpolicyness=0", "temperature=0", "adv_norm=global", "success_rate_lb=0", "success_rate_ub=1",
-        "group_size=1", "sft_max_steps=0", "batch_size=8", "eval_n_prompts=16", "target_accuracy=0",
-        "torch_threads=1", "max_steps=3"]
+SYNC = ["rollout.max_head_offpolicyness=0", "rollout.temperature=0", "ppo.adv_norm=global", "rollout.success_rate_lb=0", "rollout.success_rate_ub=1",
+        "rollout.group_size=1", "sft.max_steps=0", "rollout.batch_size=8", "loop.eval_n_prompts=16", "loop.target_accuracy=0",
+        "parallel.torch_threads=1", "loop.max_steps=3"]
 
 
 def build_warm_model(d: Path) -> Path:
@@ -26,9 +26,9 @@ def build_warm_model(d: Path) -> Path:
     base = build_tiny_model(d / "base", seed=cfg.seed, corpus=task.tokenizer_corpus())
     tok = load_tokenizer(base)
     task.bind(tok)
-    eng = MegatronEngine(base, lr=cfg.sft_lr, seed=cfg.seed)
+    eng = MegatronEngine(base, lr=cfg.sft.lr, seed=cfg.seed)
     exs = [(item.prompt_ids, tok.encode(t, add_special_tokens=False) + [tok.eos_token_id])
-           for item, t in task.sft_examples(cfg.sft_n_examples)]
+           for item, t in task.sft_examples(cfg.sft.n_examples)]
     stage = SftStage(eng, exs, SftConfig.from_train_config(cfg), pad_id=tok.pad_token_id)
     for _ in range(30):
         stage.step()

@@ -10,7 +10,7 @@ samples really are about eta versions old) and reports, per variant and eta:
   mean and spread over seeds;
 - **time to target**: RL seconds (held-out evaluations excluded; the step after an evaluation imputed, as in
   ``areal bench throughput`` with ``impute_post_eval_steps``) until the seed-averaged accuracy curve first reaches
-  the target (the scenario's ``target_accuracy``, or by default the synchronous runs' mean final accuracy);
+  the target (the scenario's ``loop.target_accuracy``, or by default the synchronous runs' mean final accuracy);
 - **realised staleness**: mean versions between a trained sample's first token and the step that trains it
   (AReaL's head off-policyness), and the off-policy statistics of the loss (``iw_capped_frac``, ``clip_frac``,
   ``iw_truncated_frac``) averaged over steps.
@@ -18,7 +18,7 @@ samples really are about eta versions old) and reports, per variant and eta:
 Variants (:data:`VARIANTS`; a scenario may also define its own as ``{name: {recipe field: value}}``):
 
 =============================  =====================================================================================
-``naive``                      proximal := behaviour (``recompute_proximal: false``): standard PPO on stale data
+``naive``                      proximal := behaviour (``ppo.recompute_proximal: false``): standard PPO on stale data
 ``decoupled``                  decoupled PPO, AReaL's correction: tokens with pi_prox/pi_behav above the cap masked
 ``decoupled-none``             decoupled PPO without any behaviour-weight correction (``behav_imp_weight_mode:
                                disabled``): what the proximal policy alone buys

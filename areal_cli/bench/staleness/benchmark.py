@@ -62,7 +62,7 @@ def run_ablation(scenario: Scenario, out: Path, *, extra_overrides: list[str] | 
     machine = {"start": machine_description()}
     t_bench = time.monotonic()
 
-    warm = shared_warm_start(_run_cfg(scenario, extra, cpu_items + ["max_steps=0"]), out, log, scenario.recipe)
+    warm = shared_warm_start(_run_cfg(scenario, extra, cpu_items + ["loop.max_steps=0"]), out, log, scenario.recipe)
 
     runs: list[dict] = []
     plan = run_plan(scenario)
@@ -71,9 +71,9 @@ def run_ablation(scenario: Scenario, out: Path, *, extra_overrides: list[str] | 
         label = f"{i:03d}-{variant}-eta{eta}-r{rep}"
         ov = SYNC_OVERRIDES if variant == SYNC else scenario.variants[variant]
         items = cpu_items + override_items(ov) + [
-            f"seed={seed}", f"model_path={Path(warm['weights']).resolve()}", "sft_max_steps=0", f"max_steps={scenario.steps}",
-            f"eval_every={scenario.accuracy_every}", "target_accuracy=0", "time_limit_s=0",
-            f"max_head_offpolicyness={eta}"]
+            f"seed={seed}", f"model.path={Path(warm['weights']).resolve()}", "sft.max_steps=0", f"loop.max_steps={scenario.steps}",
+            f"loop.eval_every={scenario.accuracy_every}", "loop.target_accuracy=0", "loop.time_limit_s=0",
+            f"rollout.max_head_offpolicyness={eta}"]
         cfg = _run_cfg(scenario, extra, items)
         run_dir = out / "runs" / label
         with output_to(out / "runs" / f"{label}.console.log"):

@@ -16,21 +16,23 @@ from areal_cli.errors import UserError
 
 #: Built-in variants: recipe overrides on top of the scenario's (eta = 0 runs once, as ``sync``).
 VARIANTS: dict[str, dict[str, Any]] = {
-    "naive": {"recompute_proximal": False},
-    "decoupled": {"recompute_proximal": True, "behav_imp_weight_mode": "token_mask", "behav_imp_weight_lower": 0.0},
-    "decoupled-none": {"recompute_proximal": True, "behav_imp_weight_mode": "disabled", "behav_imp_weight_lower": 0.0},
-    "decoupled-token_truncate": {"recompute_proximal": True, "behav_imp_weight_mode": "token_truncate",
-                                 "behav_imp_weight_lower": 0.0},
-    "decoupled-sequence_mask": {"recompute_proximal": True, "behav_imp_weight_mode": "sequence_mask",
-                                "behav_imp_weight_lower": 0.0},
-    "decoupled-sequence_truncate": {"recompute_proximal": True, "behav_imp_weight_mode": "sequence_truncate",
-                                    "behav_imp_weight_lower": 0.0},
-    "decoupled-icepop": {"recompute_proximal": True, "behav_imp_weight_mode": "token_mask",
-                         "behav_imp_weight_lower": 0.5},
+    "naive": {"ppo.recompute_proximal": False},
+    "decoupled": {"ppo.recompute_proximal": True, "ppo.behav_imp_weight_mode": "token_mask",
+                  "ppo.behav_imp_weight_lower": 0.0},
+    "decoupled-none": {"ppo.recompute_proximal": True, "ppo.behav_imp_weight_mode": "disabled",
+                       "ppo.behav_imp_weight_lower": 0.0},
+    "decoupled-token_truncate": {"ppo.recompute_proximal": True, "ppo.behav_imp_weight_mode": "token_truncate",
+                                 "ppo.behav_imp_weight_lower": 0.0},
+    "decoupled-sequence_mask": {"ppo.recompute_proximal": True, "ppo.behav_imp_weight_mode": "sequence_mask",
+                                "ppo.behav_imp_weight_lower": 0.0},
+    "decoupled-sequence_truncate": {"ppo.recompute_proximal": True, "ppo.behav_imp_weight_mode": "sequence_truncate",
+                                    "ppo.behav_imp_weight_lower": 0.0},
+    "decoupled-icepop": {"ppo.recompute_proximal": True, "ppo.behav_imp_weight_mode": "token_mask",
+                         "ppo.behav_imp_weight_lower": 0.5},
 }
 #: The synchronous run (eta = 0) every variant shares.
 SYNC = "sync"
-SYNC_OVERRIDES = {"recompute_proximal": False}
+SYNC_OVERRIDES = {"ppo.recompute_proximal": False}
 
 DEFAULT_SCENARIO: dict[str, Any] = {
     "name": "staleness-tiny-longtail",
@@ -42,8 +44,8 @@ DEFAULT_SCENARIO: dict[str, Any] = {
     "accuracy_every": 5,
     "target_accuracy": None,
     "cpus": {"trainer": "0", "server": "1", "controller": "1"},
-    "overrides": {"success_rate_lb": 0.0, "success_rate_ub": 1.0, "rollout_process": True,
-                  "stale_groups": "train"},
+    "overrides": {"rollout.success_rate_lb": 0.0, "rollout.success_rate_ub": 1.0, "parallel.rollout_process": True,
+                  "rollout.stale_groups": "train"},
 }
 
 
@@ -53,7 +55,7 @@ class Scenario:
 
     Attributes:
         recipe: recipe name or path (a built-in task; default ``tiny-longtail``).
-        etas: ``max_head_offpolicyness`` values; 0 runs once per seed (the synchronous baseline).
+        etas: ``rollout.max_head_offpolicyness`` values; 0 runs once per seed (the synchronous baseline).
         variants: ``{name: recipe overrides}`` of the loss variants (names of :data:`VARIANTS`, or your own).
         steps: RL steps per run (no early stop).
         seeds: runs per grid point; repeat r uses seed ``recipe seed + r``.

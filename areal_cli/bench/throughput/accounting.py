@@ -170,7 +170,7 @@ def mean_occupancy(intervals: list[tuple[float, float]], window: tuple[float, fl
 
 def batch_straggler(intervals: list[tuple[float, float]]) -> dict[str, float] | None:
     """The straggler time of ONE synchronous batch, from its requests (submitted together when its policy version
-    was loaded; a request is one group of ``group_size`` samples).
+    was loaded; a request is one group of ``rollout.group_size`` samples).
 
     With ``N`` requests and ``n(t)`` of them in flight, the batch occupies the server from its first submission to
     its last answer (``span``); at full occupancy ``N`` the same request-seconds would take

@@ -69,7 +69,7 @@ def run_benchmark(scenario: Scenario, out: Path, *, extra_overrides: list[str] |
     t_bench = time.monotonic()
 
     # 1. one supervised warm start, shared by every run
-    warm = shared_warm_start(_run_cfg(scenario, extra, cpu_items + ["max_steps=0"]), out, log, scenario.recipe)
+    warm = shared_warm_start(_run_cfg(scenario, extra, cpu_items + ["loop.max_steps=0"]), out, log, scenario.recipe)
 
     # 2. interleaved runs
     runs: list[dict] = []
@@ -79,18 +79,18 @@ def run_benchmark(scenario: Scenario, out: Path, *, extra_overrides: list[str] |
         interruptible = mode != "async_noninterruptible"
         label = f"{i:02d}-{mode}-r{rep}"
         seed = base_cfg.seed + (rep if scenario.seed_per_repeat else 0)
-        items = cpu_items + [f"seed={seed}", f"model_path={Path(warm['weights']).resolve()}", "sft_max_steps=0",
-                             f"max_steps={scenario.steps}", f"eval_every={scenario.accuracy_every or scenario.steps}",
-                             "target_accuracy=0",
-                             "time_limit_s=0", f"max_head_offpolicyness={eta}",
-                             f"interruptible={'true' if interruptible else 'false'}"]
+        items = cpu_items + [f"seed={seed}", f"model.path={Path(warm['weights']).resolve()}", "sft.max_steps=0",
+                             f"loop.max_steps={scenario.steps}", f"loop.eval_every={scenario.accuracy_every or scenario.steps}",
+                             "loop.target_accuracy=0",
+                             "loop.time_limit_s=0", f"rollout.max_head_offpolicyness={eta}",
+                             f"rollout.interruptible={'true' if interruptible else 'false'}"]
         cfg = _run_cfg(scenario, extra, items, sync=mode == "sync")
         run_dir = out / "runs" / label
         with output_to(out / "runs" / f"{label}.console.log"):
             summary = run_training(cfg, run_dir, live=False, record_timeline=True)
         tl = json.loads((run_dir / "timeline.json").read_text())
         r = summarize_run(tl, summary, label=label, mode=mode, repeat=rep, eta=eta, interruptible=interruptible,
-                          eval_n_prompts=cfg.eval_n_prompts, impute_after_eval=scenario.impute_post_eval_steps)
+                          eval_n_prompts=cfg.loop.eval_n_prompts, impute_after_eval=scenario.impute_post_eval_steps)
         r["seed"], r["dir"] = seed, str(run_dir)
         runs.append(r)
         timelines.setdefault(mode, tl)  # the first run of each mode is plotted

@@ -31,8 +31,8 @@ DEFAULT_SCENARIO: dict[str, Any] = {
     "accuracy_every": 5,
     "seed_per_repeat": True,
     "cpus": {"trainer": "0", "server": "1", "controller": "1"},
-    "overrides": {"success_rate_lb": 0.0, "success_rate_ub": 1.0, "batch_size": 48, "group_size": 3,
-                  "rollout_process": True},
+    "overrides": {"rollout.success_rate_lb": 0.0, "rollout.success_rate_ub": 1.0, "rollout.batch_size": 48,
+                  "rollout.group_size": 3, "parallel.rollout_process": True},
     "generate_compare": {"n_prompts": 32, "min_new_tokens": 16, "max_new_tokens": 256, "seed": 0,
                          "hf_per_prompt": True},
     "target_async_over_sync": 1.8,
@@ -50,7 +50,7 @@ class Scenario:
     Attributes:
         steps: RL steps per run (every run trains exactly this many; no early stop).
         repeats: how many times each mode runs (interleaved, ABBA order).
-        eta_sync, eta_async: ``max_head_offpolicyness`` of the two modes.
+        eta_sync, eta_async: ``rollout.max_head_offpolicyness`` of the two modes.
         compare_interruptible: also run async with non-interruptible weight updates.
         accuracy_every: held-out accuracy every this many steps (0: after the last step only); gives each
             run's accuracy curve against RL time and the time-to-equal-accuracy ratio.

@@ -1,0 +1,203 @@
+"""Dotted keys of :class:`~areal_cli.config.train.TrainConfig`: the table of every setting, the flat names of
+earlier releases, and reading a (nested, dotted or flat) mapping of settings.
+
+A key is ``section.field`` (``rollout.group_size``) or a top-level field (``recipe``, ``seed``). In YAML a
+section is a mapping (``rollout: {group_size: 8}``); a dotted key (``rollout.group_size: 8``) is the same
+setting. ``task: NAME`` is short for ``task.preset: NAME``. The flat names of earlier releases
+(:data:`FLAT_NAMES`: ``group_size``, ``sft_lr``, ``trainer_data_parallel``, ...) are still read; each source that
+uses them gets one line on stderr naming the new keys.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import sys
+import typing
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from areal_cli.config.sections import SECTIONS
+from areal_cli.errors import UserError
+from areal_cli.typed_yaml import LineDict, coerce
+
+#: Top-level fields of TrainConfig (not in a section).
+TOP_LEVEL = ("recipe", "seed")
+
+#: Flat names whose field was renamed inside its section (the rest keep their name: ``group_size`` ->
+#: ``rollout.group_size``; every ``sft`` field was ``sft_<name>``).
+_RENAMED = {
+    "model.path": "model_path", "model.hidden_size": "model_hidden_size", "model.num_layers": "model_num_layers",
+    "model.vocab_size": "model_vocab_size", "model.chat_template": "model_chat_template",
+    "task.preset": "task", "rollout.engine": "rollout_engine", "ppo.n_minibatches": "ppo_n_minibatches",
+    "parallel.data": "trainer_data_parallel", "parallel.tensor": "trainer_tensor_parallel",
+    "parallel.pipeline": "trainer_pipeline_parallel",
+}
+
+
+@dataclass(frozen=True)
+class Key:
+    """One setting: its dotted name, section (None for a top-level field), field name and declared type."""
+
+    dotted: str
+    section: str | None
+    name: str
+    type: Any
+
+
+def _table() -> tuple[dict[str, Key], dict[str, str]]:
+    keys: dict[str, Key] = {n: Key(n, None, n, {"recipe": str, "seed": int}[n]) for n in TOP_LEVEL}
+    flat: dict[str, str] = {}
+    for sec, cls in SECTIONS.items():
+        hints = typing.get_type_hints(cls)
+        for f in fields(cls):
+            dotted = f"{sec}.{f.name}"
+            keys[dotted] = Key(dotted, sec, f.name, hints[f.name])
+            old = _RENAMED.get(dotted) or (f"sft_{f.name}" if sec == "sft" else f.name)
+            if old in flat:
+                raise AssertionError(f"flat name {old} for both {flat[old]} and {dotted}")
+            flat[old] = dotted
+    return keys, flat
+
+
+#: Every setting: dotted name -> :class:`Key`.
+KEYS, FLAT_NAMES = _table()
+#: FLAT_NAMES: the flat name of earlier releases -> the dotted key (``"sft_lr" -> "sft.lr"``).
+
+
+def resolve_key(key: str, where: str, prefix: str = "") -> tuple[str, bool]:
+    """The dotted key for ``key`` as written, and whether it was a flat name of an earlier release.
+
+    Args:
+        where: ``file:line`` or ``-o ITEM``, the start of an error message.
+        prefix: how the settings are reached in the file (``train.``), shown before the key in messages.
+    Raises:
+        UserError: ``where: field 'prefix.key': unknown key`` (with the closest known keys).
+    """
+    if key in KEYS:
+        return key, False
+    if key == "task":
+        return "task.preset", False  # task: NAME is short for task.preset: NAME
+    if key in FLAT_NAMES:
+        return FLAT_NAMES[key], True
+    close = difflib.get_close_matches(key, list(KEYS) + list(FLAT_NAMES), n=3, cutoff=0.75)
+    close = list(dict.fromkeys(FLAT_NAMES.get(c, c) for c in close))
+    hint = f" (did you mean {' or '.join(close)}?)" if close else " (the keys: `areal train --list-settings`)"
+    raise UserError(f"{where}: field '{prefix}{key}': unknown key{hint}")
+
+
+def coerce_value(dotted: str, value: object, where: str) -> object:
+    """``value`` converted to the declared type of setting ``dotted`` (:func:`areal_cli.typed_yaml.coerce`).
+
+    Raises:
+        UserError: ``where: field 'dotted': expected T, got V`` (or ``must be one of ...`` for a ``Literal``).
+    """
+    return coerce(dotted, value, KEYS[dotted].type, where)
+
+
+def get_value(cfg: Any, dotted: str) -> Any:
+    """The value of setting ``dotted`` in ``cfg``."""
+    k = KEYS[dotted]
+    return getattr(getattr(cfg, k.section), k.name) if k.section else getattr(cfg, k.name)
+
+
+def set_value(cfg: Any, dotted: str, value: Any) -> None:
+    """Set setting ``dotted`` of ``cfg`` to ``value`` (no conversion, no check)."""
+    k = KEYS[dotted]
+    setattr(getattr(cfg, k.section) if k.section else cfg, k.name, value)
+
+
+@dataclass
+class Entry:
+    """One setting read from a file or an override: the dotted key, the value as written, its line and the key
+    as the user wrote it (a flat name of an earlier release, a dotted key or a section's field)."""
+
+    dotted: str
+    value: Any
+    line: int
+    written: str
+
+
+def read_mapping(data: Any, source: str, prefix: str = "") -> list[Entry]:
+    """The settings of a YAML mapping (read by :func:`areal_cli.typed_yaml.read_yaml`): sections as mappings,
+    dotted keys, top-level fields and flat names of earlier releases, in any mix.
+
+    Args:
+        data: the mapping (a :class:`~areal_cli.typed_yaml.LineDict` gives line numbers).
+        source: the file, for messages (``file:line: field 'prefix.key'``).
+        prefix: how the mapping is reached in the file (``train`` for a recipe's section), for messages.
+    Raises:
+        UserError: not a mapping, a section that is not a mapping, unknown key, a key given twice (flat and
+            dotted), each with ``file:line`` and the field.
+    """
+    pre = f"{prefix}." if prefix else ""
+    line_of = data.at if isinstance(data, LineDict) else (lambda k: 1)
+    if not isinstance(data, dict):
+        raise UserError(f"{source}:{getattr(data, 'line', 1)}: {prefix or 'settings'}: expected a mapping of "
+                        f"key: value")
+    out: list[Entry] = []
+    for key, value in data.items():
+        key_s, line = str(key), line_of(key)
+        if key_s in SECTIONS and isinstance(value, dict):
+            sub_line = value.at if isinstance(value, LineDict) else (lambda k, _line=line: _line)
+            for sub, v in value.items():
+                dotted = f"{key_s}.{sub}"
+                if dotted not in KEYS:
+                    known = ", ".join(f.name for f in fields(SECTIONS[key_s]))
+                    raise UserError(f"{source}:{sub_line(sub)}: field '{pre}{dotted}': unknown key (known in "
+                                    f"{key_s}: {known})")
+                out.append(Entry(dotted, v, sub_line(sub), dotted))
+            continue
+        if key_s in SECTIONS and key_s != "task":
+            raise UserError(f"{source}:{line}: field '{pre}{key_s}': expected a mapping of {key_s} settings, "
+                            f"got {value!r}")
+        dotted, _ = resolve_key(key_s, f"{source}:{line}", pre)
+        out.append(Entry(dotted, value, line, key_s))
+    seen: dict[str, Entry] = {}
+    for e in out:
+        if e.dotted in seen:
+            first = seen[e.dotted]
+            raise UserError(f"{source}:{e.line}: field '{pre}{e.dotted}': given twice ('{first.written}' at line "
+                            f"{first.line}, '{e.written}' here)")
+        seen[e.dotted] = e
+    return out
+
+
+_noted: set[str] = set()
+
+
+def note_flat_names(source: str, written: list[str]) -> None:
+    """One line on stderr when ``source`` used flat names of earlier releases (``written``), naming the new
+    keys; said once per source and set of names."""
+    old = [w for w in dict.fromkeys(written) if w in FLAT_NAMES and w not in KEYS and w != "task"]
+    if not old:
+        return
+    pairs = [f"{w} -> {FLAT_NAMES[w]}" for w in old]
+    shown = ", ".join(pairs[:4]) + (f" and {len(pairs) - 4} more" if len(pairs) > 4 else "")
+    msg = f"note: {source}: flat setting names are deprecated, use the sectioned keys ({shown})"
+    if msg not in _noted:
+        _noted.add(msg)
+        print(msg, file=sys.stderr)
+
+
+def field_docs() -> dict[str, str]:
+    """Dotted key -> the docstring written after its field in :mod:`areal_cli.config.sections` (and the
+    top-level fields' in :mod:`areal_cli.config.train`), whitespace folded."""
+    docs: dict[str, str] = {}
+    by_class = {cls.__name__: sec for sec, cls in SECTIONS.items()}
+    here = Path(__file__).parent
+    for file in ("sections.py", "train.py"):
+        tree = ast.parse((here / file).read_text(encoding="utf-8"))
+        for node in tree.body:
+            if not isinstance(node, ast.ClassDef) or node.name not in (*by_class, "TrainConfig"):
+                continue
+            sec = by_class.get(node.name)
+            body = node.body
+            for a, b in zip(body, body[1:]):
+                if (isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and isinstance(b, ast.Expr)
+                        and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str)):
+                    name = f"{sec}.{a.target.id}" if sec else a.target.id
+                    if name in KEYS:
+                        docs[name] = " ".join(b.value.value.split())
+    return docs

@@ -1,0 +1,316 @@
+"""The sections of :class:`TrainConfig`: every setting of an ``areal train`` run, with its type and meaning.
+
+Megatron-core's ``TransformerConfig`` is the model: one dataclass per concern, one docstring per field (the
+string after it, which :func:`areal_cli.config.keys.field_docs` reads), enumerations as ``Literal`` types
+(checked when a value is read and again by :meth:`TrainConfig.validate`). Names follow AReaL where one exists
+(``max_head_offpolicyness``, ``behav_imp_weight_cap``, ``prox_logp_method``, ...).
+
+A key is written ``section.field`` in recipes and ``-o`` overrides (``rollout.group_size: 8``,
+``-o ppo.lr=1e-5``); the flat names of earlier releases (``group_size``, ``sft_lr``, ``trainer_data_parallel``)
+are still read, with a one-line note (:data:`areal_cli.config.keys.FLAT_NAMES`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+#: Off-policy corrections of the behaviour weight (the loss's own list: areal_cli.trainer.decoupled_ppo; a test
+#: keeps the two equal without importing torch here).
+BEHAV_IMP_WEIGHT_MODES = ("token_mask", "token_truncate", "sequence_mask", "sequence_truncate", "disabled")
+
+BehavImpWeightMode = Literal["token_mask", "token_truncate", "sequence_mask", "sequence_truncate", "disabled"]
+
+
+@dataclass
+class ModelSection:
+    """The policy: a Hugging Face checkpoint folder, or the embedded tiny Qwen3 the kit builds itself."""
+
+    path: str | None = None
+    """Checkpoint folder (config.json, weights, tokenizer); None: build the embedded tiny Qwen3 (no download)."""
+    hidden_size: int = 128
+    """Embedded tiny model only: hidden size."""
+    num_layers: int = 2
+    """Embedded tiny model only: decoder layers."""
+    vocab_size: int = 512
+    """Embedded tiny model only: tokenizer vocabulary (trained on the task's corpus)."""
+    chat_template: Literal["chatml", "qwen3", "r1"] = "chatml"
+    """Embedded tiny model only: chat template. ``chatml`` (<|im_start|>...), ``qwen3`` (chatml + <think>
+    tokens) or ``r1`` (DeepSeek-R1's <｜User｜>/<｜Assistant｜>, BOS, <think>), so miniatures read the upstream
+    record formats."""
+
+
+@dataclass
+class TaskSection:
+    """What is trained on and how it is scored: dataset, prompt, reward and rollout workflow
+    (:mod:`areal_cli.api`; presets in :mod:`areal_cli.tasks.registry`). ``""`` means the preset's value. User
+    code is named ``package.module:attr`` or ``path/file.py:attr`` (relative paths: to the recipe's folder;
+    ``-o`` overrides: to the current directory)."""
+
+    preset: str = "tiny-arith"
+    """Task preset: tiny-arith | tiny-longtail | math-rl | code-rl | math-multi-turn | custom | ..."""
+    dataset: str = ""
+    """Training records: a .jsonl/.parquet file or folder, ``hf:OWNER/NAME[/file]`` (at dataset_revision), or
+    ``module:function(split, seed) -> Iterable[dict]``."""
+    dataset_revision: str = ""
+    """``hf:`` datasets: a 40-hex commit of the dataset repository."""
+    dataset_split: str = "train"
+    """``hf:`` datasets: the split."""
+    eval_dataset: str = ""
+    """Held-out records (same forms); "": heldout_fraction of the dataset, chosen by a hash of the id."""
+    heldout_fraction: float = 0.1
+    """Share of the dataset held out for evaluation when eval_dataset is "" (in [0, 1))."""
+    shuffle_dataset: bool = True
+    """A new seeded order every epoch."""
+    prompt_field: str = ""
+    """The record field with the prompt (a string, or a messages list)."""
+    prompt_template: str = ""
+    """``chat`` | ``none`` | an ``areal eval`` protocol (r1-distill, qwen3-think, ...)."""
+    id_field: str = ""
+    """The record field that identifies it ("": ``id`` if present, else file:line)."""
+    required_fields: list[str] = field(default_factory=list)
+    """Record fields that must be present; a record without one is a file:line error."""
+    reward: str = ""
+    """``reward(prompt, completion, prompt_ids, completion_ids, **fields) -> float``."""
+    workflow: str = ""
+    """``async arun_episode(client, item) -> Group | None``; "": areal_cli.workflows.rlvr:RLVRWorkflow."""
+    workflow_args: dict = field(default_factory=dict)
+    """Keyword arguments of the workflow class."""
+    max_prompt_len: int = 0
+    """Tokens; longer prompts are dropped and counted (0: no limit)."""
+    code_dir: str = ""
+    """Put first on sys.path for ``module:attr`` names ("": the recipe's folder)."""
+    reward_timeout_s: float = 5.0
+    """Seconds one reward call may take before it scores 0 (counted)."""
+    reward_workers: int = 1
+    """Processes that compute rewards."""
+    sandbox_isolation: Literal["auto", "strict"] = "auto"
+    """Code tasks: ``strict`` refuses to grade without every sandbox layer; ``auto`` uses what the host has."""
+
+
+@dataclass
+class SftSection:
+    """The supervised warm start (:mod:`areal_cli.sft`) that runs before RL; part of the recipe."""
+
+    n_examples: int = 4000
+    """Training examples generated or read for the warm start."""
+    batch_size: int = 64
+    """Sequences per optimiser step."""
+    lr: float = 1e-3
+    """Learning rate (AdamW; betas, eps, weight decay and grad clip from the ppo section)."""
+    max_steps: int = 400
+    """Optimiser steps at most (0: no warm start)."""
+    eval_every: int = 10
+    """Steps between held-out greedy evaluations."""
+    stop_accuracy: float = 0.4
+    """Stop as soon as held-out greedy accuracy reaches this (<= 0.5, so RL has something to learn)."""
+    max_tokens_per_mb: int = 16384
+    """Micro-batches of at most this many tokens (first-fit decreasing)."""
+    pack_row_tokens: int = 0
+    """Sequences are packed end to end into rows of this many tokens (0: as wide as the micro-batch's longest
+    sequence)."""
+    target_field: str = ""
+    """The record field whose text is the warm start's target completion."""
+
+
+@dataclass
+class RolloutSection:
+    """Generation: batch shape, sampling, the staleness bound and the rollout servers."""
+
+    n_servers: int = 1
+    """Rollout servers."""
+    batch_size: int = 16
+    """Prompt groups consumed per training step."""
+    group_size: int = 8
+    """Samples per prompt (n)."""
+    max_head_offpolicyness: int = 4
+    """Staleness bound eta (AReaL, boba² §4): a sample may be generated by a policy at most eta versions older
+    than the one it trains; 0 = synchronous PPO."""
+    max_concurrent_rollouts: int = 0
+    """Cap on groups in flight; 0: batch_size * (eta + 1)."""
+    stale_groups: Literal["drop", "train"] = "drop"
+    """A group finished after later ones (a long answer, a re-issued straggler) may be older than eta when the
+    trainer takes it: ``drop`` it (staleness_max <= eta for every trained batch; counted, its slot goes back to
+    admission) or ``train`` on it (AReaL's rule: staleness bounded at admission only; no selection against long
+    answers, realised staleness in staleness_hist)."""
+    temperature: float = 1.0
+    """Sampling temperature (>= 0)."""
+    top_p: float = 1.0
+    """Nucleus sampling; training needs 1.0 (the servers report logprobs of the untruncated distribution)."""
+    top_k: int = -1
+    """Top-k sampling; -1: off."""
+    max_new_tokens: int = 8
+    """Tokens generated per sample at most."""
+    min_new_tokens: int = 0
+    """End tokens are masked until this many tokens were generated."""
+    success_rate_lb: float = 0.0
+    """Groups whose success rate is below this are dropped (counted)."""
+    success_rate_ub: float = 1.0
+    """Groups whose success rate is above this are dropped (counted)."""
+    interruptible: bool = True
+    """Weight updates abort in-flight samples, which are resumed with the new weights; False: wait for them."""
+    engine: Literal["embedded", "sglang", "external"] = "embedded"
+    """``embedded`` (the kit's CPU server, n_servers of them), ``sglang`` (n_servers SGLang servers launched as
+    children; GPUs) or ``external`` (servers already running: server_urls or $AREAL_LLM_SERVER_ADDRS)."""
+    server_urls: str = ""
+    """External engine: comma-separated host:port."""
+    server_max_running_requests: int = 256
+    """Requests a server decodes at once; 0: SGLang decides (engine sglang only)."""
+    server_max_total_tokens: int = 65536
+    """KV-cache cap per server, tokens; 0: SGLang decides (engine sglang only)."""
+    server_max_restarts: int = 3
+    """Servers that die or stop answering are restarted with the current weights
+    (:mod:`areal_cli.rollout.supervisor`), at most this many times each."""
+    server_stall_timeout_s: float = 60.0
+    """A server with requests in flight and no answer for this long is probed with /model_info and restarted
+    when that fails too."""
+    sglang_tp_size: int = 1
+    """GPUs per SGLang server (tensor parallel)."""
+    sglang_mem_fraction_static: float = 0.8
+    """Share of GPU memory SGLang reserves for weights and KV cache, in (0, 1)."""
+    sglang_dtype: Literal["auto", "bfloat16", "float16", "float32"] = "bfloat16"
+    """SGLang's --dtype."""
+    sglang_extra_args: str = ""
+    """Appended verbatim (shell-split) to ``python -m sglang.launch_server``."""
+    sglang_context_length: int = 0
+    """SGLang's --context-length; 0: max_prompt_len (or 1024) + max_new_tokens."""
+    weight_update_mode: Literal["disk", "xccl"] = "disk"
+    """Weight sync after each step: ``disk`` (save HF weights, /update_weights_from_disk) or ``xccl`` (AReaL's
+    name: /update_weights_from_distributed, a bucketed broadcast from the trainer's head rank; nccl on GPUs,
+    gloo on CPU)."""
+    weight_update_chunk_mb: float = 1024.0
+    """Bucket size of the distributed weight sync, MB."""
+
+    @property
+    def effective_max_concurrent(self) -> int:
+        """Concurrency cap on running groups: max_concurrent_rollouts, or batch_size * (eta + 1)."""
+        return self.max_concurrent_rollouts or self.batch_size * (self.max_head_offpolicyness + 1)
+
+
+@dataclass
+class PPOSection:
+    """The policy update: optimiser, decoupled PPO loss (boba² §5, Eq. 5), off-policy corrections, advantages."""
+
+    lr: float = 3e-4
+    """Learning rate of the RL steps (AdamW)."""
+    lr_scheduler: Literal["constant", "linear", "cosine"] = "constant"
+    """Learning-rate schedule over max_steps (:func:`areal_cli.sft.lr_at`)."""
+    warmup_proportion: float = 0.0
+    """Linear warmup over this fraction of max_steps."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    adam_beta1: float = 0.9
+    """AdamW beta1."""
+    adam_beta2: float = 0.999
+    """AdamW beta2."""
+    adam_eps: float = 1e-8
+    """AdamW eps (> 0)."""
+    grad_clip: float = 1.0
+    """Global gradient-norm clip."""
+    eps_clip: float = 0.2
+    """PPO clip range of pi_theta / pi_prox."""
+    behav_imp_weight_cap: float = 5.0
+    """Cap on the behaviour weight w = pi_prox / pi_behav (> 1; tokens above it are masked or truncated)."""
+    behav_imp_weight_mode: BehavImpWeightMode = "token_mask"
+    """Off-policy correction of w (:mod:`areal_cli.trainer.decoupled_ppo`): token_mask (AReaL), token_truncate
+    (TIS), sequence_mask (MIS), sequence_truncate, disabled."""
+    behav_imp_weight_lower: float = 0.0
+    """Mask modes: also mask w below this (IcePop's alpha, e.g. 0.5); 0: off."""
+    adv_norm: Literal["group", "global"] = "group"
+    """Advantage normalisation: per prompt group (GRPO) or over all valid tokens of the batch."""
+    reward_bias: float = 0.0
+    """Reward shaping before advantages (AReaL actor): clip((r + reward_bias) * reward_scaling, +-max_reward_clip)."""
+    reward_scaling: float = 1.0
+    """See reward_bias (> 0)."""
+    max_reward_clip: float = 20.0
+    """See reward_bias; 0: no clip."""
+    n_minibatches: int = 1
+    """Optimiser steps per training step (AReaL ppo_n_minibatches); must divide rollout.batch_size."""
+    max_tokens_per_mb: int = 0
+    """Micro-batches of at most this many tokens per forward/backward (first fit decreasing, sequences packed;
+    :mod:`areal_cli.trainer.micro_batches`); 0: one micro-batch per minibatch, right-padded."""
+    recompute_proximal: bool = True
+    """Decoupled PPO (boba² Eq. 5); False: proximal := behaviour (standard PPO)."""
+    prox_logp_method: Literal["auto", "recompute", "reuse"] = "auto"
+    """Where the proximal logprobs come from (AReaL actor.prox_logp_method): ``recompute`` = a forward pass with
+    the weights before the step; ``reuse`` = the training forward's own logprobs, detached (exact when the step
+    is one optimiser step, n_minibatches = 1; one forward pass fewer per step); ``auto`` = reuse when
+    n_minibatches = 1, else recompute."""
+
+
+@dataclass
+class ParallelSection:
+    """Where the work runs: trainer parallelism (world = data x tensor x pipeline ranks), processes, CPU pinning."""
+
+    data: int = 1
+    """Trainer data-parallel ranks. World 1 = the trainer thread in this process (default), else torchrun ranks
+    on this machine (logs/trainer-rank*.log)."""
+    tensor: int = 1
+    """Trainer tensor-parallel ranks (Megatron-core)."""
+    pipeline: int = 1
+    """Trainer pipeline-parallel stages (Megatron-core)."""
+    rollout_process: bool = False
+    """Run the rollout controller in its own process (no GIL shared with the trainer)."""
+    torch_threads: int = 1
+    """torch intra-op threads of the trainer."""
+    trainer_cpus: str = ""
+    """CPU pinning of the trainer thread (forward/backward, optimiser, weight saving): a Linux cpu list such as
+    ``0`` or ``0-3,6``; "": none."""
+    server_cpus: str = ""
+    """CPU pinning of every embedded server process ("": none)."""
+    controller_cpus: str = ""
+    """CPU pinning of the rollout controller (HTTP client, reward dispatch) and its reward workers: the rest of
+    this process, or with rollout_process the rollout process (this process's other threads then go with
+    trainer_cpus). "": none."""
+
+    @property
+    def world_size(self) -> int:
+        """Trainer ranks: data x tensor x pipeline."""
+        return self.data * self.tensor * self.pipeline
+
+
+@dataclass
+class LoopSection:
+    """The training loop: length, held-out evaluation, tracking and checkpoints."""
+
+    max_steps: int = 200
+    """RL steps at most."""
+    epochs: int = 0
+    """> 0: max_steps = epochs * (training records // batch_size), as AReaL counts (file datasets)."""
+    target_accuracy: float = 0.9
+    """Stop early once held-out accuracy reaches it (0 disables)."""
+    eval_every: int = 1
+    """Steps between held-out evaluations."""
+    eval_n_prompts: int = 128
+    """Held-out prompts of the task evaluated every eval_every steps (0: none)."""
+    eval_n_samples: int = 1
+    """Samples per held-out prompt."""
+    eval_temperature: float = 0.0
+    """Sampling temperature of the evaluations; 0: greedy."""
+    eval_benchmarks: list[str] = field(default_factory=list)
+    """``areal eval`` benchmarks evaluated in the loop (:mod:`areal_cli.eval.in_loop`), every
+    eval_benchmark_every steps and after the warm start, with the held-out evaluation's sampling."""
+    eval_data_dir: str = ""
+    """Benchmark files (like ``areal eval --data-dir``; relative to the recipe)."""
+    eval_protocol: str = ""
+    """"": chat-template for the embedded tiny model, else the benchmarks' default."""
+    eval_benchmark_every: int = 0
+    """Steps between benchmark evaluations (0: every eval_every)."""
+    eval_max_problems: int = 0
+    """The first N problems of each benchmark (0: all)."""
+    time_limit_s: float = 0.0
+    """Wall-clock limit of the RL loop, seconds (0: none)."""
+    loggers: str = ""
+    """Experiment tracking (:mod:`areal_cli.tracking`): ``tensorboard``, ``wandb`` or both, comma-separated."""
+    wandb_project: str = "areal"
+    """W&B project."""
+    checkpoint_every: int = 0
+    """Checkpoint every N RL steps into DIR/checkpoints/step-NNNNNN (0: off); ``areal train --resume DIR``
+    continues from the newest."""
+    keep_checkpoints: int = 2
+    """The newest N checkpoints are kept."""
+
+
+#: Section name -> its dataclass, in the order a config is written.
+SECTIONS: dict[str, type] = {"model": ModelSection, "task": TaskSection, "sft": SftSection, "rollout": RolloutSection,
+                             "ppo": PPOSection, "parallel": ParallelSection, "loop": LoopSection}

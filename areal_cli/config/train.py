@@ -1,0 +1,104 @@
+""":class:`TrainConfig`: every setting of an ``areal train`` run, in sections (:mod:`areal_cli.config.sections`)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from areal_cli.config.keys import FLAT_NAMES, KEYS, TOP_LEVEL, note_flat_names, resolve_key, set_value
+from areal_cli.config.sections import (LoopSection, ModelSection, ParallelSection, PPOSection, RolloutSection,
+                                       SECTIONS, SftSection, TaskSection)
+
+
+@dataclass
+class TrainConfig:
+    """Every setting of an ``areal train`` run: two identity fields and seven sections.
+
+    Read from a recipe (:func:`areal_cli.recipes.load_train_config`) and ``-o section.field=value`` overrides
+    (:func:`areal_cli.config.apply_overrides`); written to a run's ``config.json`` by :meth:`to_dict` and read
+    back by :meth:`from_dict`. ``cfg.rollout.group_size``, ``cfg.ppo.lr``: the flat attribute names of earlier
+    releases (``cfg.group_size``) raise an ``AttributeError`` that names the new one.
+    """
+
+    recipe: str = "tiny-arith"
+    """Name of the run's recipe (a train config file: its stem unless it says otherwise)."""
+    seed: int = 1
+    """Seed of the warm start, sampling, data order and held-out split."""
+    model: ModelSection = field(default_factory=ModelSection)
+    task: TaskSection = field(default_factory=TaskSection)
+    sft: SftSection = field(default_factory=SftSection)
+    rollout: RolloutSection = field(default_factory=RolloutSection)
+    ppo: PPOSection = field(default_factory=PPOSection)
+    parallel: ParallelSection = field(default_factory=ParallelSection)
+    loop: LoopSection = field(default_factory=LoopSection)
+
+    def __getattr__(self, name: str) -> Any:  # only reached when normal lookup fails
+        if name in FLAT_NAMES:
+            raise AttributeError(f"TrainConfig.{name} is now TrainConfig.{FLAT_NAMES[name]}")
+        raise AttributeError(f"'TrainConfig' object has no attribute '{name}'")
+
+    def validate(self, source: str = "config", lines: dict[str, int] | None = None) -> None:
+        """Check types of enumerations (``Literal``) and value ranges (:func:`areal_cli.config.validate.validate`).
+
+        Args:
+            source: where the values come from (a file path or "overrides").
+            lines: dotted key -> line number in ``source``, to report ``file:line``.
+        Raises:
+            UserError: ``source:line: field 'section.key': why (got value)``.
+        """
+        from areal_cli.config.validate import validate
+
+        validate(self, source, lines)
+
+    def copy(self) -> TrainConfig:
+        """A deep copy (sections are not shared)."""
+        return copy.deepcopy(self)
+
+    def with_values(self, values: dict[str, Any]) -> TrainConfig:
+        """A copy with ``values`` (dotted key -> value, taken as given: no conversion, no validation) set.
+
+        Raises:
+            KeyError: an unknown dotted key.
+        """
+        out = self.copy()
+        for key, value in values.items():
+            if key not in KEYS:
+                raise KeyError(f"unknown setting {key!r} (dotted keys: rollout.group_size, ...)")
+            set_value(out, key, value)
+        return out
+
+    def to_dict(self) -> dict:
+        """``{"recipe", "seed", "model": {...}, "task": {...}, ...}``: what a run's ``config.json`` holds."""
+        return dataclasses.asdict(self)
+
+    def flat_dict(self) -> dict[str, Any]:
+        """``{"recipe": ..., "rollout.group_size": 8, ...}``: one level, dotted keys (tables, tracking)."""
+        out: dict[str, Any] = {n: getattr(self, n) for n in TOP_LEVEL}
+        for sec in SECTIONS:
+            for k, v in dataclasses.asdict(getattr(self, sec)).items():
+                out[f"{sec}.{k}"] = v
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "config") -> TrainConfig:
+        """The config :meth:`to_dict` wrote, or a run's ``config.json`` of an earlier release (flat names; one
+        note on stderr). Values are taken as stored (they were checked when the run started).
+
+        Raises:
+            UserError: a key that is no setting (``source: field 'key': unknown key``).
+        """
+        cfg, written = cls(), []
+        for key, value in data.items():
+            if key in SECTIONS and isinstance(value, dict):
+                for sub, v in value.items():
+                    dotted, _ = resolve_key(f"{key}.{sub}", source)
+                    set_value(cfg, dotted, v)
+                continue
+            dotted, _ = resolve_key(str(key), source)
+            set_value(cfg, dotted, value)
+            written.append(str(key))
+        note_flat_names(source, written)
+        return cfg
+

@@ -1,0 +1,180 @@
+"""TrainConfig in sections: dotted keys, Literal types, a docstring per setting, the flat names of earlier
+releases (accepted with one note), and the same config from every form a recipe or ``-o`` may take."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import typing
+
+import pytest
+
+from areal_cli.config import FLAT_NAMES, KEYS, SECTIONS, TrainConfig, apply_overrides, field_docs, get_value, keys
+from areal_cli.errors import UserError
+from areal_cli.recipes import load_recipe, load_train_config
+from helpers.one_line import assert_one_line
+
+NESTED = """\
+recipe: mine
+seed: 3
+task: tiny-arith
+model: {hidden_size: 64}
+sft:
+  max_steps: 7
+  lr: 0.002
+rollout:
+  group_size: 2
+  engine: embedded
+ppo: {lr: 1.0e-4, n_minibatches: 2}
+parallel: {torch_threads: 1}
+loop: {max_steps: 5}
+"""
+DOTTED = """\
+recipe: mine
+seed: 3
+task.preset: tiny-arith
+model.hidden_size: 64
+sft.max_steps: 7
+sft.lr: 0.002
+rollout.group_size: 2
+rollout.engine: embedded
+ppo.lr: 1.0e-4
+ppo.n_minibatches: 2
+parallel.torch_threads: 1
+loop.max_steps: 5
+"""
+FLAT = """\
+recipe: mine
+seed: 3
+task: tiny-arith
+model_hidden_size: 64
+sft_max_steps: 7
+sft_lr: 0.002
+group_size: 2
+rollout_engine: embedded
+lr: 1.0e-4
+ppo_n_minibatches: 2
+torch_threads: 1
+max_steps: 5
+"""
+
+
+def test_every_setting_has_a_docstring_a_type_and_a_section():
+    docs = field_docs()
+    assert set(docs) == set(KEYS), sorted(set(KEYS) - set(docs))
+    assert all(len(d) > 10 for d in docs.values())
+    assert all(cls.__doc__ and len(cls.__doc__) > 20 for cls in SECTIONS.values())
+    assert {k.partition(".")[0] for k in KEYS if "." in k} == {"model", "task", "sft", "rollout", "ppo", "parallel",
+                                                               "loop"}
+    literal = {k for k, key in KEYS.items() if typing.get_origin(key.type) is typing.Literal}
+    assert {"rollout.engine", "rollout.stale_groups", "rollout.weight_update_mode", "ppo.adv_norm",
+            "ppo.behav_imp_weight_mode", "ppo.prox_logp_method", "ppo.lr_scheduler", "model.chat_template",
+            "task.sandbox_isolation", "rollout.sglang_dtype"} <= literal
+    for k in literal:  # every default is one of its values
+        assert get_value(TrainConfig(), k) in typing.get_args(KEYS[k].type)
+
+
+def test_sections_nested_dotted_and_flat_files_give_one_config(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(keys, "_noted", set())
+    cfgs = {}
+    for name, text in (("nested", NESTED), ("dotted", DOTTED), ("flat", FLAT)):
+        p = tmp_path / name / "mine.yaml"
+        p.parent.mkdir()
+        p.write_text(text)
+        cfgs[name] = load_train_config(str(p))[0]
+        err = capsys.readouterr().err
+        if name == "flat":  # one line naming the new keys
+            assert_one_line(err.strip(), "flat setting names are deprecated")
+            assert "group_size -> rollout.group_size" in err and "model_hidden_size -> model.hidden_size" in err
+        else:
+            assert err == ""
+    a, b, c = (cfgs[n].to_dict() for n in ("nested", "dotted", "flat"))
+    for d in (a, b, c):
+        d["task"]["code_dir"] = ""  # each file's own folder
+    assert a == b == c
+    cfg = cfgs["nested"]
+    assert (cfg.seed, cfg.model.hidden_size, cfg.sft.max_steps, cfg.rollout.group_size, cfg.ppo.n_minibatches,
+            cfg.loop.max_steps, cfg.ppo.lr) == (3, 64, 7, 2, 2, 5, 1e-4)
+    assert cfg.rollout.batch_size == TrainConfig().rollout.batch_size  # untouched keys of a section keep defaults
+
+
+@pytest.mark.parametrize("flat", sorted(k for k in FLAT_NAMES if k not in KEYS and k != "task"))
+def test_every_flat_name_of_earlier_releases_sets_its_sectioned_key(flat, capsys):
+    dotted = FLAT_NAMES[flat]
+    value = get_value(TrainConfig(), dotted)
+    text = json.dumps(value) if not isinstance(value, str) else (value or '""')
+    assert apply_overrides(TrainConfig(), [f"{flat}={text}"]) == apply_overrides(TrainConfig(), [f"{dotted}={text}"])
+    capsys.readouterr()
+
+
+def test_overrides_copy_validate_and_the_last_one_wins(capsys, monkeypatch):
+    monkeypatch.setattr(keys, "_noted", set())  # the note is said once per process
+    base = TrainConfig()
+    cfg = apply_overrides(base, ["rollout.group_size=3", "group_size=5", "task=math-rl"])
+    assert (cfg.rollout.group_size, cfg.task.preset) == (5, "math-rl")
+    assert base.rollout.group_size == 8 and base.task.preset == "tiny-arith"  # the sections were copied
+    assert capsys.readouterr().err.count("\n") == 1  # the one note for group_size
+    for item, needle in (("rollout.engine=vllm", "field 'rollout.engine': must be one of embedded, sglang, external"),
+                         ("rollout_engine=vllm", "field 'rollout.engine': must be one of"),
+                         ("rollout.group_sise=3", "unknown key (did you mean rollout.group_size"),
+                         ("rollout=3", "field 'rollout': unknown key"),
+                         ("ppo.n_minibatches=3", "field 'ppo.n_minibatches': must divide rollout.batch_size=16")):
+        with pytest.raises(UserError) as e:
+            apply_overrides(base, [item])
+        assert_one_line(str(e.value), needle)
+        assert str(e.value).startswith(f"-o {item}") or "overrides" in str(e.value)
+    assert capsys.readouterr().err == ""  # an error alone: no note beside it
+
+
+def test_literal_values_are_checked_even_when_set_from_python():
+    with pytest.raises(UserError, match="field 'ppo.adv_norm': must be one of group, global"):
+        TrainConfig().with_values({"ppo.adv_norm": "batch"}).validate()
+    with pytest.raises(KeyError):
+        TrainConfig().with_values({"group_size": 3})  # Python callers use the dotted keys
+
+
+def test_flat_attribute_names_say_where_the_setting_went():
+    with pytest.raises(AttributeError, match=r"TrainConfig.group_size is now TrainConfig.rollout.group_size"):
+        TrainConfig().group_size  # noqa: B018
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        TrainConfig().nope  # noqa: B018
+
+
+def test_config_json_round_trip_and_a_flat_one_of_an_earlier_release(capsys, monkeypatch):
+    monkeypatch.setattr(keys, "_noted", set())
+    cfg = apply_overrides(TrainConfig(), ["rollout.group_size=3", "loop.loggers=tensorboard", "task.workflow_args={a: 1}"])
+    assert TrainConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    old = {k.rpartition(".")[2] if k in ("recipe", "seed") else next(f for f, d in FLAT_NAMES.items() if d == k): v
+           for k, v in cfg.flat_dict().items()}
+    assert "group_size" in old and "sft_lr" in old and "trainer_data_parallel" in old
+    assert TrainConfig.from_dict(old, "run/config.json") == cfg
+    assert "run/config.json: flat setting names are deprecated" in capsys.readouterr().err
+    with pytest.raises(UserError, match="run/config.json: field 'bogus': unknown key"):
+        TrainConfig.from_dict({"bogus": 1}, "run/config.json")
+
+
+def test_a_variant_overrides_single_keys_of_a_section(tmp_path):
+    text = (load_recipe("tiny-arith").path.read_text()
+            + "variants:\n  sync:\n    description: synchronous\n    train:\n      rollout: {max_head_offpolicyness: 0}\n")
+    p = tmp_path / "tiny-arith.yaml"
+    p.write_text(text)
+    (tmp_path / "tiny-arith.expected.yaml").write_text(
+        load_recipe("tiny-arith").path.with_name("tiny-arith.expected.yaml").read_text())
+    r = load_recipe(p)
+    base, sync = r.variant(None), r.variant("sync")
+    assert sync.rollout.max_head_offpolicyness == 0 and base.rollout.max_head_offpolicyness == 4
+    assert sync.rollout.batch_size == base.rollout.batch_size == 32  # the rest of the section is the base's
+
+
+def test_list_settings_shows_every_key_with_the_recipes_value(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "areal_cli", "train", "tiny-arith", "--list-settings",
+                        "-o", "rollout.group_size=3"], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    shown = {line.split(" = ")[0].strip() for line in lines if " = " in line and line.startswith("  ") and
+             not line.startswith("      ")}
+    assert shown == set(KEYS)
+    assert "  rollout.group_size = 3  (int; was group_size)" in lines
+    assert any(line.startswith("  rollout.engine = 'embedded'  (embedded | sglang | external") for line in lines)
+    assert not (tmp_path / "runs").exists()  # nothing trained, nothing written
