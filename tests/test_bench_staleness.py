@@ -90,7 +90,7 @@ def test_command_module_imports_only_click_and_stdlib_and_is_registered(tmp_path
     sc.write_text("name: x\nrecipe: tiny-arith\noverrides:\n  bogus: 1\n")
     bad = CliRunner().invoke(main, ["bench", "staleness", "--dry-run", "--scenario", str(sc)])
     assert bad.exit_code == 2 and f"{sc}:4: field 'overrides.bogus': unknown key" in bad.output, bad.output
-    for items, field in ((["-o", "ppo.prox_logp_method=nope"], "prox_logp_method"), (["-o", "bogus=1"], "bogus")):
+    for items, field in ((["-o", "ppo.prox_logp_method=nope"], "ppo.prox_logp_method"), (["-o", "bogus=1"], "bogus")):
         bad = CliRunner().invoke(main, ["bench", "staleness", "--dry-run", *items])  # checked before the plan
         assert bad.exit_code == 2 and f"field '{field}'" in bad.output and "repeat" not in bad.output, bad.output
 
@@ -191,7 +191,7 @@ def test_command_runs_a_tiny_grid_into_table_json_and_plot(tmp_path):
     results = json.loads((out / "results.json").read_text())
     assert [(r["variant"], r["eta"]) for r in results["runs"]] == [("sync", 0), ("decoupled", 2), ("naive", 2)]
     assert all(r["steps"] == 2 and r["accuracy_curve"] for r in results["runs"])
-    assert [json.loads((Path(r["dir"]) / "config.json").read_text())["recompute_proximal"]
+    assert [json.loads((Path(r["dir"]) / "config.json").read_text())["ppo"]["recompute_proximal"]
             for r in results["runs"]] == [False, True, False]
     assert set(results["grid"]["cells"]) == {"decoupled", "naive"}
     assert (out / "staleness.png").stat().st_size > 10_000

@@ -261,7 +261,7 @@ def test_two_loopback_nodes_run_a_real_areal_train_with_external_servers_and_a_t
     rows = [json.loads(x) for x in (run / "train" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2] and all(r["staleness_max"] <= 1 for r in rows)
     config = json.loads((run / "train" / "config.json").read_text())
-    assert (config["rollout_engine"], config["n_servers"], config["trainer_data_parallel"]) == ("external", 2, 2)
+    assert (config["rollout"]["engine"], config["rollout"]["n_servers"], config["parallel"]["data"]) == ("external", 2, 2)
     summary = json.loads((run / "train" / "summary.json").read_text())
     assert summary["ok"] and summary["final_version"] == 2
     # both nodes' servers generated, both trainer ranks trained

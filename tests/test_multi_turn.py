@@ -320,12 +320,12 @@ def test_bad_workflow_args_are_one_line_errors(args, match):
 @pytest.mark.multiproc
 def test_bad_workflow_args_stop_areal_train_with_one_line(tmp_path):
     recipe = tmp_path / "r.yaml"
-    recipe.write_text("task: tiny-arith-multiturn\nworkflow_args: {max_turns: 2, turn_discount: 2.0}\n")
+    recipe.write_text("task:\n  preset: tiny-arith-multiturn\n  workflow_args: {max_turns: 2, turn_discount: 2.0}\n")
     p = subprocess.run([sys.executable, "-m", "areal_cli.cli", "train", str(recipe), "--out", str(tmp_path / "o"),
                         "--no-live"], capture_output=True, text=True, timeout=120, check=False)
     assert p.returncode == 2, p.stderr[-2000:]
     assert p.stderr.strip().splitlines() == [
-        "error: field 'workflow_args.turn_discount': must be in (0, 1] (got 2.0)"]
+        "error: field 'task.workflow_args.turn_discount': must be in (0, 1] (got 2.0)"]
 
 
 def test_a_turn_end_token_the_tokenizer_lacks_is_one_line(tok):
@@ -453,7 +453,7 @@ def test_multi_turn_recipe_learns_first_try_and_within_max_turns_vs_single_turn(
     t_multi = time.monotonic() - t0
     run_training(apply_overrides(scfg, common), tmp_path / "single", live=False)
     t_single = time.monotonic() - t0 - t_multi
-    wa = dict(mcfg.workflow_args)
+    wa = dict(mcfg.task.workflow_args)
     m = evaluate_run(tmp_path / "multi", n_prompts=128)
     s = evaluate_run(tmp_path / "single", workflow_args=wa, n_prompts=128)
     report = {"steps": STEPS, "multi": m, "single": s, "seconds": {"multi": t_multi, "single": t_single}}

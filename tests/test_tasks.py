@@ -68,8 +68,8 @@ def test_the_readme_task_defined_in_a_temporary_directory_trains_for_3_steps(tmp
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["task"] == "custom" and summary["final_version"] == 3
     config = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert config["reward"] == f"{(tmp_path / 'mytask' / 'rewards.py').resolve()}:exact_match"
-    assert config["code_dir"] == str((tmp_path / "mytask").resolve())
+    assert config["task"]["reward"] == f"{(tmp_path / 'mytask' / 'rewards.py').resolve()}:exact_match"
+    assert config["task"]["code_dir"] == str((tmp_path / "mytask").resolve())
 
 
 @pytest.mark.multiproc

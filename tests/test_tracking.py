@@ -86,7 +86,7 @@ def test_a_run_logs_every_metrics_line_to_tensorboard_and_offline_wandb(tmp_path
     (run,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
     config = {u.key: json.loads(u.value_json) for u in run.config.update}
     assert run.project == "areal-test" and run.display_name == "run"
-    assert config["max_steps"] == 3 and config["loggers"] == "tensorboard,wandb"
+    assert config["loop"]["max_steps"] == 3 and config["loop"]["loggers"] == "tensorboard,wandb"
     summary = {u.key: json.loads(u.value_json) for r in records if r.WhichOneof("record_type") == "summary"
                for u in r.summary.update}
     assert summary["final_accuracy"] == pytest.approx(rows[-1]["accuracy"])
