@@ -178,3 +178,11 @@ def test_list_settings_shows_every_key_with_the_recipes_value(tmp_path):
     assert "  rollout.group_size = 3  (int; was group_size)" in lines
     assert any(line.startswith("  rollout.engine = 'embedded'  (embedded | sglang | external") for line in lines)
     assert not (tmp_path / "runs").exists()  # nothing trained, nothing written
+
+
+def test_one_workflow_argument_is_overridden_and_the_others_kept():
+    cfg, _ = load_train_config("tiny-arith-multiturn")
+    out = apply_overrides(cfg, ["task.workflow_args.max_turns=3", "task.workflow_args.feedback=Try again."])
+    assert out.task.workflow_args == {**cfg.task.workflow_args, "max_turns": 3, "feedback": "Try again."}
+    assert cfg.task.workflow_args["max_turns"] == 2  # the recipe's config is not changed
+    assert apply_overrides(cfg, ["task.workflow_args={max_turns: 3}"]).task.workflow_args == {"max_turns": 3}

@@ -9,7 +9,7 @@ from typing import Any
 from areal_cli.config.keys import coerce_value, get_value, note_flat_names, read_mapping, resolve_key, set_value
 from areal_cli.config.train import TrainConfig
 from areal_cli.errors import UserError
-from areal_cli.typed_yaml import parse_override
+from areal_cli.typed_yaml import parse_override, plain
 
 
 def settings_into(cfg: TrainConfig, data: Any, path: Path, prefix: str = "") -> tuple[dict[str, int], list[str]]:
@@ -79,9 +79,14 @@ def resolve_paths(cfg: TrainConfig, base_dir: Path, keys: set[str], *, set_code_
         cfg.task.code_dir = str(base)
 
 
+#: Mapping settings whose single entries ``-o`` may set (``-o task.workflow_args.max_turns=3``).
+MAPPING_KEYS = ("task.workflow_args",)
+
+
 def apply_overrides(cfg: TrainConfig, overrides: list[str]) -> TrainConfig:
     """Apply ``key=value`` overrides (``rollout.group_size=8``; value parsed as a YAML scalar; flat names of
-    earlier releases accepted with one note) to a copy of ``cfg``, and validate it.
+    earlier releases accepted with one note) to a copy of ``cfg``, and validate it. ``task.workflow_args.NAME=V``
+    sets one argument and keeps the others; ``task.workflow_args={...}`` replaces them all.
 
     Raises:
         UserError: malformed override, unknown key, wrong type or out-of-range value.
@@ -91,6 +96,10 @@ def apply_overrides(cfg: TrainConfig, overrides: list[str]) -> TrainConfig:
     for item in overrides:  # later overrides of the same key win, as on any command line
         where = f"-o {item}"
         key, value = parse_override(item)
+        mapping = next((m for m in MAPPING_KEYS if key.startswith(m + ".") and len(key) > len(m) + 1), None)
+        if mapping is not None:
+            get_value(cfg, mapping)[key[len(mapping) + 1:]] = plain(value)
+            continue
         dotted, _ = resolve_key(key, where)
         set_value(cfg, dotted, coerce_value(dotted, value, where))
         written.append(key)
