@@ -26,7 +26,7 @@ DEFAULT_SCENARIO: dict[str, Any] = {
     "steps": 40,
     "repeats": 4,
     "eta_sync": 0,
-    "eta_async": 1,
+    "eta_async": 2,
     "compare_interruptible": True,
     "accuracy_every": 5,
     "seed_per_repeat": True,
