@@ -67,7 +67,8 @@ def train(recipe: str | None, out_dir: Path | None, max_steps: int | None, overr
     Settings are written section.key (rollout.group_size, ppo.lr, ...): `--list-settings` shows them all."""
     if resume_dir is not None:
         given = [name for name, v in (("RECIPE", recipe), ("--out", out_dir), ("--max-steps", max_steps),
-                                      ("-o", overrides or None), ("--model", model_path)) if v is not None]
+                                      ("-o", overrides or None), ("--model", model_path),
+                                      ("--list-settings", list_settings or None)) if v is not None]
         if given:
             raise UserError(f"option '--resume' continues a run with its own settings; it does not take "
                             f"{', '.join(given)}")
@@ -84,6 +85,9 @@ def train(recipe: str | None, out_dir: Path | None, max_steps: int | None, overr
     items = list(overrides) + ([f"loop.max_steps={max_steps}"] if max_steps is not None else []) + \
         ([f"model.path={model_path}"] if model_path is not None else [])
     cfg = apply_overrides(cfg, items)
+    from areal_cli.config import flush_notes
+
+    flush_notes()  # the settings are good: say now (not after the run) which flat names to rename
     if list_settings:
         from areal_cli.config.listing import describe_settings
 

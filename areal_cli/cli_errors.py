@@ -24,6 +24,22 @@ def one_line_errors(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        from areal_cli.config.keys import defer_notes, drop_notes, flush_notes
+
+        defer_notes()  # deprecation notes wait until the settings are known good (or an error replaces them)
+        try:
+            out = fn(*args, **kwargs)
+            flush_notes()
+            return out
+        except BaseException:  # an error replaces them; a command that exits on its own said them already
+            drop_notes()
+            raise
+    return _one_line(wrapper)
+
+
+def _one_line(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except UserError as e:

@@ -121,7 +121,7 @@ def weight_sync_spec(cfg: TrainConfig, client: RolloutClient):
 async def start_trainer(cfg: TrainConfig, engine_kwargs: dict, out: Path, cpus: frozenset[int],
                         log=None) -> TrainerGroup:
     """The run's trainer: :class:`LocalTrainer` (world 1, today's trainer thread pinned to ``cpus``), else
-    ``world = trainer_data_parallel x trainer_tensor_parallel x trainer_pipeline_parallel`` torchrun ranks on
+    ``world = parallel.data x parallel.tensor x parallel.pipeline`` torchrun ranks on
     this machine, or -- with ``$AREAL_CONTROLLER_LISTEN=host:port`` (and ``$AREAL_CONTROLLER_AUTHKEY_FILE``)
     -- ranks launched elsewhere that connect there (multi-node).
 

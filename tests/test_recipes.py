@@ -215,7 +215,7 @@ def line_of(path: Path, needle: str) -> int:
     ("tiny-arith", "    eval_n_prompts: 128", "    eval_n_prompts: 128\n  batch_sise: 32", "train.batch_sise",
      "unknown key (did you mean rollout.batch_size"),
     ("tiny-arith", "  stop_accuracy: 0.3", "  stop_accuracy: 0.7", "sft.stop_accuracy", "0.5"),
-    ("tiny-arith", "    lr: 0.0003", "    lr: 0.0003\n    sft_lr: 0.1", "train.ppo.sft_lr", "unknown key (known in ppo"),
+    ("tiny-arith", "    lr: 0.0003", "    lr: 0.0003\n    sft_lr: 0.1", "train.ppo.sft_lr", "unknown key (did you mean sft.lr?)"),
     ("tiny-arith", "    eval_n_prompts: 128", "    eval_n_prompts: 128\n  sft_lr: 0.1", "train.sft.lr",
      "given twice ('sft.lr' at line"),
     ("boba-sft-32b", "  epochs: 200", "  epochs: 200\n  epochs: 100", "epochs", "duplicate key"),

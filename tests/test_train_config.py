@@ -118,7 +118,7 @@ def test_overrides_copy_validate_and_the_last_one_wins(capsys, monkeypatch):
     for item, needle in (("rollout.engine=vllm", "field 'rollout.engine': must be one of embedded, sglang, external"),
                          ("rollout_engine=vllm", "field 'rollout.engine': must be one of"),
                          ("rollout.group_sise=3", "unknown key (did you mean rollout.group_size"),
-                         ("rollout=3", "field 'rollout': unknown key"),
+                         ("rollout=3", "field 'rollout': a section, not a setting"),
                          ("ppo.n_minibatches=3", "field 'ppo.n_minibatches': must divide rollout.batch_size=16")):
         with pytest.raises(UserError) as e:
             apply_overrides(base, [item])
@@ -186,3 +186,59 @@ def test_one_workflow_argument_is_overridden_and_the_others_kept():
     assert out.task.workflow_args == {**cfg.task.workflow_args, "max_turns": 3, "feedback": "Try again."}
     assert cfg.task.workflow_args["max_turns"] == 2  # the recipe's config is not changed
     assert apply_overrides(cfg, ["task.workflow_args={max_turns: 3}"]).task.workflow_args == {"max_turns": 3}
+
+
+def test_override_errors_name_the_item_and_text_settings_keep_their_text():
+    for item, needle in (("rollout.group_size=0", "-o rollout.group_size=0: field 'rollout.group_size': must be > 0"),
+                         ("sft.eval_every=0", "-o sft.eval_every=0: field 'sft.eval_every': must be > 0"),
+                         ("model.hidden_size=0", "field 'model.hidden_size': must be > 0"),
+                         ("ppo.adam_beta1=1", "field 'ppo.adam_beta1': must be in [0, 1)"),
+                         ("ppo.weight_decay=-1", "field 'ppo.weight_decay': must be >= 0"),
+                         ("rollout=5", "field 'rollout': a section, not a setting (write rollout.KEY"),
+                         ("rolout.group_size=5", "unknown section 'rolout' (did you mean rollout?)")):
+        with pytest.raises(UserError) as e:
+            apply_overrides(TrainConfig(), [item])
+        assert_one_line(str(e.value), needle)
+    cfg = apply_overrides(TrainConfig(), ["task.prompt_field=true", "task.id_field=7", "model.path=x", "model.path="])
+    assert (cfg.task.prompt_field, cfg.task.id_field, cfg.model.path) == ("true", "7", None)
+
+
+def test_sections_in_files_suggest_keys_and_may_be_empty(tmp_path):
+    p = tmp_path / "r.yaml"
+    for text, needle in (("rollout:\n  group_sise: 4\n", "r.yaml:2: field 'rollout.group_sise': unknown key (did you "
+                                                          "mean rollout.group_size?)"),
+                         ("rolout:\n  group_size: 4\n", "r.yaml:1: field 'rolout': unknown section (did you mean "
+                                                        "rollout?)")):
+        p.write_text(text)
+        with pytest.raises(UserError) as e:
+            load_train_config(str(p))
+        assert_one_line(str(e.value), needle)
+    p.write_text("rollout:\n  # everything commented out\nloop: {max_steps: 2}\n")
+    cfg, _ = load_train_config(str(p))
+    assert cfg.rollout == TrainConfig().rollout and cfg.loop.max_steps == 2
+
+
+def test_the_cli_says_only_the_error_when_flat_settings_are_followed_by_a_bad_override(tmp_path):
+    p = tmp_path / "flat.yaml"
+    p.write_text("group_size: 2\nmax_steps: 1\n")
+    r = subprocess.run([sys.executable, "-m", "areal_cli", "train", str(p), "--out", str(tmp_path / "o"),
+                        "-o", "rollout.batch_size=0"], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "error: -o rollout.batch_size=0: field 'rollout.batch_size': must be > 0 (got 0)"], r.stderr
+    r = subprocess.run([sys.executable, "-m", "areal_cli", "train", str(p), "--list-settings"], capture_output=True,
+                       text=True, cwd=tmp_path)
+    assert r.returncode == 0 and r.stderr.count("flat setting names are deprecated") == 1, r.stderr
+    r = subprocess.run([sys.executable, "-m", "areal_cli", "train", "--resume", str(tmp_path), "--list-settings"],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 2 and "--list-settings" in r.stderr and not (tmp_path / "o").exists()
+
+
+def test_a_benchmark_refuses_overrides_of_what_it_sets_per_run_and_reads_sections():
+    from areal_cli.bench.runs import override_items, refuse_per_run_overrides
+
+    for item in ("seed=3", "max_steps=5", "rollout.max_head_offpolicyness=2"):
+        with pytest.raises(UserError, match="for every run; change the scenario"):
+            refuse_per_run_overrides([item])
+    refuse_per_run_overrides(["ppo.lr=1e-4", "group_size=2"])
+    assert override_items({"rollout": {"group_size": 2, "temperature": 0.5}, "ppo.lr": 1e-4}) == [
+        "rollout.group_size=2", "rollout.temperature=0.5", "ppo.lr=0.0001"]

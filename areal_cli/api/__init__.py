@@ -1,14 +1,14 @@
 """The public API for your own data, rewards and rollout behaviour: one recipe names each by
 ``module:attr`` (or ``path/to/file.py:attr``) and nothing in the kit changes.
 
-=====================  =======================================================================
-``task.dataset``            records from JSONL/Parquet files, ``hf:OWNER/NAME`` at a pinned revision, or
-                       ``fn(split, seed) -> Iterable[dict]`` (:mod:`areal_cli.api.records`)
-``task.reward``             ``reward(prompt, completion, prompt_ids, completion_ids, **fields) -> float``
-                       (:mod:`areal_cli.api.reward`)
-``task.workflow``           ``async arun_episode(client, item) -> Group | None`` (:mod:`areal_cli.api.workflow`;
-                       default :class:`RLVRWorkflow`)
-=====================  =======================================================================
+======================  =======================================================================
+``task.dataset``        records from JSONL/Parquet files, ``hf:OWNER/NAME`` at a pinned revision, or
+                        ``fn(split, seed) -> Iterable[dict]`` (:mod:`areal_cli.api.records`)
+``task.reward``         ``reward(prompt, completion, prompt_ids, completion_ids, **fields) -> float``
+                        (:mod:`areal_cli.api.reward`)
+``task.workflow``       ``async arun_episode(client, item) -> Group | None`` (:mod:`areal_cli.api.workflow`;
+                        default :class:`RLVRWorkflow`)
+======================  =======================================================================
 
 Names exported here (imported lazily: ``import areal_cli.api`` costs nothing): :class:`Item`,
 :class:`Trajectory`, :class:`Group`, :class:`RewardFailed`, :class:`EpisodeClient`,

@@ -37,8 +37,43 @@ def machine_description() -> dict:
 
 
 def override_items(overrides: dict[str, Any]) -> list[str]:
-    """``key=value`` items of ``overrides`` (strings as they are, other values as JSON) for ``apply_overrides``."""
-    return [f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in overrides.items()]
+    """``key=value`` items of ``overrides`` (strings as they are, other values as JSON) for ``apply_overrides``;
+    a section written as a mapping (``rollout: {group_size: 2}``) gives one item per key."""
+    from areal_cli.config import SECTIONS
+
+    flat: dict[str, Any] = {}
+    for k, v in overrides.items():
+        if k in SECTIONS and isinstance(v, dict) and not (k == "task" and not v):
+            flat.update({f"{k}.{sub}": x for sub, x in v.items()})
+        else:
+            flat[k] = v
+    return [f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in flat.items()]
+
+
+#: Settings a benchmark sets for every run itself (what sets them): a ``-o`` of one of them would be replaced.
+PER_RUN = {"seed": "the repeat / seed of the plan", "model.path": "the shared warm start",
+           "sft.max_steps": "the shared warm start", "loop.max_steps": "the scenario's steps",
+           "loop.eval_every": "the scenario's accuracy_every", "loop.target_accuracy": "the benchmark (0: no early stop)",
+           "loop.time_limit_s": "the benchmark (0)", "rollout.max_head_offpolicyness": "the scenario's etas",
+           "rollout.interruptible": "the mode of the run", "parallel.trainer_cpus": "the scenario's cpus",
+           "parallel.server_cpus": "the scenario's cpus", "parallel.controller_cpus": "the scenario's cpus"}
+
+
+def refuse_per_run_overrides(extra: list[str]) -> None:
+    """Refuse a ``-o`` of a setting the benchmark sets for every run (:data:`PER_RUN`): it would be replaced
+    without a word.
+
+    Raises:
+        UserError: ``-o ITEM: field 'KEY': set by ... for every run; change the scenario instead``.
+    """
+    from areal_cli.config import resolve_key
+
+    for item in extra:
+        key = item.split("=", 1)[0].strip()
+        dotted, _ = resolve_key(key, f"-o {item}")
+        if dotted in PER_RUN:
+            raise UserError(f"-o {item}: field '{dotted}': set by {PER_RUN[dotted]} for every run; change the "
+                            f"scenario (--scenario FILE) instead")
 
 
 def override_locations(data: Any, path: Path, sections: tuple[str, ...] = ("overrides", "sync_overrides")) -> dict:
@@ -96,7 +131,10 @@ def shared_warm_start(cfg, out: Path, log, recipe: str) -> dict:
     Raises:
         RuntimeError: the warm start left no weights.
     """
+    from areal_cli.config import flush_notes
     from areal_cli.train_loop import run_training
+
+    flush_notes()  # every run's settings were checked: the deprecation notes, if any, now
 
     log(f"warm start ({recipe})")
     with output_to(out / "warm" / "console.log"):

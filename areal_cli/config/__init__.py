@@ -14,11 +14,12 @@ and nothing above the typed YAML reader (import-linter contract in pyproject.tom
 """
 
 from areal_cli.config.cpus import parse_cpu_list
-from areal_cli.config.keys import FLAT_NAMES, KEYS, field_docs, get_value, note_flat_names, resolve_key, set_value
+from areal_cli.config.keys import (FLAT_NAMES, KEYS, field_docs, flush_notes, get_value, note_flat_names, resolve_key,
+                                   set_value)
 from areal_cli.config.loading import PATH_FIELDS, apply_overrides, config_from_file, resolve_paths, settings_into
 from areal_cli.config.sections import BEHAV_IMP_WEIGHT_MODES, SECTIONS
 from areal_cli.config.train import TrainConfig
 
 __all__ = ["BEHAV_IMP_WEIGHT_MODES", "FLAT_NAMES", "KEYS", "PATH_FIELDS", "SECTIONS", "TrainConfig",
-           "apply_overrides", "config_from_file", "field_docs", "get_value", "note_flat_names", "parse_cpu_list", "resolve_key",
+           "apply_overrides", "config_from_file", "field_docs", "flush_notes", "get_value", "note_flat_names", "parse_cpu_list", "resolve_key",
            "resolve_paths", "set_value", "settings_into"]

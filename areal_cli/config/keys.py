@@ -81,6 +81,14 @@ def resolve_key(key: str, where: str, prefix: str = "") -> tuple[str, bool]:
         return "task.preset", False  # task: NAME is short for task.preset: NAME
     if key in FLAT_NAMES:
         return FLAT_NAMES[key], True
+    if key in SECTIONS:
+        raise UserError(f"{where}: field '{prefix}{key}': a section, not a setting (write {key}.KEY, e.g. "
+                        f"{key}.{fields(SECTIONS[key])[0].name})")
+    head, dot, tail = key.partition(".")
+    if dot and head not in SECTIONS:  # a misspelled section
+        close = difflib.get_close_matches(head, list(SECTIONS), n=1, cutoff=0.6)
+        if close:
+            raise UserError(f"{where}: field '{prefix}{key}': unknown section '{head}' (did you mean {close[0]}?)")
     close = difflib.get_close_matches(key, list(KEYS) + list(FLAT_NAMES), n=3, cutoff=0.75)
     close = list(dict.fromkeys(FLAT_NAMES.get(c, c) for c in close))
     hint = f" (did you mean {' or '.join(close)}?)" if close else " (the keys: `areal train --list-settings`)"
@@ -139,16 +147,23 @@ def read_mapping(data: Any, source: str, prefix: str = "") -> list[Entry]:
     out: list[Entry] = []
     for key, value in data.items():
         key_s, line = str(key), line_of(key)
-        if key_s in SECTIONS and isinstance(value, dict):
+        if key_s in SECTIONS and (isinstance(value, dict) or value is None):  # None: a section with no key left
             sub_line = value.at if isinstance(value, LineDict) else (lambda k, _line=line: _line)
-            for sub, v in value.items():
+            for sub, v in (value or {}).items():
                 dotted = f"{key_s}.{sub}"
                 if dotted not in KEYS:
-                    known = ", ".join(f.name for f in fields(SECTIONS[key_s]))
-                    raise UserError(f"{source}:{sub_line(sub)}: field '{pre}{dotted}': unknown key (known in "
-                                    f"{key_s}: {known})")
+                    names = [f.name for f in fields(SECTIONS[key_s])]
+                    close = ([FLAT_NAMES[sub]] if sub in FLAT_NAMES else  # a flat name put in a section
+                             [f"{key_s}.{c}" for c in difflib.get_close_matches(str(sub), names, n=2, cutoff=0.6)])
+                    hint = (f"did you mean {' or '.join(close)}?" if close else
+                            f"`areal train --list-settings` lists the {len(names)} keys of {key_s}")
+                    raise UserError(f"{source}:{sub_line(sub)}: field '{pre}{dotted}': unknown key ({hint})")
                 out.append(Entry(dotted, v, sub_line(sub), dotted))
             continue
+        if key_s not in KEYS and key_s not in FLAT_NAMES and "." not in key_s:
+            close = difflib.get_close_matches(key_s, list(SECTIONS), n=1, cutoff=0.7)
+            if close and isinstance(value, dict):  # a misspelled section
+                raise UserError(f"{source}:{line}: field '{pre}{key_s}': unknown section (did you mean {close[0]}?)")
         if key_s in SECTIONS and key_s != "task":
             raise UserError(f"{source}:{line}: field '{pre}{key_s}': expected a mapping of {key_s} settings, "
                             f"got {value!r}")
@@ -165,14 +180,44 @@ def read_mapping(data: Any, source: str, prefix: str = "") -> list[Entry]:
 
 
 _noted: set[str] = set()
+_pending: dict[str, list[str]] | None = None  # source -> flat names, while notes are deferred
 
 
 def note_flat_names(source: str, written: list[str]) -> None:
     """One line on stderr when ``source`` used flat names of earlier releases (``written``), naming the new
-    keys; said once per source and set of names."""
+    keys; said once per source and set of names. While deferred (:func:`defer_notes`, the CLI) the names are
+    kept until :func:`flush_notes` (one line per source) or dropped by :func:`drop_notes` (an error is reported
+    instead: a bad input stays one line)."""
     old = [w for w in dict.fromkeys(written) if w in FLAT_NAMES and w not in KEYS and w != "task"]
     if not old:
         return
+    if _pending is not None:
+        _pending.setdefault(source, []).extend(old)
+        return
+    _say(source, old)
+
+
+def defer_notes() -> None:
+    """Keep the notes of :func:`note_flat_names` until :func:`flush_notes` or :func:`drop_notes`."""
+    global _pending
+    _pending = {}
+
+
+def flush_notes() -> None:
+    """Say the kept notes (one line per source) and stop deferring."""
+    global _pending
+    pending, _pending = _pending or {}, None
+    for source, names in pending.items():
+        _say(source, list(dict.fromkeys(names)))
+
+
+def drop_notes() -> None:
+    """Forget the kept notes (an error is reported instead) and stop deferring."""
+    global _pending
+    _pending = None
+
+
+def _say(source: str, old: list[str]) -> None:
     pairs = [f"{w} -> {FLAT_NAMES[w]}" for w in old]
     shown = ", ".join(pairs[:4]) + (f" and {len(pairs) - 4} more" if len(pairs) > 4 else "")
     msg = f"note: {source}: flat setting names are deprecated, use the sectioned keys ({shown})"

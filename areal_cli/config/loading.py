@@ -3,10 +3,11 @@ section, ``-o key=value`` overrides; relative paths made absolute against where 
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 from typing import Any
 
-from areal_cli.config.keys import coerce_value, get_value, note_flat_names, read_mapping, resolve_key, set_value
+from areal_cli.config.keys import KEYS, coerce_value, get_value, note_flat_names, read_mapping, resolve_key, set_value
 from areal_cli.config.train import TrainConfig
 from areal_cli.errors import UserError
 from areal_cli.typed_yaml import parse_override, plain
@@ -83,29 +84,40 @@ def resolve_paths(cfg: TrainConfig, base_dir: Path, keys: set[str], *, set_code_
 MAPPING_KEYS = ("task.workflow_args",)
 
 
-def apply_overrides(cfg: TrainConfig, overrides: list[str]) -> TrainConfig:
+def apply_overrides(cfg: TrainConfig, overrides: list[str], source: str = "-o") -> TrainConfig:
     """Apply ``key=value`` overrides (``rollout.group_size=8``; value parsed as a YAML scalar; flat names of
     earlier releases accepted with one note) to a copy of ``cfg``, and validate it. ``task.workflow_args.NAME=V``
-    sets one argument and keeps the others; ``task.workflow_args={...}`` replaces them all.
+    sets one argument and keeps the others; ``task.workflow_args={...}`` replaces them all. A text setting takes
+    the text as written (``-o task.prompt_field=true`` is the string ``true``); an empty value unsets an optional
+    one (``-o model.path=`` is None).
 
+    Args:
+        source: who wrote the overrides, for the deprecation note (``-o``, or a scenario file).
     Raises:
-        UserError: malformed override, unknown key, wrong type or out-of-range value.
+        UserError: malformed override, unknown key, wrong type or out-of-range value (``-o ITEM: field ...``).
     """
     cfg = cfg.copy()
-    written = []
+    written, where_of = [], {}
     for item in overrides:  # later overrides of the same key win, as on any command line
         where = f"-o {item}"
         key, value = parse_override(item)
         mapping = next((m for m in MAPPING_KEYS if key.startswith(m + ".") and len(key) > len(m) + 1), None)
         if mapping is not None:
             get_value(cfg, mapping)[key[len(mapping) + 1:]] = plain(value)
+            where_of[mapping] = where
             continue
         dotted, _ = resolve_key(key, where)
+        raw = item.split("=", 1)[1].strip()
+        allowed = typing.get_args(KEYS[dotted].type) or (KEYS[dotted].type,)
+        if str in allowed and raw == "" and type(None) in allowed:
+            value = None
+        elif str in allowed and isinstance(value, (bool, int, float)):
+            value = raw  # YAML read `true` or `7`: a text setting keeps the text
         set_value(cfg, dotted, coerce_value(dotted, value, where))
         written.append(key)
+        where_of[dotted] = where
         if dotted in PATH_FIELDS:
             resolve_paths(cfg, Path.cwd(), {dotted}, set_code_dir=False)
-    cfg.validate("overrides")
-    note_flat_names("-o", written)
+    cfg.validate("overrides", where=where_of)
+    note_flat_names(source, written)
     return cfg
-

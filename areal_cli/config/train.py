@@ -39,18 +39,20 @@ class TrainConfig:
             raise AttributeError(f"TrainConfig.{name} is now TrainConfig.{FLAT_NAMES[name]}")
         raise AttributeError(f"'TrainConfig' object has no attribute '{name}'")
 
-    def validate(self, source: str = "config", lines: dict[str, int] | None = None) -> None:
+    def validate(self, source: str = "config", lines: dict[str, int] | None = None,
+                 where: dict[str, str] | None = None) -> None:
         """Check types of enumerations (``Literal``) and value ranges (:func:`areal_cli.config.validate.validate`).
 
         Args:
             source: where the values come from (a file path or "overrides").
             lines: dotted key -> line number in ``source``, to report ``file:line``.
+            where: dotted key -> the whole location of its value (``-o rollout.group_size=0``).
         Raises:
             UserError: ``source:line: field 'section.key': why (got value)``.
         """
         from areal_cli.config.validate import validate
 
-        validate(self, source, lines)
+        validate(self, source, lines, where)
 
     def copy(self) -> TrainConfig:
         """A deep copy (sections are not shared)."""
@@ -82,9 +84,10 @@ class TrainConfig:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict, source: str = "config") -> TrainConfig:
+    def from_dict(cls, data: dict, source: str = "config", *, note: bool = True) -> TrainConfig:
         """The config :meth:`to_dict` wrote, or a run's ``config.json`` of an earlier release (flat names; one
-        note on stderr). Values are taken as stored (they were checked when the run started).
+        note on stderr unless ``note`` is False). Values are taken as stored (they were checked when the run
+        started).
 
         Raises:
             UserError: a key that is no setting (``source: field 'key': unknown key``).
@@ -99,6 +102,7 @@ class TrainConfig:
             dotted, _ = resolve_key(str(key), source)
             set_value(cfg, dotted, value)
             written.append(str(key))
-        note_flat_names(source, written)
+        if note:
+            note_flat_names(source, written)
         return cfg
 

@@ -13,28 +13,32 @@ from areal_cli.errors import UserError
 _POSITIVE = ("rollout.batch_size", "rollout.group_size", "rollout.max_new_tokens", "rollout.n_servers",
              "sft.batch_size", "loop.eval_n_samples", "ppo.n_minibatches", "parallel.torch_threads",
              "task.reward_workers", "sft.max_tokens_per_mb", "loop.keep_checkpoints", "parallel.data",
-             "parallel.tensor", "parallel.pipeline", "rollout.sglang_tp_size")
+             "parallel.tensor", "parallel.pipeline", "rollout.sglang_tp_size", "sft.eval_every", "sft.n_examples",
+             "model.hidden_size", "model.num_layers", "model.vocab_size")
 _NON_NEGATIVE = ("rollout.max_head_offpolicyness", "loop.max_steps", "sft.max_steps", "rollout.max_concurrent_rollouts",
                  "loop.eval_every", "loop.time_limit_s", "sft.pack_row_tokens", "loop.checkpoint_every",
                  "ppo.max_reward_clip", "loop.eval_benchmark_every", "loop.eval_max_problems", "loop.eval_n_prompts",
-                 "rollout.server_max_restarts", "rollout.temperature", "loop.eval_temperature")
+                 "rollout.server_max_restarts", "rollout.temperature", "loop.eval_temperature", "ppo.weight_decay")
 _POSITIVE_FLOAT = ("ppo.lr", "sft.lr", "ppo.grad_clip", "ppo.eps_clip", "ppo.behav_imp_weight_cap",
                    "task.reward_timeout_s", "ppo.reward_scaling", "rollout.server_stall_timeout_s",
                    "rollout.weight_update_chunk_mb", "ppo.adam_eps")
 _NO_LIMIT_ZERO = ("task.max_prompt_len", "ppo.max_tokens_per_mb", "loop.epochs", "rollout.sglang_context_length")
 
 
-def validate(cfg: Any, source: str = "config", lines: dict[str, int] | None = None) -> None:
+def validate(cfg: Any, source: str = "config", lines: dict[str, int] | None = None,
+             where: dict[str, str] | None = None) -> None:
     """Check ``cfg``: every ``Literal`` setting holds one of its values, ranges, and combinations.
 
     Args:
         source: where the values come from (a file path or "overrides").
         lines: dotted key -> line number in ``source``, to report ``file:line``.
+        where: dotted key -> the whole location (``-o rollout.group_size=0``), before ``lines``.
     Raises:
         UserError: naming the setting and the bad value.
     """
     def bad(name: str, why: str) -> UserError:
-        loc = f"{source}:{lines[name]}" if lines and name in lines else source
+        loc = (where[name] if where and name in where else
+               f"{source}:{lines[name]}" if lines and name in lines else source)
         return UserError(f"{loc}: field '{name}': {why} (got {get_value(cfg, name)!r})")
 
     v = lambda name: get_value(cfg, name)  # noqa: E731
@@ -102,6 +106,9 @@ def validate(cfg: Any, source: str = "config", lines: dict[str, int] | None = No
     unknown = [n.strip() for n in loop.loggers.split(",") if n.strip() not in ("", "tensorboard", "wandb")]
     if unknown:
         raise bad("loop.loggers", f"unknown logger {unknown[0]!r} (known: tensorboard, wandb; comma-separated)")
+    for name in ("ppo.adam_beta1", "ppo.adam_beta2"):
+        if not 0.0 <= v(name) < 1.0:
+            raise bad(name, "must be in [0, 1)")
     if not 0.0 <= p.warmup_proportion <= 1.0:
         raise bad("ppo.warmup_proportion", "must be in [0, 1]")
     if not all(isinstance(x, str) and x for x in cfg.task.required_fields):

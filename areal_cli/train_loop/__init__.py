@@ -3,7 +3,7 @@
 Processes (DESIGN §3): this process runs the rollout controller (asyncio) and the Megatron-core trainer
 (its steps in a worker thread, so rollouts keep streaming while it trains); ``rollout.n_servers`` rollout servers
 run as child processes (:mod:`areal_cli.processes`); rewards are computed in a worker-process pool. With
-``trainer_data_parallel x trainer_tensor_parallel x trainer_pipeline_parallel > 1`` the trainer is a group of
+``parallel.data x parallel.tensor x parallel.pipeline > 1`` the trainer is a group of
 torchrun ranks instead. Every trainer use goes through the group (:mod:`areal_cli.trainer.group`): engine
 methods by name and the trainer-side functions of :mod:`areal_cli.trainer.steps`, which run on every rank
 with the same arguments.

@@ -25,7 +25,7 @@ def config_of_checkpoint(ckpt: Checkpoint) -> TrainConfig:
     if not isinstance(stored, dict):
         raise UserError(f"{where}: field 'config': missing")
     try:
-        cfg = TrainConfig.from_dict(stored, f"{where}: config")
+        cfg = TrainConfig.from_dict(stored, f"{where}: config", note=False)  # not a file the user edits
     except UserError as e:
         raise UserError(f"{e} (written by another version?)") from None
     cfg.validate(str(where))

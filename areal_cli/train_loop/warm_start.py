@@ -46,7 +46,7 @@ async def warm_start(ctx: RunContext) -> dict:
         try:  # checked here (the stage itself lives in the trainer)
             SftStage(None, encoded, sft_cfg, pad_id=ctx.tokenizer.pad_token_id)
         except ValueError as e:
-            field = "sft_batch_size" if "batch" in str(e) else "sft_max_tokens_per_mb"
+            field = "sft.batch_size" if "batch" in str(e) else "sft.max_tokens_per_mb"
             raise UserError(f"{cfg.recipe}: field '{field}': the warm start has {len(encoded)} example(s) "
                             f"(sft.n_examples={cfg.sft.n_examples}): {e}") from None
         await ctx.train(f"{STEPS}:sft_begin", encoded, sft_cfg, ctx.tokenizer.pad_token_id)

@@ -10,7 +10,7 @@ samples really are about eta versions old) and reports, per variant and eta:
   mean and spread over seeds;
 - **time to target**: RL seconds (held-out evaluations excluded; the step after an evaluation imputed, as in
   ``areal bench throughput`` with ``impute_post_eval_steps``) until the seed-averaged accuracy curve first reaches
-  the target (the scenario's ``loop.target_accuracy``, or by default the synchronous runs' mean final accuracy);
+  the target (the scenario's ``target_accuracy``, or by default the synchronous runs' mean final accuracy);
 - **realised staleness**: mean versions between a trained sample's first token and the step that trains it
   (AReaL's head off-policyness), and the off-policy statistics of the loss (``iw_capped_frac``, ``clip_frac``,
   ``iw_truncated_frac``) averaged over steps.

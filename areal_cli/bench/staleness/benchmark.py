@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from areal_cli.bench.runs import (check_out_dir, cpu_overrides, located, machine_description, output_to,
-                                  override_items, shared_warm_start)
+                                  override_items, refuse_per_run_overrides, shared_warm_start)
 from areal_cli.bench.staleness.analysis import build_results, summarize_run
 from areal_cli.bench.staleness.report import plot_staleness, table_markdown
 from areal_cli.bench.staleness.scenario import SYNC, SYNC_OVERRIDES, Scenario, run_plan
@@ -22,7 +22,8 @@ def _run_cfg(scenario: Scenario, extra: list[str], items: list[str]):
 
     cfg, _ = load_train_config(scenario.recipe)
     try:
-        return apply_overrides(cfg, override_items(scenario.overrides) + list(extra) + items)
+        return apply_overrides(cfg, override_items(scenario.overrides) + list(extra) + items,
+                               source=f"{scenario.source} overrides / -o")
     except UserError as e:
         raise located(e, {"overrides": scenario.overrides}, scenario.locations) from None
 
@@ -34,6 +35,7 @@ def check_configs(scenario: Scenario, extra: list[str]):
     Raises:
         UserError: a bad recipe, override or variant field (one line, naming the variant).
     """
+    refuse_per_run_overrides(extra)
     cpu_items = cpu_overrides(scenario.cpus)
     base_cfg = _run_cfg(scenario, extra, cpu_items)
     for name, ov in [(SYNC, SYNC_OVERRIDES), *scenario.variants.items()]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from areal_cli.bench.runs import (check_out_dir, cpu_overrides, located, machine_description, output_to,
-                                  override_items, shared_warm_start)
+                                  override_items, refuse_per_run_overrides, shared_warm_start)
 from areal_cli.bench.throughput.analysis import (accuracy_comparison, aggregate_modes, decompose_ratio, overlap_ceiling,
                                                  paired_ratio, summarize_run, time_to_accuracy)
 from areal_cli.bench.throughput.generation import compare_generation
@@ -35,7 +35,7 @@ def _run_cfg(scenario: Scenario, extra_overrides: list[str], items: list[str], *
     cfg, _ = load_train_config(scenario.recipe)
     ov = override_items(scenario.overrides) + (override_items(scenario.sync_overrides) if sync else [])
     try:
-        return apply_overrides(cfg, ov + list(extra_overrides) + items)
+        return apply_overrides(cfg, ov + list(extra_overrides) + items, source=f"{scenario.source} overrides / -o")
     except UserError as e:
         sections = {"overrides": scenario.overrides, **({"sync_overrides": scenario.sync_overrides} if sync else {})}
         raise located(e, sections, scenario.locations) from None
@@ -60,6 +60,7 @@ def run_benchmark(scenario: Scenario, out: Path, *, extra_overrides: list[str] |
     from areal_cli.train_loop import run_training
 
     extra = list(extra_overrides or [])
+    refuse_per_run_overrides(extra)
     check_out_dir(out)
     cpu_items = cpu_overrides(scenario.cpus)
     base_cfg = _run_cfg(scenario, extra, cpu_items)  # validates everything before any work
