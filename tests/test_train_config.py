@@ -242,3 +242,12 @@ def test_a_benchmark_refuses_overrides_of_what_it_sets_per_run_and_reads_section
     refuse_per_run_overrides(["ppo.lr=1e-4", "group_size=2"])
     assert override_items({"rollout": {"group_size": 2, "temperature": 0.5}, "ppo.lr": 1e-4}) == [
         "rollout.group_size=2", "rollout.temperature=0.5", "ppo.lr=0.0001"]
+
+
+def test_an_unknown_task_preset_names_its_line(tmp_path):
+    p = tmp_path / "r.yaml"
+    for text, line in (("seed: 2\ntask: nosuch\n", 2), ("seed: 2\ntask:\n  dataset: x.jsonl\n  preset: nosuch\n", 4)):
+        p.write_text(text)
+        with pytest.raises(UserError) as e:
+            load_train_config(str(p))
+        assert_one_line(str(e.value), f"{p}:{line}: field 'task.preset': unknown task 'nosuch' (known: tiny-arith")

@@ -283,6 +283,11 @@ def _build_cpu_train(data: dict, path: Path, prefix: str, *, name: str, kind: st
     lines, written = settings_into(cfg, data, path, prefix)
     cfg.recipe = name
     cfg.validate(str(path), lines)
+    from areal_cli.tasks.registry import known_tasks
+
+    if cfg.task.preset not in known_tasks():
+        raise UserError(f"{path}:{lines.get('task.preset', getattr(data, 'line', 1))}: field '{prefix}.task.preset': "
+                        f"unknown task '{cfg.task.preset}' (known: {', '.join(known_tasks())})")
     note_flat_names(str(path), written)
     eta = "rollout.max_head_offpolicyness"
     eta_line = f"{path}:{lines.get(eta, data.line if isinstance(data, LineDict) else 1)}"
