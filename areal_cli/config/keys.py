@@ -133,7 +133,8 @@ def read_mapping(data: Any, source: str, prefix: str = "") -> list[Entry]:
 
     Args:
         data: the mapping (a :class:`~areal_cli.typed_yaml.LineDict` gives line numbers).
-        source: the file, for messages (``file:line: field 'prefix.key'``).
+        source: the file, for messages (``file:line: field 'prefix.key'``; ``source: field ...`` when ``data``
+            carries no lines, e.g. a run's ``config.json``).
         prefix: how the mapping is reached in the file (``train`` for a recipe's section), for messages.
     Raises:
         UserError: not a mapping, a section that is not a mapping, unknown key, a key given twice (flat and
@@ -141,6 +142,7 @@ def read_mapping(data: Any, source: str, prefix: str = "") -> list[Entry]:
     """
     pre = f"{prefix}." if prefix else ""
     line_of = data.at if isinstance(data, LineDict) else (lambda k: 1)
+    at = (lambda n: f"{source}:{n}") if isinstance(data, LineDict) else (lambda n: source)
     if not isinstance(data, dict):
         raise UserError(f"{source}:{getattr(data, 'line', 1)}: {prefix or 'settings'}: expected a mapping of "
                         f"key: value")
@@ -157,23 +159,23 @@ def read_mapping(data: Any, source: str, prefix: str = "") -> list[Entry]:
                              [f"{key_s}.{c}" for c in difflib.get_close_matches(str(sub), names, n=2, cutoff=0.6)])
                     hint = (f"did you mean {' or '.join(close)}?" if close else
                             f"`areal train --list-settings` lists the {len(names)} keys of {key_s}")
-                    raise UserError(f"{source}:{sub_line(sub)}: field '{pre}{dotted}': unknown key ({hint})")
+                    raise UserError(f"{at(sub_line(sub))}: field '{pre}{dotted}': unknown key ({hint})")
                 out.append(Entry(dotted, v, sub_line(sub), dotted))
             continue
         if key_s not in KEYS and key_s not in FLAT_NAMES and "." not in key_s:
             close = difflib.get_close_matches(key_s, list(SECTIONS), n=1, cutoff=0.7)
             if close and isinstance(value, dict):  # a misspelled section
-                raise UserError(f"{source}:{line}: field '{pre}{key_s}': unknown section (did you mean {close[0]}?)")
+                raise UserError(f"{at(line)}: field '{pre}{key_s}': unknown section (did you mean {close[0]}?)")
         if key_s in SECTIONS and key_s != "task":
-            raise UserError(f"{source}:{line}: field '{pre}{key_s}': expected a mapping of {key_s} settings, "
+            raise UserError(f"{at(line)}: field '{pre}{key_s}': expected a mapping of {key_s} settings, "
                             f"got {value!r}")
-        dotted, _ = resolve_key(key_s, f"{source}:{line}", pre)
+        dotted, _ = resolve_key(key_s, at(line), pre)
         out.append(Entry(dotted, value, line, key_s))
     seen: dict[str, Entry] = {}
     for e in out:
         if e.dotted in seen:
             first = seen[e.dotted]
-            raise UserError(f"{source}:{e.line}: field '{pre}{e.dotted}': given twice ('{first.written}' at line "
+            raise UserError(f"{at(e.line)}: field '{pre}{e.dotted}': given twice ('{first.written}' at line "
                             f"{first.line}, '{e.written}' here)")
         seen[e.dotted] = e
     return out

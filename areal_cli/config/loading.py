@@ -31,11 +31,15 @@ def settings_into(cfg: TrainConfig, data: Any, path: Path, prefix: str = "") -> 
     return lines, [e.written for e in entries]
 
 
-def config_from_file(data: Any, path: Path) -> TrainConfig:
+def config_from_file(data: Any, path: Path) -> tuple[TrainConfig, dict[str, int]]:
     """The config of a train config file (a quick user recipe): ``data`` (read by
     :func:`areal_cli.typed_yaml.read_yaml`) is a mapping of settings (``rollout: {group_size: 8}``,
     ``rollout.group_size: 8`` or the flat ``group_size: 8`` of earlier releases). The config is named by the
     file's stem unless it sets ``recipe``.
+
+    Returns:
+        ``(config, lines)``: lines maps each dotted key the file set to its line (for checks made above this
+        layer, e.g. the task preset).
 
     Raises:
         UserError: not a mapping, unknown key, wrong type or bad value (``file:line: field 'key': ...``).
@@ -46,7 +50,7 @@ def config_from_file(data: Any, path: Path) -> TrainConfig:
     lines, written = settings_into(cfg, data, path)
     cfg.validate(str(path), lines)
     note_flat_names(str(path), written)
-    return cfg
+    return cfg, lines
 
 
 #: Settings naming user code or data by path: made absolute when the recipe is read (see resolve_paths).

@@ -7,7 +7,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from areal_cli.config.keys import FLAT_NAMES, KEYS, TOP_LEVEL, note_flat_names, resolve_key, set_value
+from areal_cli.config.keys import FLAT_NAMES, KEYS, TOP_LEVEL, note_flat_names, read_mapping, set_value
 from areal_cli.config.sections import (LoopSection, ModelSection, ParallelSection, PPOSection, RolloutSection,
                                        SECTIONS, SftSection, TaskSection)
 
@@ -92,17 +92,11 @@ class TrainConfig:
         Raises:
             UserError: a key that is no setting (``source: field 'key': unknown key``).
         """
-        cfg, written = cls(), []
-        for key, value in data.items():
-            if key in SECTIONS and isinstance(value, dict):
-                for sub, v in value.items():
-                    dotted, _ = resolve_key(f"{key}.{sub}", source)
-                    set_value(cfg, dotted, v)
-                continue
-            dotted, _ = resolve_key(str(key), source)
-            set_value(cfg, dotted, value)
-            written.append(str(key))
+        cfg = cls()
+        entries = read_mapping(data, source)
+        for e in entries:
+            set_value(cfg, e.dotted, e.value)
         if note:
-            note_flat_names(source, written)
+            note_flat_names(source, [e.written for e in entries])
         return cfg
 

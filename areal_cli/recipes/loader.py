@@ -283,11 +283,7 @@ def _build_cpu_train(data: dict, path: Path, prefix: str, *, name: str, kind: st
     lines, written = settings_into(cfg, data, path, prefix)
     cfg.recipe = name
     cfg.validate(str(path), lines)
-    from areal_cli.tasks.registry import known_tasks
-
-    if cfg.task.preset not in known_tasks():
-        raise UserError(f"{path}:{lines.get('task.preset', getattr(data, 'line', 1))}: field '{prefix}.task.preset': "
-                        f"unknown task '{cfg.task.preset}' (known: {', '.join(known_tasks())})")
+    refuse_unknown_preset(cfg, path, lines.get("task.preset", getattr(data, "line", 1)), f"{prefix}.")
     note_flat_names(str(path), written)
     eta = "rollout.max_head_offpolicyness"
     eta_line = f"{path}:{lines.get(eta, data.line if isinstance(data, LineDict) else 1)}"
@@ -296,6 +292,19 @@ def _build_cpu_train(data: dict, path: Path, prefix: str, *, name: str, kind: st
     if kind == "async-ppo" and cfg.rollout.max_head_offpolicyness == 0:
         raise UserError(f"{eta_line}: field '{prefix}.{eta}': kind async-ppo needs eta > 0")
     return cfg
+
+
+def refuse_unknown_preset(cfg: TrainConfig, path: Path, line: int, prefix: str = "") -> None:
+    """Refuse a task preset the registry does not know, at ``path:line`` (where the recipe names it).
+
+    Raises:
+        UserError: ``file:line: field 'prefix.task.preset': unknown task 'x' (known: ...)``.
+    """
+    from areal_cli.tasks.registry import known_tasks
+
+    if cfg.task.preset not in known_tasks():
+        raise UserError(f"{path}:{line}: field '{prefix}task.preset': unknown task '{cfg.task.preset}' (known: "
+                        f"{', '.join(known_tasks())}; your own data, reward and workflow go in a 'custom' task)")
 
 
 def _apply_variant(recipe: Recipe, name: str) -> TrainConfig | PublishedTrainSpec:

@@ -13,8 +13,8 @@ from pathlib import Path
 from areal_cli.config import TrainConfig, config_from_file
 from areal_cli.errors import UserError
 from areal_cli.recipes.gpu_train import gpu_train_config
-from areal_cli.recipes.loader import Recipe, find_recipe_file, load_recipe, recipe_names
-from areal_cli.typed_yaml import LineDict, read_yaml
+from areal_cli.recipes.loader import Recipe, find_recipe_file, load_recipe, recipe_names, refuse_unknown_preset
+from areal_cli.typed_yaml import read_yaml
 
 
 def load_train_config(name_or_path: str) -> tuple[TrainConfig, Path]:
@@ -40,29 +40,9 @@ def load_train_config(name_or_path: str) -> tuple[TrainConfig, Path]:
         # A locked recipe (sections model/data/train/resources/eval): validated as a whole by
         # areal_cli.recipes.loader; its ``train`` section holds the TrainConfig keys.
         return train_config_from_recipe(load_recipe(p)), p
-    cfg = config_from_file(data, p)
-    check_preset(cfg, data, p)
+    cfg, lines = config_from_file(data, p)
+    refuse_unknown_preset(cfg, p, lines.get("task.preset", getattr(data, "line", 1)))
     return cfg, p
-
-
-def check_preset(cfg: TrainConfig, data: object, path: Path) -> None:
-    """Refuse an unknown task preset at the line that names it (the settings ``data`` as read from ``path``).
-
-    Raises:
-        UserError: ``file:line: field 'task.preset': unknown task 'x' (known: ...)``.
-    """
-    from areal_cli.tasks.registry import known_tasks
-
-    if cfg.task.preset in known_tasks():
-        return
-    line = 1
-    if isinstance(data, LineDict):
-        task = data.get("task")
-        line = (data.at("task.preset") if "task.preset" in data else
-                task.at("preset") if isinstance(task, LineDict) and "preset" in task else
-                data.at("task") if "task" in data else data.line)
-    raise UserError(f"{path}:{line}: field 'task.preset': unknown task '{cfg.task.preset}' (known: "
-                    f"{', '.join(known_tasks())}; your own data, reward and workflow go in a 'custom' task)")
 
 
 def train_config_from_recipe(recipe: Recipe | str | Path, variant: str | None = None) -> TrainConfig:
