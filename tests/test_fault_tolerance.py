@@ -40,6 +40,25 @@ def _servers(run: subprocess.Popen) -> list[int]:
     return sorted(pids)
 
 
+def _wait_until_busy(pid: int, timeout: float = 60.0) -> None:
+    """Wait until server ``pid`` (its ``--port`` read from its command line) has a request running
+    (``/server_info`` ``internal_states[0].num_running_reqs``), so that killing it leaves requests in flight."""
+    import urllib.request
+
+    args = (Path("/proc") / str(pid) / "cmdline").read_bytes().decode().split("\0")
+    port = int(args[args.index("--port") + 1])
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2) as r:
+                if json.loads(r.read())["internal_states"][0]["num_running_reqs"] > 0:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.01)
+    raise AssertionError(f"server {pid} never had a request running in {timeout} s")
+
+
 def _wait_for_step(run: subprocess.Popen, out: Path, step: int, timeout: float = 240.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -74,6 +93,7 @@ def test_a_killed_and_a_frozen_embedded_server_are_restarted_and_every_step_runs
     run = _start(out, "-o", "rollout.n_servers=2", "-o", "loop.max_steps=8", "-o", "rollout.server_stall_timeout_s=2")
     _wait_for_step(run, out, 2)
     first, second = _servers(run)
+    _wait_until_busy(first)
     os.kill(first, signal.SIGKILL)  # dies with requests in flight
     _wait_for_step(run, out, 5)
     assert len(_servers(run)) == 2  # restarted
