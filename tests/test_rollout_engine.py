@@ -282,3 +282,30 @@ def test_prompt_logprobs_have_a_leading_none_and_match_hf(dirs, hf):
     lp = torch.log_softmax(hf_logits(hf, PROMPTS[1]), -1)
     for t in range(1, len(PROMPTS[1])):
         assert abs(r.input_logprobs[t][0] - float(lp[t - 1, PROMPTS[1][t]])) <= 1e-5
+
+
+def test_every_step_records_its_shape_and_seconds_for_the_cost_fit(dirs):
+    """The engine's step-cost sums (rollout.engine.step_costs) count each step with work once, with the decode
+    batch, decode batch x longest context and padded prefill tokens of that step."""
+    eng = InferenceEngine(dirs[0], max_total_tokens=1024)
+    prompts, budgets = PROMPTS[:3], BUDGETS[:3]  # prompt lengths 3, 11, 6; budgets 5, 40, 12
+    for i, (p, m) in enumerate(zip(prompts, budgets)):
+        eng.add_request(f"r{i}", p, SamplingParams(max_new_tokens=m, temperature=0.0, ignore_eos=True))
+    eng.run_until_done()
+    d = eng.step_costs.to_dict()
+    assert d["features"] == ["step", "decode_seqs", "decode_ctx_tokens", "prefill_tokens"]
+    steps = max(budgets)  # step 1 prefills all three (and samples their first token), then one token per step
+    assert d["n"] == steps == eng.stats["steps"]
+    xtx = d["xtx"]
+    assert xtx[0][0] == steps
+    assert xtx[0][1] == eng.stats["decode_tokens"] == sum(budgets) - len(budgets)
+    # padded prefill: the three prompts in one forward, padded to the longest (11)
+    assert xtx[0][3] == 3 * 11 and eng.stats["prefill_tokens"] == 3 + 11 + 6
+    # decode contexts: the batch is padded to its longest KV (+1 for the new token)
+    exp_ctx = 0
+    for k in range(1, steps):  # decode step k: requests with more than k tokens still to generate
+        live = [(len(p), m) for p, m in zip(prompts, budgets) if m > k]
+        exp_ctx += len(live) * (max(pl + k - 1 for pl, _ in live) + 1)
+    assert xtx[0][2] == exp_ctx
+    assert d["xty"][0] > 0 and d["yy"] > 0
+    assert xtx[1][1] == sum(len([m for m in budgets if m > k]) ** 2 for k in range(1, steps))

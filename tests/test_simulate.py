@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
+from statistics import NormalDist
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -188,6 +192,15 @@ def test_bad_scenario_names_file_line_and_field(tmp_path):
         sim.load_scenario(str(p))
     with pytest.raises(UserError, match=r"-o eta=x: field 'eta'"):
         sim.apply_overrides(sim.Scenario(), ["eta=x"])
+    for text, field in (("response_length_counts: {0: 5}\n", "response_length_counts"),
+                        ("response_length_counts: {a: 5}\n", "response_length_counts"),
+                        ("decode_attention: paged\n", "decode_attention"), ("response_strata: -2\n", "response_strata"),
+                        ("overlap_train_factor: 0\n", "overlap_train_factor"),
+                        ("request_overhead_s: -1\n", "request_overhead_s")):
+        p.write_text("name: x\n" + text)
+        with pytest.raises(UserError, match=rf"bad\.yaml:2: field '{field}'"):
+            sim.load_scenario(str(p))
+    p.write_text("gen_gpus: lots\n")
     res = CliRunner().invoke(simulate_cmd, [str(p)])
     assert res.exit_code == 2
     assert "field 'gen_gpus'" in res.output
@@ -252,3 +265,240 @@ def test_published_7b_setting_predicts_the_2p27x_speedup_within_10_percent_witho
     sc = sim.apply_overrides(sc, ["sim_steps=18", "warmup_steps=8"])
     sync, asyn = (sim.simulate(sc, m, scale=8) for m in ("sync", "async"))
     assert sync["hours"] / asyn["hours"] == pytest.approx(57.7 / 25.4, rel=0.10)
+
+
+# ---- the CPU machine: engine step costs, padded decode, per-request overhead, machine constants carried over ----
+
+
+def _reference_sync_decode(lengths: list[int], prompt: int, max_running: int, a: float, b: float, c: float,
+                           padded: bool) -> float:
+    """Token-by-token continuous batching of one server, FIFO admission, no prefill cost: the seconds to
+    generate ``lengths`` (a decode step costs a + b*n + c*X, X = sum of contexts or n * longest context)."""
+    queue, running, t = list(lengths), [], 0.0
+    while queue or running:
+        while queue and len(running) < max_running:
+            running.append([prompt, queue.pop(0)])  # [context, tokens left]
+        n = len(running)
+        ctx = [r[0] for r in running]
+        t += a + b * n + c * (n * max(ctx) if padded else sum(ctx))
+        for r in running:
+            r[0] += 1
+            r[1] -= 1
+        running = [r for r in running if r[1] > 0]
+    return t
+
+
+def test_padded_decode_pays_for_the_longest_context_of_a_staggered_batch(tmp_path):
+    """Three samples of 40, 40 and 120 tokens (stratified, so every batch has exactly these) on a server that
+    runs two at a time: whenever a fresh request decodes beside an old one, the embedded engine pads it to the
+    old one's context. The simulated sync step equals a token-by-token reference for the order drawn."""
+    (tmp_path / "lengths.txt").write_text("40\n40\n120\n")
+    costs = exact_costs(decode_step_per_ctx_token_s=1e-4)
+    base = dict(gen_gpus=1, train_gpus=1, batch_size=3, group_size=1, prompt_tokens=10, max_new_tokens=1000,
+                response_lengths_file=str(tmp_path / "lengths.txt"), response_strata=3, response_prompt_corr=1.0,
+                max_running_per_server=2, sim_steps=6, warmup_steps=2, **costs)
+    orders = [[40, 40, 120], [40, 120, 40], [120, 40, 40]]
+    for padded in (False, True):
+        sc = sim.Scenario(**base, decode_attention="padded" if padded else "sum")
+        step = sim.simulate(sc, "sync")["step_s"] - (0.2 + 0.5 + 0.1)  # load, train, save
+        refs = [_reference_sync_decode(o, 10, 2, 1e-3, 1e-4, 1e-4, padded) for o in orders]
+        # the order of the batch's lengths changes from step to step: the mean lies within the orders' range
+        assert min(refs) - 1e-9 <= step <= max(refs) + 1e-9
+    pad_refs = [_reference_sync_decode(o, 10, 2, 1e-3, 1e-4, 1e-4, True) for o in orders]
+    sum_refs = [_reference_sync_decode(o, 10, 2, 1e-3, 1e-4, 1e-4, False) for o in orders]
+    assert pad_refs[0] == pytest.approx(sum_refs[0])  # the two 40s start together: nothing to pad
+    assert pad_refs[1] > sum_refs[1] and pad_refs[2] > sum_refs[2]
+
+
+def test_a_single_order_of_lengths_matches_the_reference_exactly(tmp_path):
+    (tmp_path / "lengths.txt").write_text("30\n90\n")
+    for padded in (False, True):
+        sc = sim.Scenario(gen_gpus=1, train_gpus=1, batch_size=1, group_size=3, prompt_tokens=10, max_new_tokens=1000,
+                          response_lengths_file=str(tmp_path / "lengths.txt"), response_prompt_corr=1.0,
+                          max_running_per_server=2, sim_steps=6, warmup_steps=2,
+                          decode_attention="padded" if padded else "sum", **exact_costs(decode_step_per_ctx_token_s=1e-4))
+        step = sim.simulate(sc, "sync")["step_s"] - 0.8
+        # corr 1: every sample of a group has its prompt's length; 30 or 90 per group, each with 3 samples
+        refs = [_reference_sync_decode([n] * 3, 10, 2, 1e-3, 1e-4, 1e-4, padded) for n in (30, 90)]
+        assert min(refs) - 1e-9 <= step <= max(refs) + 1e-9
+
+
+def test_stratified_lengths_put_every_stratum_in_every_block():
+    sc = sim.Scenario(batch_size=16, group_size=4, response_median_tokens=20, response_sigma=1.5,
+                      response_prompt_corr=1.0, response_strata=16, max_new_tokens=10_000)
+    from areal_cli.bench.sim.lengths import ResponseLengths
+
+    draw = ResponseLengths(sc, np.random.default_rng(0), None)
+    for _ in range(5):
+        block = [draw.group() for _ in range(16)]
+        assert all(len(set(g)) == 1 for g in block)  # corr 1: a prompt's samples share its length
+        qs = sorted(NormalDist().cdf((math.log(g[0]) - math.log(20)) / 1.5) for g in block)
+        # one prompt per 1/16 quantile (rounding to whole tokens moves a quantile a little)
+        assert all(j / 16 - 0.02 <= q <= (j + 1) / 16 + 0.02 for j, q in enumerate(qs))
+
+
+def test_request_overhead_blocks_the_server_once_per_admitted_request():
+    kw = dict(gen_gpus=1, train_gpus=1, batch_size=1, group_size=4, prompt_tokens=10, max_new_tokens=1000,
+              response_median_tokens=100, response_sigma=0.0, sim_steps=6, warmup_steps=2)
+    without = sim.simulate(sim.Scenario(**kw, **exact_costs()), "sync")["step_s"]
+    with_overhead = sim.simulate(sim.Scenario(**kw, **exact_costs(), request_overhead_s=0.01), "sync")["step_s"]
+    assert with_overhead - without == pytest.approx(4 * 0.01, rel=1e-9)
+
+
+def _sums(rows: list[tuple[int, int, int, float]]) -> dict:
+    from areal_cli.rollout.engine.step_costs import StepCostStats
+
+    st = StepCostStats()
+    for r in rows:
+        st.record(*r)
+    return st.to_dict()
+
+
+def test_engine_step_costs_fit_recovers_the_constants_and_drops_a_negative_one():
+    from areal_cli.bench.sim.engine_costs import fit_step_costs, window_sums
+
+    a, b, c, p = 2e-3, 5e-5, 1e-7, 3e-6
+    rng = np.random.default_rng(0)
+    rows = []
+    for _ in range(500):
+        n, L, pre = int(rng.integers(1, 64)), int(rng.integers(10, 400)), int(rng.choice([0, 0, 0, 200, 1600]))
+        rows.append((n, n * L, pre, a + b * n + c * n * L + p * pre))
+    fit = fit_step_costs([_sums(rows[:200]), _sums(rows[200:])])  # two servers' sums add up
+    assert fit["steps"] == 500 and fit["r2"] == pytest.approx(1.0)
+    for k, v in zip(("decode_step_fixed_s", "decode_step_per_seq_s", "decode_step_per_ctx_token_s",
+                     "prefill_s_per_token"), (a, b, c, p)):
+        assert fit["coef"][k] == pytest.approx(v, rel=1e-6)
+    # a window is the difference of two snapshots
+    w = window_sums(_sums(rows[:100]), _sums(rows[:300]))
+    assert w["n"] == 200
+    assert fit_step_costs([w])["coef"]["decode_step_per_seq_s"] == pytest.approx(b, rel=1e-6)
+    # seconds that fall with the context: its coefficient is held at 0, the others refitted
+    rows2 = [(n, ctx, pre, max(1e-4, a + b * n - 1e-8 * ctx)) for n, ctx, pre, _ in rows]
+    fit2 = fit_step_costs([_sums(rows2)])
+    assert fit2["coef"]["decode_step_per_ctx_token_s"] == 0.0 and fit2["coef"]["decode_step_per_seq_s"] > 0
+    with pytest.raises(ValueError, match="at least 4"):
+        fit_step_costs([_sums(rows[:3])])
+
+
+def _bench_run(tmp_path: Path, step_costs: dict | None) -> Path:
+    """A made-up `areal bench throughput` result with timelines: sync (eta 0) and async (eta 2) runs."""
+    records = json.loads(synthetic_run(tmp_path).read_text())["runs"]
+    runs = []
+    for label, (mode, eta, step_s) in {"00-sync-r0": ("sync", 0, 1.0), "01-async-r0": ("async", 2, 0.8)}.items():
+        d = tmp_path / "bench" / "runs" / label
+        d.mkdir(parents=True)
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records[mode]["steps"]))
+        tl = {"marks": {"step_costs": step_costs}} if step_costs else {"marks": {}}
+        tl["steps"] = [{"step": r["step"], "tokens": r["trained_tokens"], "response_lengths": [4] * 100 + [6] * 60}
+                       for r in records[mode]["steps"] if r.get("phase") == "rl"]
+        (d / "timeline.json").write_text(json.dumps(tl))
+        runs.append({"label": label, "mode": mode, "eta": eta, "interruptible": True, "steps": 12, "dir": str(d),
+                     "step_s_mean": step_s * 0.9, "step_seconds": {"wait_s": 0.2, "train_s": 0.45, "publish_s": 0.05}})
+    results = tmp_path / "bench" / "results.json"
+    results.write_text(json.dumps({"runs": runs}))
+    return results
+
+
+def test_calibration_with_engine_step_costs_fits_decode_from_them_and_solves_the_request_overhead(tmp_path):
+    a, b = 1e-3, 2e-5  # no context cost
+    rows = [(n, n * L, 0, a + b * n) for n in (1, 8, 32, 64, 128, 160) for L in range(20, 40)]
+    costs = {"rl_start": {"server0": _sums(rows[:6])}, "rl_end": {"server0": _sums(rows)}}
+    base = sim.Scenario(gen_gpus=1, train_gpus=1, batch_size=32, group_size=4, prompt_tokens=20, max_new_tokens=8,
+                        response_sigma=0.1, max_concurrent_groups=96, eta=2, decoupled_recompute=False,
+                        sim_steps=12, warmup_steps=3, scaling_gpus=[])
+    sc, rep = sim.calibrate_from_run(_bench_run(tmp_path, costs), base)
+    assert rep["engine_step_costs"]["steps"] == 2 * (len(rows) - 6)  # both runs' RL windows
+    assert sc.decode_step_fixed_s == pytest.approx(a, rel=1e-6) and sc.decode_step_per_seq_s == pytest.approx(b, rel=1e-6)
+    assert sc.decode_attention == "padded" and sc.prefix_cache is False
+    # the benchmark's own step phases (evaluations excluded): 0.9 s per sync step, publishing 0.05 s
+    assert rep["measured"]["00-sync-r0"]["step_s"] == pytest.approx(0.9) and sc.sync_save_s == pytest.approx(0.05)
+    assert sc.trainer_overhead_s == 0.0
+    assert sc.request_overhead_s > 0
+    assert rep["checks"]["00-sync-r0"]["simulated_step_s"] == pytest.approx(0.9, rel=0.01)
+    # the sync run's own response lengths (12 steps of 100 x 4 and 60 x 6 tokens) are its length distribution
+    assert sc.response_length_counts == {4: 1200, 6: 720}
+    assert sim.length_stats(sc)["p50"] == 4 and sim.length_stats(sc)["mean"] == pytest.approx(4.75, rel=0.01)
+    (tmp_path / "fitted.yaml").write_text(sim.scenario_yaml(sc))  # what --out writes, read back
+    assert sim.load_scenario(str(tmp_path / "fitted.yaml")).response_length_counts == {4: 1200, 6: 720}
+    # the trainer beside generation: the async run's wait (0.2 s for 3,000-4,200 tokens) is the hand-off
+    assert rep["trainer_beside_generation"]["handoff_s"] == pytest.approx(0.2)
+    assert sc.batch_handoff_s_per_token == pytest.approx(0.2 / rep["trainer_beside_generation"]["tokens_per_step"])
+    assert sc.overlap_train_factor == pytest.approx(1.0)  # the same train + publish seconds in both runs
+    assert set(rep["ratios"]) == {"async-eta2"}
+    r = rep["ratios"]["async-eta2"]
+    assert r["measured"] == pytest.approx(1.0 / 0.8) and r["rel_error"] == pytest.approx(r["simulated"] / r["measured"] - 1)
+
+
+def test_machine_constants_carry_to_another_workload_and_the_command_checks_a_measured_ratio(tmp_path):
+    calibrated = sim.Scenario(decode_step_fixed_s=0.002, decode_step_per_seq_s=1e-5, decode_step_per_ctx_token_s=1e-8,
+                              prefill_s_per_token=1e-6, decode_attention="padded", prefix_cache=False,
+                              request_overhead_s=3e-4, train_fixed_s=0.05, train_gpu_s_per_token=4e-5,
+                              train_gpu_s_per_token_sq=0.0, sync_save_s=0.01, sync_load_s=0.0,
+                              decoupled_recompute=False, batch_size=48, response_median_tokens=4.4)
+    target = sim.Scenario(name="t", gen_gpus=1, train_gpus=1, batch_size=16, group_size=4, prompt_tokens=15,
+                          max_new_tokens=400, response_median_tokens=20, response_sigma=1.5, sim_steps=10,
+                          warmup_steps=3, scaling_gpus=[])
+    moved = sim.with_machine_of(target, calibrated)
+    assert all(getattr(moved, k) == getattr(calibrated, k) for k in sim.MACHINE_FIELDS)
+    assert (moved.batch_size, moved.response_median_tokens) == (16, 20)  # the workload stays the target's
+    cal_file = tmp_path / "machine.yaml"
+    cal_file.write_text(sim.scenario_yaml(calibrated))
+    scen = tmp_path / "t.yaml"
+    scen.write_text(sim.scenario_yaml(dataclasses.replace(target, published={"async_over_sync": 1.5, "source": "x"})))
+    out = tmp_path / "out"
+    res = CliRunner().invoke(simulate_cmd, [str(scen), "--costs-from", str(cal_file), "--out", str(out),
+                                            "--no-sensitivity", "--gpus", "none"])
+    assert res.exit_code == 0, res.output
+    data = json.loads((out / "results.json").read_text())
+    assert data["costs_from"]["fields"]["request_overhead_s"] == 3e-4
+    assert data["scenario"]["decode_attention"] == "padded"
+    mc = data["measured_check"]["async_over_sync"]
+    pred = data["modes"]["async"]["effective_tokens_per_s"] / data["modes"]["sync"]["effective_tokens_per_s"]
+    assert mc["measured"] == 1.5 and mc["predicted"] == pytest.approx(pred)
+    assert f"measured async/sync 1.50x, predicted {pred:.2f}x" in res.output
+    bad = CliRunner().invoke(simulate_cmd, [str(scen), "--costs-from", str(tmp_path / "missing.yaml")])
+    assert bad.exit_code == 2 and "scenario file not found" in bad.output
+
+
+def test_the_tiny_longtail_lengths_file_is_the_tasks_answer_length_distribution():
+    from areal_cli.tasks.tiny_longtail import answer_tokens, length_stats, m_quantile
+
+    sc = sim.load_scenario("cpu-tiny-longtail")
+    from areal_cli.bench.sim.lengths import load_empirical_lengths
+
+    got = load_empirical_lengths(sc).tolist()
+    assert got == [answer_tokens(m_quantile((i + 0.5) / 4096)) for i in range(4096)]
+    st = length_stats()
+    assert np.median(got) == st["median"] and np.mean(got) == pytest.approx(st["mean"], rel=0.01)
+    assert sc.response_strata == 16 and sc.batch_size == 16  # one stratified block per batch, as the task draws
+
+
+SIM_RESULTS = REPO / "benchmarks" / "results" / "simulate"
+
+
+def test_the_tiny_longtail_machine_is_what_its_recorded_runs_calibrate_to():
+    """The machine constants shipped in both CPU scenario files are the calibration of the recorded tiny-longtail
+    runs (measured-runs.json), to the 4 significant digits the files carry: nothing was tuned by hand."""
+    fitted, rep = sim.calibrate_from_run(SIM_RESULTS / "cpu-tiny-longtail" / "measured-runs.json",
+                                         sim.load_scenario("cpu-tiny-longtail"))
+    assert rep["engine_step_costs"]["steps"] > 100_000 and rep["engine_step_costs"]["r2"] > 0.8
+    # the per-sample overhead was solved so that the simulated sync step is the three sync runs' mean
+    syncs = [c for c in rep["checks"].values() if c["mode"] == "sync"]
+    mean = sum(c["measured_step_s"] for c in syncs) / len(syncs)
+    assert len(syncs) == 3 and syncs[0]["simulated_step_s"] == pytest.approx(mean, rel=0.01)
+    for name in ("cpu-tiny-arith", "cpu-tiny-longtail"):
+        sc = sim.load_scenario(name)
+        for k in sim.MACHINE_FIELDS:
+            v, w = getattr(sc, k), getattr(fitted, k)
+            assert v == (pytest.approx(w, rel=1e-3) if isinstance(w, float) else w), (name, k)
+
+
+def test_tiny_arith_async_sync_ratio_is_predicted_within_10_percent_from_the_tiny_longtail_machine():
+    """Out of sample: costs measured on tiny-longtail runs (long, heavy-tailed answers, eta 4) predict tiny-arith
+    (4-token answers, 48 x 3 samples, eta 2) against its measured ratios (3 seeds, `published` in the file)."""
+    sc = sim.load_scenario("cpu-tiny-arith")
+    sync, asyn, nonint = (sim.simulate(sc, m) for m in ("sync", "async", "async_nointerrupt"))
+    pub = sc.published
+    assert asyn["effective_tokens_per_s"] / sync["effective_tokens_per_s"] == pytest.approx(pub["async_over_sync"], rel=0.10)
+    assert nonint["effective_tokens_per_s"] / sync["effective_tokens_per_s"] == pytest.approx(
+        pub["async_noninterruptible_over_sync"], rel=0.10)

@@ -108,6 +108,20 @@ def plot_eta_sweep(sweep: dict, published: dict, title: str, path: Path) -> None
     plt.close(fig)
 
 
+def _measured_check(sc, modes: dict) -> dict | None:
+    """Predicted vs measured async/sync ratios of effective throughput, for a scenario whose ``published`` holds
+    a measured ``async_over_sync`` (and optionally ``async_noninterruptible_over_sync``)."""
+    pub = sc.published or {}
+    out = {}
+    for key, mode in (("async_over_sync", "async"), ("async_noninterruptible_over_sync", "async_nointerrupt")):
+        if isinstance(pub.get(key), (int, float)):
+            pred = modes[mode]["effective_tokens_per_s"] / modes["sync"]["effective_tokens_per_s"]
+            out[key] = {"measured": float(pub[key]), "predicted": pred, "rel_error": pred / float(pub[key]) - 1}
+    if out:
+        out["source"] = pub.get("source", "")
+    return out or None
+
+
 def _published_check(sc, modes: dict) -> dict | None:
     pub = sc.published or {}
     if "sync_hours" not in pub or "async_hours" not in pub:
@@ -126,7 +140,8 @@ def _sweep_scale(sc, requested: int) -> int:
 
 
 def run_simulation(sc, out: Path | None, *, gpus: list[int] | None, scale: int, sweep_scale: int,
-                   sensitivity_on: bool, fit: bool, calibrate_from: Path | None, console) -> dict:
+                   sensitivity_on: bool, fit: bool, calibrate_from: Path | None, console,
+                   costs_from: str | None = None) -> dict:
     """Everything the command does, returning the results dict (also written to ``out/results.json``)."""
     import dataclasses
 
@@ -136,6 +151,13 @@ def run_simulation(sc, out: Path | None, *, gpus: list[int] | None, scale: int, 
     t0 = time.perf_counter()
     results: dict = {"machine": _machine(), "command": " ".join(["areal", "bench", "simulate", *sys.argv[3:]])
                      if sys.argv[1:3] == ["bench", "simulate"] else None}
+    if costs_from is not None:
+        machine = sim.load_scenario(costs_from)
+        sc = sim.with_machine_of(sc, machine)
+        results["costs_from"] = {"scenario": machine.source,
+                                 "fields": {k: getattr(machine, k) for k in sim.MACHINE_FIELDS}}
+        console.print(f"machine constants from {machine.source} ({len(sim.MACHINE_FIELDS)} fields); "
+                      f"workload from {sc.source or sc.name}")
     if calibrate_from is not None:
         sc, rep = sim.calibrate_from_run(calibrate_from, sc)
         results["calibration"] = rep
@@ -160,6 +182,7 @@ def run_simulation(sc, out: Path | None, *, gpus: list[int] | None, scale: int, 
         results["interruptible_gain"]["effective_vs_whole_request_drain"] = (
             modes["async"]["effective_tokens_per_s"] / whole["effective_tokens_per_s"] - 1)
     results["published_check"] = _published_check(sc, modes)
+    results["measured_check"] = _measured_check(sc, modes)
     _print_modes(console, sc, modes, results)
     ss = _sweep_scale(sc, sweep_scale)
     if sc.eta_sweep:
@@ -215,6 +238,15 @@ def _print_modes(console, sc, modes: dict, results: dict) -> None:
                       f"= {pc['published_ratio']:.2f}x; predicted {pc['predicted_sync_hours']:.1f} h / "
                       f"{pc['predicted_async_hours']:.1f} h = {pc['predicted_ratio']:.2f}x "
                       f"({pc['ratio_rel_error']:+.1%})")
+    mc = results.get("measured_check") or {}
+    for key, label in (("async_over_sync", "async"), ("async_noninterruptible_over_sync", "async non-interruptible")):
+        if key in mc:
+            console.print(f"measured {label}/sync {mc[key]['measured']:.2f}x, predicted {mc[key]['predicted']:.2f}x "
+                          f"({mc[key]['rel_error']:+.1%})")
+    cal = results.get("calibration") or {}
+    for name, r in (cal.get("ratios") or {}).items():
+        console.print(f"calibration run, {name}/sync: measured {r['measured']:.2f}x, simulated {r['simulated']:.2f}x "
+                      f"({r['rel_error']:+.1%})")
     g = results["interruptible_gain"]
     console.print(f"interruptible vs non-interruptible updates (chunk {g['chunk_tokens'] or 'whole request'}): "
                   f"{g['effective']:+.1%} effective, {g['generation']:+.1%} generation throughput"
@@ -282,8 +314,13 @@ def _parse_gpus(text: str | None, default: list[int]) -> list[int]:
 @click.option("--calibrate-from", type=click.Path(path_type=Path), default=None,
               help="First fit the scenario to a measured run (metrics.jsonl of an eta=0 run, or "
                    "`areal bench throughput` results.json).")
+@click.option("--costs-from", default=None, metavar="SCENARIO",
+              help="Take the machine's constants (engine step costs, per-request overhead, training and publishing "
+                   "costs) from a calibrated scenario, e.g. DIR/scenario.yaml of `--calibrate-from RUN --out DIR`; "
+                   "the workload stays SCENARIO's: predict another workload on a measured machine.")
 def simulate(scenario: str, out_dir: Path | None, gpus: str | None, overrides: tuple[str, ...], scale: int,
-             sweep_scale: int, no_sensitivity: bool, fit: bool, calibrate_from: Path | None) -> None:
+             sweep_scale: int, no_sensitivity: bool, fit: bool, calibrate_from: Path | None,
+             costs_from: str | None) -> None:
     """Predict synchronous, one-step-overlap and fully asynchronous RL throughput for SCENARIO.
 
     SCENARIO is a shipped scenario name (benchmarks/scenarios/ in the repository, areal_cli/_shipped/scenarios/ in
@@ -301,7 +338,8 @@ def simulate(scenario: str, out_dir: Path | None, gpus: str | None, overrides: t
         sc = sim.apply_overrides(sim.load_scenario(scenario), list(overrides))
         gpu_list = _parse_gpus(gpus, sc.scaling_gpus)
         run_simulation(sc, out_dir, gpus=gpu_list, scale=scale, sweep_scale=sweep_scale,
-                       sensitivity_on=not no_sensitivity, fit=fit, calibrate_from=calibrate_from, console=console)
+                       sensitivity_on=not no_sensitivity, fit=fit, calibrate_from=calibrate_from, console=console,
+                       costs_from=costs_from)
     except UserError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(e.exit_code)

@@ -695,10 +695,24 @@ class RolloutClient:
         return res
 
     async def model_info(self, url: str | None = None) -> dict:
-        """(added) ``GET /model_info`` of one server (default the first)."""
-        u = url or self.urls[0]
+        """(added) ``GET /model_info`` of one server (default the first).
+
+        Raises:
+            ServerError: the server is unreachable or answered an error.
+        """
+        return await self._get(url or self.urls[0], "/model_info")
+
+    async def server_info(self, url: str | None = None) -> dict:
+        """(added) ``GET /server_info`` of one server (default the first): its arguments and ``internal_states``.
+
+        Raises:
+            ServerError: the server is unreachable or answered an error.
+        """
+        return await self._get(url or self.urls[0], "/server_info")
+
+    async def _get(self, u: str, path: str) -> dict:
         try:
-            status, data = await self._exchange.request("GET", u + "/model_info")
+            status, data = await self._exchange.request("GET", u + path)
         except (ConnectFailed, Dropped) as e:
             raise ServerError(None, str(e), u) from e
         if status >= 400:

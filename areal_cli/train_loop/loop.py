@@ -19,6 +19,7 @@ from typing import Any
 from areal_cli.api.types import Group
 from areal_cli.checkpoint import Checkpoint, PromptStream, capture_rng, restore_rng, truncate_metrics
 from areal_cli.episodes import make_controller
+from areal_cli.rollout.protocol import ServerError
 from areal_cli.timeline import cpu_snapshot
 from areal_cli.trainer.group import TorchrunTrainer
 from areal_cli.train_loop.context import STEPS, RunContext
@@ -35,6 +36,20 @@ def _rounded(key: str, value):
     if key.startswith("logprob_mismatch_") and key != "logprob_mismatch_tokens":
         return float(f"{value:.4g}")
     return round(value, 6)
+
+
+async def _step_costs(ctx: RunContext) -> dict:
+    """Each server's engine step-cost sums (:mod:`areal_cli.rollout.engine.step_costs`), by timeline lane
+    (``server0``...); a server that does not answer within 5 s or does not report them is left out."""
+    out = {}
+    for i, url in enumerate(ctx.client.urls):
+        try:
+            info = await asyncio.wait_for(ctx.client.server_info(url), 5.0)
+            costs = info["internal_states"][0]["step_costs"]
+        except (ServerError, asyncio.TimeoutError, KeyError, IndexError, TypeError):
+            continue
+        out[f"server{i}"] = costs
+    return out
 
 
 def _cpu_snapshot(ctx: RunContext) -> dict:
@@ -59,7 +74,9 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
     {versions behind at the first token: samples}), ``"wait_s"``, ``"train_s"``, ``"train_cpu_s"``,
     ``"publish_s"``, ``"eval_s"``, ``"evaluated"`` (held-out accuracy measured after this step), ``"accuracy"``
     (latest measured), ``"cpu"`` (CPU seconds at ``end``),
-    ``"generated_tokens"`` (all tokens generated since RL start, kept or dropped, at ``end``)}.
+    ``"generated_tokens"`` (all tokens generated since RL start, kept or dropped, at ``end``),
+    ``"response_lengths"`` (tokens generated for each trained sample)}; ``marks["step_costs"]`` holds each server's
+    engine step-cost sums at ``"rl_start"`` and ``"rl_end"`` (:mod:`areal_cli.rollout.engine.step_costs`).
     """
     cfg = ctx.cfg
     tl = ctx.timeline
@@ -90,6 +107,7 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
     if tl is not None:
         tl.marks["rl_start"] = t_rl
         tl.cpu["rl_start"] = _cpu_snapshot(ctx)
+        tl.marks["step_costs"] = {"rl_start": await _step_costs(ctx)}
     last_bench = None  # the latest in-loop benchmark results
     with metrics_path.open("a" if rs else "w") as mf:
         if rs is None:
@@ -191,6 +209,7 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                         "train_cpu_s": round(train_cpu_s, 6), "publish_s": round(sync_s, 6),
                         "eval_s": round(now - t_published, 6), "evaluated": eval_due, "accuracy": acc, "cpu": cpu_now,
                         "generated_tokens": generated_now,
+                        "response_lengths": [len(s.output_ids) for s in samples],  # the simulator's calibration
                     })
                 cs = controller.stats.as_dict()
                 now_scored = (cs.get("reward_sum_scored", 0.0), cs.get("samples_scored", 0))
@@ -265,6 +284,7 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                 tl.marks["rl_end"] = tl.steps[-1]["end"] if tl.steps else time.monotonic()
                 tl.cpu["rl_end"] = tl.steps[-1]["cpu"] if tl.steps else _cpu_snapshot(ctx)
                 tl.marks["controller"] = controller.stats.as_dict()
+                tl.marks.setdefault("step_costs", {})["rl_end"] = await _step_costs(ctx)
             await controller.stop()
             aclose = getattr(ctx.task.workflow, "aclose", None)  # a workflow's own servers (the agent proxy)
             if aclose is not None and asyncio.iscoroutinefunction(aclose):

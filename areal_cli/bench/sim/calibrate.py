@@ -6,6 +6,7 @@ the trainer side of a measured synchronous run directly and solves the generatio
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 import typing
@@ -90,13 +91,24 @@ def fit_to_published(sc: Scenario, **kw) -> tuple[Scenario, dict]:
     return fit_constants(sc, targets, **kw)
 
 
-def _read_run_records(path: Path) -> dict[str, tuple[int | None, list[dict]]]:
-    """Per-step records of the runs in ``path``: ``{run name: (eta or None, [step dicts])}``.
+class MeasuredRun(typing.NamedTuple):
+    """One measured run: its eta (None if unknown), per-step records, ``timeline.json`` (or None) and, for an
+    ``areal bench throughput`` run, its entry in that benchmark's results (or None)."""
+
+    eta: int | None
+    steps: list[dict]
+    timeline: dict | None = None
+    summary: dict | None = None
+
+
+def _read_run_records(path: Path) -> dict[str, MeasuredRun]:
+    """Per-step records of the runs in ``path``: ``{run name: MeasuredRun}``.
 
     Accepts an ``areal train`` ``metrics.jsonl`` (one run) or a JSON file with ``runs``: a list or mapping of
     runs, each with ``steps`` / ``metrics`` (a list of step dicts) or ``metrics_jsonl`` (a path, relative to the
     JSON file) or ``dir`` (a run folder with ``metrics.jsonl`` and optionally ``timeline.json``, as in
-    ``areal bench throughput`` results), and optionally ``name`` / ``label`` and ``eta``.
+    ``areal bench throughput`` results), optionally ``timeline`` (the run's ``timeline.json`` inline), ``name`` /
+    ``label`` and ``eta``.
 
     Raises:
         UserError: unreadable file, bad JSON, or no step records (``file:line`` for JSONL).
@@ -121,7 +133,7 @@ def _read_run_records(path: Path) -> dict[str, tuple[int | None, list[dict]]]:
         return rows
 
     if path.suffix == ".jsonl":
-        return {path.stem: (None, jsonl(path))}
+        return {path.stem: MeasuredRun(None, jsonl(path))}
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as e:
@@ -137,6 +149,7 @@ def _read_run_records(path: Path) -> dict[str, tuple[int | None, list[dict]]]:
             raise UserError(f"{path}: field 'runs[{i}]': expected a mapping")
         name = str(run.get("name", run.get("label", run.get("mode", f"run{i}"))))
         steps = run.get("steps") if isinstance(run.get("steps"), list) else run.get("metrics")
+        tl = run.get("timeline") if isinstance(run.get("timeline"), dict) else None  # inline (measured-runs.json)
         # (`areal bench throughput` runs carry ``steps`` as their step count and their records in ``dir``)
         if steps is None and run.get("metrics_jsonl"):
             mp = Path(run["metrics_jsonl"])
@@ -148,16 +161,21 @@ def _read_run_records(path: Path) -> dict[str, tuple[int | None, list[dict]]]:
             if d is None:
                 raise UserError(f"{path}: field 'runs[{i}].dir': no metrics.jsonl in {run['dir']}")
             steps = jsonl(d / "metrics.jsonl")
-            if (d / "timeline.json").is_file():  # exact tokens trained per step
-                tl = json.loads((d / "timeline.json").read_text())
-                tok = {t["step"]: t["tokens"] for t in tl.get("steps", []) if "tokens" in t}
-                for r in steps:
-                    if r.get("step") in tok:
-                        r["trained_tokens"] = tok[r["step"]]
+            if (d / "timeline.json").is_file():  # exact tokens trained per step, the engines' step costs
+                try:
+                    tl = json.loads((d / "timeline.json").read_text())
+                except json.JSONDecodeError as e:
+                    raise UserError(f"{d / 'timeline.json'}:{e.lineno}: invalid JSON: {e.msg}") from None
         if not isinstance(steps, list):
             raise UserError(f"{path}: field 'runs[{i}]': no 'steps', 'metrics', 'metrics_jsonl' or 'dir'")
+        if tl is not None:  # exact tokens trained per step
+            tok = {t["step"]: t["tokens"] for t in tl.get("steps", []) if isinstance(t, dict) and "tokens" in t}
+            for r in steps:
+                if isinstance(r, dict) and r.get("step") in tok:
+                    r["trained_tokens"] = tok[r["step"]]
         eta = run.get("eta", run.get("max_head_offpolicyness"))
-        out[name] = (int(eta) if isinstance(eta, int) else None, steps)
+        out[name] = MeasuredRun(int(eta) if isinstance(eta, int) else None, steps, tl,
+                                run if "step_s_mean" in run else None)
     return out
 
 
@@ -198,6 +216,45 @@ def measured_step_figures(records: list[dict]) -> dict:
     }
 
 
+MACHINE_FIELDS = ("decode_step_fixed_s", "decode_step_per_seq_s", "decode_step_per_ctx_token_s", "prefill_s_per_token",
+                  "decode_attention", "prefix_cache", "request_overhead_s", "batch_handoff_s_per_token",
+                  "overlap_train_factor", "train_fixed_s", "train_gpu_s_per_token",
+                  "train_gpu_s_per_token_sq", "sync_save_s", "sync_load_s", "decoupled_recompute")
+"""What :func:`calibrate_from_run` measures of the machine (not of the workload): the fields
+:func:`with_machine_of` carries from a calibrated scenario to a scenario of another workload."""
+
+
+def with_machine_of(target: Scenario, calibrated: Scenario) -> Scenario:
+    """``target`` (its cluster shape and workload) with the machine constants of ``calibrated``
+    (:data:`MACHINE_FIELDS`): predict another workload on the machine a run was calibrated on."""
+    return dataclasses.replace(target, **{k: getattr(calibrated, k) for k in MACHINE_FIELDS})
+
+
+def _figures(run: MeasuredRun) -> dict:
+    """:func:`measured_step_figures`, with an ``areal bench throughput`` run's own step phases when it has them
+    (held-out evaluations excluded: the benchmark's effective throughput leaves them out too)."""
+    f = measured_step_figures(run.steps)
+    b = run.summary
+    if b and isinstance(b.get("step_seconds"), dict):
+        ph = b["step_seconds"]
+        f.update(step_s=float(b["step_s_mean"]), train_s=float(ph.get("train_s", f["train_s"])),
+                 sync_s=float(ph.get("publish_s", f["sync_s"])), wait_s=float(ph.get("wait_s", f["wait_s"])),
+                 other_s=0.0, evaluations_excluded=True)
+        if b.get("effective_tokens_per_s"):
+            f["effective_tokens_per_s"] = float(b["effective_tokens_per_s"])
+    return f
+
+
+def _solve(fn, target: float, lo: float, hi: float) -> float:
+    """Geometric bisection for ``fn(x) = target`` with ``fn`` increasing on ``[lo, hi]``."""
+    for _ in range(40):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if fn(mid) < target else (lo, mid)
+        if hi / lo < 1.002:
+            break
+    return math.sqrt(lo * hi)
+
+
 def calibrate_from_run(results_json: str | Path, base: Scenario | None = None, *, sync_run: str | None = None,
                        scale: int = 1) -> tuple[Scenario, dict]:
     """Fit a scenario to a measured run on this machine.
@@ -205,10 +262,23 @@ def calibrate_from_run(results_json: str | Path, base: Scenario | None = None, *
     From the synchronous run (eta 0: generation, training and publishing do not overlap) the trainer side is
     read directly: ``train_fixed_s`` + per-token cost from a least-squares line of ``train_s`` against the
     tokens trained per step; ``sync_save_s`` = mean publish time (the loop saves and loads inside it;
-    ``sync_load_s`` = 0); ``trainer_overhead_s`` = mean of the rest of the step (held-out evaluation);
-    ``accept_fraction`` and the mean response length from the counters. The generation side is fitted by
-    simulation: ``decode_step_fixed_s`` (one decode step of the CPU server, batch-independent on the tiny
-    model) is solved so that the simulated synchronous step time equals the measured one.
+    ``sync_load_s`` = 0); ``trainer_overhead_s`` = mean of the rest of the step (held-out evaluation; 0 for an
+    ``areal bench throughput`` run, whose step phases leave evaluations out); ``accept_fraction`` and the mean
+    response length from the counters; when the timelines list each trained sample's response length, the
+    synchronous runs' lengths become ``response_length_counts`` (the run's own length distribution).
+
+    The generation side: when the runs recorded their engines' step costs (``timeline.json``
+    ``marks.step_costs``, :mod:`areal_cli.rollout.engine.step_costs`), the decode and prefill constants are
+    fitted to every engine step of every run in the file (:func:`~areal_cli.bench.sim.engine_costs.
+    fit_step_costs`; ``decode_attention: padded`` and ``prefix_cache: false``, as the embedded engine works) and
+    ``request_overhead_s`` (server-core time per request outside the engine) is solved so that the simulated
+    synchronous step equals the measured one. Without step costs (older runs), ``decode_step_fixed_s`` (one
+    batch-independent decode step) is solved instead.
+
+    The trainer beside generation, from the asynchronous runs of an ``areal bench throughput`` result: the
+    smallest mean wait for a batch among them is the hand-off of a ready batch (``batch_handoff_s_per_token`` =
+    it / tokens per step; the servers were ahead there), and their mean training + publishing time over the
+    synchronous runs' is ``overlap_train_factor``. Both are 0 / 1 without such runs.
 
     Args:
         results_json: ``metrics.jsonl`` of an ``areal train`` run with ``max_head_offpolicyness=0`` or a
@@ -216,23 +286,28 @@ def calibrate_from_run(results_json: str | Path, base: Scenario | None = None, *
         base: scenario to start from (cluster shape, batch, group size, max_new_tokens, prompt length).
         sync_run: name of the synchronous run in a multi-run file (default: the one whose staleness is 0).
     Returns:
-        (fitted scenario, report with the measured figures of every run, the fitted values, and for each
-        other run the simulated vs measured step time).
+        (fitted scenario, report with the measured figures of every run, the fitted values, the engine cost fit,
+        for each other run the simulated vs measured step time, and measured vs simulated async/sync ratios).
     Raises:
         UserError: unreadable input, no synchronous run, missing fields.
     """
+    from areal_cli.bench.sim.engine_costs import fit_step_costs, step_costs_of_timeline
+
     path = Path(results_json)
     runs = _read_run_records(path)
-    figs = {name: measured_step_figures(rows) for name, (_, rows) in runs.items()}
+    figs = {name: _figures(run) for name, run in runs.items()}
     if sync_run is None:
-        cands = [n for n, f in figs.items() if runs[n][0] == 0 or (runs[n][0] is None and f["staleness_mean"] == 0.0)]
+        cands = [n for n, f in figs.items()
+                 if runs[n].eta == 0 or (runs[n].eta is None and f["staleness_mean"] == 0.0)]
         if not cands:
             raise UserError(f"{path}: no synchronous run (eta 0, staleness 0 in every step) to calibrate on")
         sync_run = cands[0]
     if sync_run not in figs:
         raise UserError(f"{path}: no run named {sync_run!r} (runs: {', '.join(figs)})")
-    f = figs[sync_run]
-    sync_rows = [r for r in runs[sync_run][1] if r.get("phase", "rl") == "rl" and "step" in r][1:-1]
+    syncs = [n for n in figs if runs[n].eta == 0] if runs[sync_run].eta == 0 else [sync_run]
+    f = {k: (float(np.mean([figs[n][k] for n in syncs])) if isinstance(v, float) else v)
+         for k, v in figs[sync_run].items()}  # the mean of the synchronous runs (repeats)
+    sync_rows = [r for n in syncs for r in runs[n].steps if r.get("phase", "rl") == "rl" and "step" in r][1:-1]
     sc = dataclasses.replace(base or Scenario(), lines={})
     seq = sc.prompt_tokens + f["response_mean_tokens"]
     default_tokens = sc.batch_size * sc.group_size * seq  # when a record does not say how many tokens it trained
@@ -241,6 +316,11 @@ def calibrate_from_run(results_json: str | Path, base: Scenario | None = None, *
     slope, intercept = np.polyfit(tokens, train_s, 1) if np.ptp(tokens) > 0 else (0.0, 0.0)
     if slope <= 0 or intercept < 0:  # no usable spread in tokens: all cost per token
         slope, intercept = float(train_s.mean() / tokens.mean()), 0.0
+    measured_lengths = collections.Counter(
+        int(x) for n in syncs if runs[n].timeline for st in runs[n].timeline.get("steps", [])
+        for x in st.get("response_lengths", ()) if isinstance(x, int) and x > 0)
+    if measured_lengths:  # the calibration run's own length distribution (its sync runs' trained samples)
+        sc = dataclasses.replace(sc, response_length_counts=dict(sorted(measured_lengths.items())))
     sigma = sc.response_sigma
     med = f["response_mean_tokens"] / math.exp(sigma * sigma / 2)
     sc = dataclasses.replace(
@@ -250,27 +330,73 @@ def calibrate_from_run(results_json: str | Path, base: Scenario | None = None, *
         decode_step_per_seq_s=sc.decode_step_per_seq_s or 0.0, decode_step_per_ctx_token_s=sc.decode_step_per_ctx_token_s or 0.0,
         prefill_s_per_token=sc.prefill_s_per_token or 0.0, decode_step_fixed_s=sc.decode_step_fixed_s or 0.01,
     )
-    # solve decode_step_fixed_s: simulated sync step time = measured (bisection on a monotone function)
-    lo, hi = 1e-6, 1.0
-    for _ in range(40):
-        mid = math.sqrt(lo * hi)
-        t = simulate(dataclasses.replace(sc, decode_step_fixed_s=mid), "sync", scale=scale)["step_s"]
-        lo, hi = (mid, hi) if t < f["step_s"] else (lo, mid)
-        if hi / lo < 1.002:
-            break
-    sc = dataclasses.replace(sc, decode_step_fixed_s=math.sqrt(lo * hi))
-    checks = {}
+    # the trainer beside generation (asynchronous runs of an `areal bench throughput` result): its wait for a batch
+    # when the servers are ahead is the hand-off; training + publishing slow down by the overlap factor
+    beside = [n for n in figs if (runs[n].eta or 0) > 0 and runs[n].summary]
+    overlap = None
+    if beside:
+        n_min = min(beside, key=lambda n: figs[n]["wait_s"])
+        tok = float(runs[n_min].summary.get("tokens_per_step") or default_tokens)
+        factor = float(np.mean([(figs[n]["train_s"] + figs[n]["sync_s"]) for n in beside])) / (f["train_s"] + f["sync_s"])
+        overlap = {"handoff_run": n_min, "handoff_s": figs[n_min]["wait_s"], "tokens_per_step": tok,
+                   "train_publish_factor": factor}
+        sc = dataclasses.replace(sc, batch_handoff_s_per_token=figs[n_min]["wait_s"] / tok, overlap_train_factor=factor)
+    engine = None
+    try:
+        sums = [d for run in runs.values() if run.timeline for d in (step_costs_of_timeline(run.timeline) or [])]
+        engine = fit_step_costs(sums) if sums else None
+    except (ValueError, KeyError, TypeError) as e:
+        raise UserError(f"{path}: timeline field 'marks.step_costs': {e}") from None
+    if engine is not None:
+        sc = dataclasses.replace(sc, **engine["coef"], decode_attention="padded", prefix_cache=False,
+                                 request_overhead_s=0.0)
+
+        def sync_step(r: float) -> float:
+            return simulate(dataclasses.replace(sc, request_overhead_s=r), "sync", scale=scale)["step_s"]
+
+        engine["sync_step_without_overhead_s"] = t0 = sync_step(0.0)
+        r = 0.0 if t0 >= f["step_s"] else _solve(sync_step, f["step_s"], 1e-7, 1.0)
+        sc = dataclasses.replace(sc, request_overhead_s=r)
+    else:  # solve decode_step_fixed_s: simulated sync step time = measured
+        sc = dataclasses.replace(sc, decode_step_fixed_s=_solve(
+            lambda a: simulate(dataclasses.replace(sc, decode_step_fixed_s=a), "sync", scale=scale)["step_s"],
+            f["step_s"], 1e-6, 1.0))
+    checks, sim_by_mode = {}, {}
     for name, fig in figs.items():
-        eta = runs[name][0]
+        eta = runs[name].eta
         if eta is None:
             eta = 0 if name == sync_run else sc.eta
-        r = simulate(sc, "sync", scale=scale) if eta == 0 else simulate(sc, "async", eta=eta, scale=scale)
-        checks[name] = {"eta": eta, "measured_step_s": fig["step_s"], "simulated_step_s": r["step_s"],
+        inter = (runs[name].summary or {}).get("interruptible", True)
+        mode = "sync" if eta == 0 else ("async" if inter else "async_nointerrupt")
+        key = (mode, eta)
+        if key not in sim_by_mode:
+            sim_by_mode[key] = simulate(sc, mode, eta=None if eta == 0 else eta, scale=scale)
+        r = sim_by_mode[key]
+        checks[name] = {"mode": mode, "eta": eta, "measured_step_s": fig["step_s"], "simulated_step_s": r["step_s"],
                         "rel_error": r["step_s"] / fig["step_s"] - 1,
                         "measured_staleness_mean": fig["staleness_mean"], "simulated_staleness_mean": r["staleness_mean"]}
-    report = {"source": str(path), "sync_run": sync_run, "measured": figs,
-              "fitted": {k: getattr(sc, k) for k in ("decode_step_fixed_s", "train_fixed_s", "train_gpu_s_per_token",
+    report = {"source": str(path), "sync_run": sync_run, "sync_runs": syncs, "measured": figs,
+              "fitted": {k: getattr(sc, k) for k in ("decode_step_fixed_s", "decode_step_per_seq_s",
+                                                       "decode_step_per_ctx_token_s", "prefill_s_per_token",
+                                                       "request_overhead_s", "batch_handoff_s_per_token",
+                                                       "overlap_train_factor", "train_fixed_s", "train_gpu_s_per_token",
                                                        "sync_save_s", "trainer_overhead_s", "accept_fraction",
                                                        "response_median_tokens")},
-              "checks": checks}
+              "engine_step_costs": engine, "trainer_beside_generation": overlap, "checks": checks, "ratios": _ratios(figs, checks, sim_by_mode)}
     return sc, report
+
+
+def _ratios(figs: dict, checks: dict, sim_by_mode: dict) -> dict:
+    """Measured (mean over runs) vs simulated async/sync ratios of seconds per step, per async mode."""
+    out = {}
+    sync = [figs[n]["step_s"] for n, c in checks.items() if c["mode"] == "sync"]
+    sim_sync = [r["step_s"] for (m, _), r in sim_by_mode.items() if m == "sync"]
+    if not sync or not sim_sync:
+        return out
+    for (mode, eta), r in sim_by_mode.items():
+        if mode == "sync":
+            continue
+        meas = [figs[n]["step_s"] for n, c in checks.items() if c["mode"] == mode and c["eta"] == eta]
+        m, s_ = float(np.mean(sync)) / float(np.mean(meas)), sim_sync[0] / r["step_s"]
+        out[f"{mode}-eta{eta}"] = {"measured": m, "simulated": s_, "rel_error": s_ / m - 1}
+    return out

@@ -11,6 +11,15 @@ What is simulated (one event loop, ``heapq``; pure Python + numpy):
   counts are treated as continuous between events. Admitting requests costs a prefill of ``p`` seconds per
   prompt (or re-computed prefix) token, during which the server does not decode. At most
   ``max_running_per_server`` requests run at once (a stand-in for the KV-cache limit); the rest queue (FIFO).
+  With ``decode_attention: padded`` (the embedded CPU engine, which pads a decode batch to its longest context)
+  ``S`` is ``n`` times the longest running context instead of the sum; it also grows by ``n`` per step, so the
+  same closed form holds between events. ``prefix_cache: false``: every sample prefills its own prompt.
+  ``request_overhead_s`` per sample (HTTP, reward, the controller: work on the server's core outside the engine
+  step), paid at its first admission (not again when it resumes after an interruption), blocks the server like a
+  prefill and is counted with it. On the trainer's side, ``batch_handoff_s_per_token`` (receiving the batch
+  from the rollout process) precedes every training step, and in the overlapping modes (eta > 0) training and
+  saving take ``overlap_train_factor`` times as long (the trainer's core also serves its process's other
+  threads then).
   Requests are dispatched round-robin over servers (AReaL's default ``round_robin`` schedule policy), one
   request per sample (``n=1``), as in AReaL.
 * Response lengths: lognormal with median ``response_median_tokens`` and log-sd ``response_sigma`` (or an
@@ -118,6 +127,8 @@ class _Sim:
         self.rng = np.random.default_rng(seed)
         self.lengths = ResponseLengths(sc, self.rng, empirical)
         self.A, self.B, self.C = costs.decode_a, costs.decode_b, costs.decode_c
+        self.padded = sc.decode_attention == "padded"
+        self.overlap = sc.overlap_train_factor if spec.eta > 0 else 1.0  # training beside generation
         self.servers = [_Server(i) for i in range(sc.n_servers)]
         self.events: list = []
         self.seq = 0
@@ -161,6 +172,11 @@ class _Sim:
             sv.decode_s += dt
         sv.t = now
 
+    def repad(self, sv: _Server) -> None:
+        """``decode_attention: padded``: the context term is ``n`` x the longest running context."""
+        if self.padded:
+            sv.s = sv.n * max((rq.prompt + rq.gen_admit + sv.k - rq.k_admit for _, _, rq in sv.heap), default=0.0)
+
     def schedule(self, sv: _Server) -> None:
         """(Re)schedule the server's next request completion."""
         sv.epoch += 1
@@ -176,10 +192,12 @@ class _Sim:
         self.advance(sv, now)
         chunk = self.spec.chunk_tokens
         prefill = 0.0
+        admitted = 0
         while sv.queue and sv.n < self.sc.max_running_per_server:
             rq = sv.queue.popleft()
+            admitted += rq.head < 0  # a sample's first admission (not its resumes or chunks)
             g = rq.group
-            if not (g.kv_sid == sv.sid and g.kv_version == sv.version):  # prompt not in the radix cache
+            if not (self.sc.prefix_cache and g.kv_sid == sv.sid and g.kv_version == sv.version):  # prompt not cached
                 prefill += rq.prompt
                 g.kv_sid, g.kv_version = sv.sid, sv.version
             if rq.gen and not (rq.kv_sid == sv.sid and rq.kv_version == sv.version):
@@ -192,8 +210,9 @@ class _Sim:
             heapq.heappush(sv.heap, (sv.k + rq.stop - rq.gen, self.seq, rq))
             sv.n += 1
             sv.s += rq.prompt + rq.gen
-        if prefill:
-            dt = prefill * self.c.prefill_per_token
+        self.repad(sv)
+        dt = prefill * self.c.prefill_per_token + admitted * self.sc.request_overhead_s
+        if dt:
             sv.t = max(sv.t, now) + dt
             sv.prefill_s += dt
         self.schedule(sv)
@@ -264,6 +283,7 @@ class _Sim:
                 finished_groups.append(g)
         if sv.n == 0:
             sv.s = 0.0
+        self.repad(sv)
         if sv.state == _DRAINING and sv.n == 0:
             self.begin_load(sv, now)
         else:
@@ -296,9 +316,10 @@ class _Sim:
             for h in g.heads:
                 lag = self.trainer_version - h
                 hist[lag] = hist.get(lag, 0) + 1
-        c = self.c
+        c, sc = self.c, self.sc
         factor = 4.0 / 3.0 if self.spec.recompute else 1.0
-        dt = c.train_fixed_s + factor * (tokens * c.train_gpu_s_per_token + sq * c.train_gpu_s_per_token_sq) / self.sc.train_gpus
+        dt = c.train_fixed_s + factor * (tokens * c.train_gpu_s_per_token + sq * c.train_gpu_s_per_token_sq) / sc.train_gpus
+        dt = dt * self.overlap + tokens * sc.batch_handoff_s_per_token
         self.trainer_busy = True
         self.train_s += dt
         self.step_tokens.append(tokens)
@@ -391,8 +412,9 @@ class _Sim:
             elif kind == _LOAD:
                 self.on_load(servers[a], b, now)
             elif kind == _TRAIN_DONE:
-                self.save_s += self.c.sync_save_s
-                self.push(now + self.c.sync_save_s, _PUBLISH)
+                save = self.c.sync_save_s * self.overlap
+                self.save_s += save
+                self.push(now + save, _PUBLISH)
             elif kind == _PUBLISH:
                 self.on_publish(now)
             elif kind == _NOTIFY:

@@ -2,18 +2,26 @@
 
 Lengths are truncated at ``max_new_tokens`` (a truncated sample ends at the cap: the long tail that makes a
 synchronous batch wait for its longest sample). ``response_prompt_corr`` is the share of the log-length variance
-common to the samples of one prompt (hard prompts give long answers for all their samples).
+common to the samples of one prompt (hard prompts give long answers for all their samples): a sample's standard
+normal score is ``z = sqrt(rho) * z_prompt + sqrt(1 - rho) * eps``; its length is ``exp(log(median) + sigma * z)``,
+or, with an empirical list, the list's quantile at ``Phi(z)`` (the same Gaussian copula). With
+``response_strata = S > 0`` the prompt scores come in blocks of ``S`` prompts, one from each equal-probability
+stratum of the standard normal in a shuffled order (``z_prompt = Phi^-1((j + U) / S)``), as the ``tiny-longtail``
+task draws its problems (:mod:`areal_cli.tasks.tiny_longtail`).
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 
 from areal_cli.bench.sim.scenario import Scenario
 from areal_cli.errors import UserError
+
+_NORMAL = NormalDist()
 
 
 class ResponseLengths:
@@ -24,13 +32,21 @@ class ResponseLengths:
         self.block: list[list[int]] = []
 
     def _refill(self, n_groups: int = 1024) -> None:
-        sc, g = self.sc, self.sc.group_size
-        if self.empirical is not None:
-            arr = self.rng.choice(self.empirical, size=(n_groups, g))
+        sc, g, rng = self.sc, self.sc.group_size, self.rng
+        rho, strata = sc.response_prompt_corr, sc.response_strata
+        if strata:
+            n_groups = max(1, n_groups // strata) * strata
+            j = np.concatenate([rng.permutation(strata) for _ in range(n_groups // strata)])
+            u = (j + rng.random(n_groups)) / strata
+            zp = np.array([_NORMAL.inv_cdf(min(max(x, 1e-12), 1 - 1e-12)) for x in u])[:, None]
         else:
-            rho = sc.response_prompt_corr
-            z = (math.sqrt(rho) * self.rng.standard_normal((n_groups, 1))
-                 + math.sqrt(1 - rho) * self.rng.standard_normal((n_groups, g)))
+            zp = rng.standard_normal((n_groups, 1))
+        z = math.sqrt(rho) * zp + math.sqrt(1 - rho) * rng.standard_normal((n_groups, g))
+        if self.empirical is not None:
+            emp = np.sort(self.empirical)
+            q = np.vectorize(_NORMAL.cdf)(z)
+            arr = emp[np.minimum((q * len(emp)).astype(np.int64), len(emp) - 1)]
+        else:
             arr = np.exp(math.log(sc.response_median_tokens) + sc.response_sigma * z)
         arr = np.clip(np.rint(arr), 1, sc.max_new_tokens).astype(np.int64)
         self.block = arr.tolist()[::-1]
@@ -43,11 +59,15 @@ class ResponseLengths:
 
 
 def load_empirical_lengths(sc: Scenario) -> np.ndarray | None:
-    """The scenario's ``response_lengths_file`` (relative to the scenario file), or None.
+    """The scenario's ``response_length_counts`` as a list of lengths, else its ``response_lengths_file``
+    (relative to the scenario file), or None (lognormal).
 
     Raises:
         UserError: missing file or a line that is not a positive integer (file:line).
     """
+    if sc.response_length_counts:
+        keys = sorted(sc.response_length_counts)
+        return np.repeat(np.asarray(keys, dtype=np.int64), [sc.response_length_counts[k] for k in keys])
     if not sc.response_lengths_file:
         return None
     p = Path(sc.response_lengths_file)

@@ -35,6 +35,8 @@ class Scenario:
     response_sigma: float = 1.0  # log-sd of the (untruncated) lognormal response length
     response_prompt_corr: float = 0.5  # share of log-length variance common to a prompt's samples
     response_lengths_file: str | None = None  # empirical lengths (one integer per line); overrides lognormal
+    response_length_counts: dict = field(default_factory=dict)  # {length: samples}, e.g. measured; overrides both
+    response_strata: int = 0  # prompts drawn in blocks of this many, one per length stratum (tiny-longtail); 0: iid
     accept_fraction: float = 1.0  # fraction of finished groups kept for training (success-rate filter)
     # --- model and GPU (for derived costs) ------------------------------------------------------------
     model_params_b: float = 1.78  # parameters, billions
@@ -57,6 +59,13 @@ class Scenario:
     decode_step_per_seq_s: float | None = None  # b
     decode_step_per_ctx_token_s: float | None = None  # c
     prefill_s_per_token: float | None = None  # p
+    # how a decode step reads the KV cache: "sum" = every running context (SGLang's paged attention: c * S);
+    # "padded" = every sequence up to the batch's longest context (the embedded CPU engine: c * n * L_max)
+    decode_attention: typing.Literal["sum", "padded"] = "sum"
+    prefix_cache: bool = True  # a prompt's samples share its KV on a server (SGLang's radix cache); false: each prefills
+    request_overhead_s: float = 0.0  # server-core seconds per sample outside the engine step (HTTP, reward, ...)
+    batch_handoff_s_per_token: float = 0.0  # trainer blocked per trained token to receive its batch (IPC)
+    overlap_train_factor: float = 1.0  # training + saving time factor while generation overlaps (eta > 0)
     train_gpu_s_per_token: float | None = None  # GPU-seconds per trained token (fwd+bwd)
     train_gpu_s_per_token_sq: float | None = None  # GPU-seconds per squared sequence length (attention)
     sync_save_s: float | None = None  # trainer blocked per update
@@ -106,7 +115,7 @@ class Scenario:
             raise bad("gen_gpus", f"need at least gen_tp={self.gen_tp} GPUs")
         for name in ("prompt_tokens", "max_concurrent_groups", "chunk_tokens", "warmup_steps",
                      "train_fixed_s", "sync_overhead_s", "trainer_overhead_s", "decode_overhead_s",
-                     "weight_poll_s"):
+                     "weight_poll_s", "response_strata", "request_overhead_s", "batch_handoff_s_per_token"):
             if getattr(self, name) < 0:
                 raise bad(name, "must be >= 0")
         for name in ("response_median_tokens", "model_params_b", "gpu_tflops", "gpu_hbm_tb_s",
@@ -120,6 +129,8 @@ class Scenario:
             raise bad("response_sigma", "must be >= 0")
         if not 0 <= self.response_prompt_corr <= 1:
             raise bad("response_prompt_corr", "must be in [0, 1]")
+        if not self.overlap_train_factor > 0:
+            raise bad("overlap_train_factor", "must be > 0")
         if not 0 < self.accept_fraction <= 1:
             raise bad("accept_fraction", "must be in (0, 1]")
         if self.eta < -1:
@@ -134,6 +145,10 @@ class Scenario:
             v = getattr(self, name)
             if v is not None and v < 0:
                 raise bad(name, "must be >= 0 or null (derived)")
+        if any(not isinstance(k, int) or isinstance(k, bool) or k < 1 or not isinstance(v, int) or isinstance(v, bool)
+               or v < 0 for k, v in self.response_length_counts.items()) or (
+                self.response_length_counts and not sum(self.response_length_counts.values())):
+            raise bad("response_length_counts", "must map lengths >= 1 to sample counts >= 0, not all 0")
         if any((not isinstance(g, int)) or isinstance(g, bool) or g < 2 for g in self.scaling_gpus):
             raise bad("scaling_gpus", "must be a list of integers >= 2")
         if any((not isinstance(e, int)) or isinstance(e, bool) or e < -1 for e in self.eta_sweep):

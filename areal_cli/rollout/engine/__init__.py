@@ -11,6 +11,8 @@ Modules:
   decode steps, aborts and retractions; :class:`EngineResult`, :class:`EngineError`.
 - :mod:`~areal_cli.rollout.engine.sampling`: temperature / top-k / top-p sampling with per-request generators and
   the reported logprob.
+- :mod:`~areal_cli.rollout.engine.step_costs`: :class:`StepCostStats`, what each step cost against its shape
+  (least-squares sums for the cluster simulator's calibration).
 """
 
 from areal_cli.rollout.engine.model import CausalLM, ModelSpec, load_safetensors_state

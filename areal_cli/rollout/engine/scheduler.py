@@ -27,6 +27,7 @@ import torch
 
 from areal_cli.rollout.engine.model import CausalLM, ModelSpec
 from areal_cli.rollout.engine.sampling import sample
+from areal_cli.rollout.engine.step_costs import StepCostStats
 from areal_cli.rollout.protocol import SamplingParams
 
 
@@ -146,6 +147,8 @@ class InferenceEngine:
         self._ready: list[EngineResult] = []  # finished outside a step (max_new_tokens == 0)
         self._rids: set[str] = set()
         self.stats = {"steps": 0, "prefill_tokens": 0, "decode_tokens": 0, "max_running": 0}
+        self.step_costs = StepCostStats()  # seconds per step against its shape (least-squares sums)
+        self._step_shape = [0, 0, 0]  # decode sequences, decode batch x longest context, padded prefill tokens
 
     # -- properties -----------------------------------------------------------------------------------------
 
@@ -302,6 +305,8 @@ class InferenceEngine:
             the requests that finished in this step (stop / length).
         """
         finished, self._ready = self._ready, []
+        t0 = time.perf_counter()
+        self._step_shape = [0, 0, 0]
         with torch.inference_mode():
             new = self._admit()
             before = [r for r in self.running if r not in new] if new else list(self.running)
@@ -309,6 +314,8 @@ class InferenceEngine:
                 finished += self._prefill(new)
             if before:
                 finished += self._decode(before)
+        if new or before:
+            self.step_costs.record(*self._step_shape, time.perf_counter() - t0)
         self.stats["steps"] += 1
         return finished
 
@@ -421,6 +428,7 @@ class InferenceEngine:
                 P = len(r.prompt)
                 r.input_logprobs = self._prompt_logprobs_from(r, self.model.logits(hid[i, :P]))
         self.stats["prefill_tokens"] += sum(lens)
+        self._step_shape[2] += B * S
         return self._sample_and_append(reqs, logits)
 
     def _decode(self, reqs: list[_Req]) -> list[EngineResult]:
@@ -436,6 +444,8 @@ class InferenceEngine:
         for r in reqs:
             r.kv_len += 1
         self.stats["decode_tokens"] += B
+        self._step_shape[0] += B
+        self._step_shape[1] += B * Lk
         return self._sample_and_append(reqs, self.model.logits(hid[:, 0]))
 
     def _sample_and_append(self, reqs: list[_Req], logits: torch.Tensor) -> list[EngineResult]:

@@ -35,7 +35,8 @@ Endpoints (shapes as recorded from SGLang 0.5.23, ``shared/fixtures/sglang`` of 
   /health blocks while paused). ``GET /ready``: 503 while paused.
 - ``GET /model_info`` (alias ``/get_model_info``), ``GET /server_info`` (alias ``/get_server_info``; its
   ``internal_states`` add ``num_held_reqs``, requests held by a pause, and ``health_requests``, ``/health`` calls
-  received, so tests can observe both on the server side).
+  received, so tests can observe both on the server side, and ``step_costs``, the engine's per-step cost sums of
+  :mod:`areal_cli.rollout.engine.step_costs`).
 - ``POST|GET /flush_cache``: 200 text when idle, 400 ``"Flush cache failed.\\n"`` while requests run.
 - ``POST /abort_request`` ``{rid}`` or ``{abort_all: true}``: 200, empty body.
 """
@@ -481,7 +482,7 @@ def build_app(state: ServerState):
                 "num_running_reqs": state.worker.n_running, "num_waiting_reqs": state.worker.n_waiting,
                 "num_http_waiting": len(state.waiters), "num_held_reqs": state.held_requests,
                 "health_requests": state.health_requests, "free_kv_tokens": eng.free_tokens,
-                "last_step_s": state.worker.last_step_s, **eng.stats,
+                "last_step_s": state.worker.last_step_s, **eng.stats, "step_costs": eng.step_costs.to_dict(),
             }],
         }
 

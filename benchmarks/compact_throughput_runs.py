@@ -1,0 +1,68 @@
+"""Compact an `areal bench throughput --out DIR` result into one self-contained JSON for the simulator.
+
+`areal bench simulate SCENARIO --calibrate-from DIR/results.json` reads each run's folder (DIR/runs/*:
+metrics.jsonl and timeline.json). The recorded results in benchmarks/results/ ship without those folders, so this
+writes what the calibration reads (each run's per-step metrics, its timeline's engine step costs and per-step
+tokens and response lengths, and the benchmark's own step phases) into one file:
+
+    python benchmarks/compact_throughput_runs.py DIR OUT.json
+    areal bench simulate cpu-tiny-longtail --calibrate-from OUT.json
+
+Exit 2 with one line on a missing or unreadable input.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+KEEP_RUN = ("label", "mode", "repeat", "eta", "interruptible", "seed", "step_s_mean", "step_seconds", "tokens_per_step",
+            "effective_tokens_per_s", "rl_seconds")
+KEEP_METRIC = ("step", "phase", "elapsed_s", "train_s", "sync_s", "wait_s", "tokens_generated", "samples_generated",
+               "groups_submitted", "groups_accepted", "truncated_frac", "staleness_mean")
+KEEP_STEP = ("step", "tokens", "response_tokens", "n_samples", "wait_s", "train_s", "publish_s", "response_lengths")
+
+
+def compact(bench_dir: Path) -> dict:
+    """The runs of ``bench_dir/results.json`` with their metrics and timeline essentials inline.
+
+    Raises:
+        SystemExit(2): missing results.json, run folder or file, or invalid JSON.
+    """
+    def load(p: Path):
+        try:
+            return json.loads(p.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            sys.exit(f"error: {p}: {e}")
+
+    res = load(bench_dir / "results.json")
+    runs = []
+    for run in res.get("runs", []):
+        d = bench_dir / "runs" / Path(run.get("dir", run.get("label", ""))).name
+        try:
+            metrics = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        except (OSError, json.JSONDecodeError) as e:
+            sys.exit(f"error: {d / 'metrics.jsonl'}: {e}")
+        tl = load(d / "timeline.json")
+        metrics = [{k: r[k] for k in KEEP_METRIC if k in r} for r in metrics]
+        runs.append({**{k: run[k] for k in KEEP_RUN if k in run}, "name": run.get("label"), "steps": metrics,
+                     "timeline": {"marks": {"step_costs": tl.get("marks", {}).get("step_costs", {})},
+                                  "steps": [{k: s[k] for k in KEEP_STEP if k in s} for s in tl.get("steps", [])]}})
+    return {"source": f"areal bench throughput results in {bench_dir.name}/ ({res.get('command', '')})",
+            "created": res.get("created"), "machine": res.get("machine"), "scenario": res.get("scenario"),
+            "ratios": res.get("ratios"), "runs": runs}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print(__doc__.strip().splitlines()[0], "\nusage: compact_throughput_runs.py BENCH_DIR OUT.json", file=sys.stderr)
+        return 2
+    out = compact(Path(argv[0]))
+    Path(argv[1]).write_text(json.dumps(out, separators=(",", ":")) + "\n")
+    print(f"wrote {argv[1]}: {len(out['runs'])} runs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
