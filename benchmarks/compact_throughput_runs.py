@@ -17,8 +17,8 @@ import json
 import sys
 from pathlib import Path
 
-KEEP_RUN = ("label", "mode", "repeat", "eta", "interruptible", "seed", "step_s_mean", "step_seconds", "tokens_per_step",
-            "effective_tokens_per_s", "rl_seconds")
+KEEP_RUN = ("label", "mode", "repeat", "eta", "interruptible", "seed", "step_s_mean", "step_seconds", "steady_step_s",
+            "steady_step_seconds", "tokens_per_step", "effective_tokens_per_s", "rl_seconds")
 KEEP_METRIC = ("step", "phase", "elapsed_s", "train_s", "sync_s", "wait_s", "tokens_generated", "samples_generated",
                "groups_submitted", "groups_accepted", "truncated_frac", "staleness_mean")
 KEEP_STEP = ("step", "tokens", "response_tokens", "n_samples", "wait_s", "train_s", "publish_s", "response_lengths")
@@ -51,7 +51,7 @@ def compact(bench_dir: Path) -> dict:
                                   "steps": [{k: s[k] for k in KEEP_STEP if k in s} for s in tl.get("steps", [])]}})
     return {"source": f"areal bench throughput results in {bench_dir.name}/ ({res.get('command', '')})",
             "created": res.get("created"), "machine": res.get("machine"), "scenario": res.get("scenario"),
-            "ratios": res.get("ratios"), "runs": runs}
+            "ratios": res.get("ratios"), "steady_state": res.get("steady_state"), "runs": runs}
 
 
 def main(argv: list[str]) -> int:

@@ -368,8 +368,16 @@ def test_bench_command_writes_results_and_plots(tmp_path):
     assert results["generate"]["continuous_over_static"] > 0
     # the controller ran in its own process: its generation activity reached the trainer's timeline
     timeline = json.loads((Path(results["runs"][1]["dir"]) / "timeline.json").read_text())
-    assert {e["kind"] for e in timeline["events"] if e["lane"] == "server0"} >= {"generate", "update"}
+    assert {e["kind"] for e in timeline["events"] if e["lane"] == "server0"} >= {"generate", "update", "request"}
+    t0, t1 = timeline["marks"]["rl_start"], timeline["marks"]["rl_end"]
+    rl_requests = [e for e in timeline["events"] if e["kind"] == "request" and t0 <= e["start"] <= t1]
+    assert rl_requests  # the child's request activity arrives in bunches (with its groups, once a second)
     assert timeline["cpu"]["rl_end"]["rollout_process"] is not None
+    # what `areal bench simulate --calibrate-from` reads: each server's engine step costs at RL start and end,
+    # and each trained sample's response length
+    costs = timeline["marks"]["step_costs"]
+    assert costs["rl_end"]["server0"]["n"] > costs["rl_start"]["server0"]["n"] > 0
+    assert all(len(st["response_lengths"]) == st["n_samples"] for st in timeline["steps"])
     assert (out / "timeline.png").stat().st_size > 10_000 and (out / "throughput.png").stat().st_size > 10_000
     assert "async / sync" in res.output
     # the same output folder is never overwritten
@@ -542,3 +550,20 @@ def test_an_unknown_scenario_name_lists_the_shipped_ones(tmp_path, monkeypatch):
     with pytest.raises(UserError) as err:
         tp.load_scenario("nosuch")
     assert str(err.value).startswith("nosuch: no such file") and "throughput-tiny-longtail" in str(err.value)
+
+
+def test_steady_state_leaves_out_the_pipeline_fill_and_the_steps_after_an_evaluation():
+    steps = [{"step": 1, "end": 1.0, "wait_s": 0.8, "train_s": 0.15, "publish_s": 0.05},  # fills the pipeline
+             {"step": 2, "end": 1.3, "wait_s": 0.1, "train_s": 0.15, "publish_s": 0.05, "evaluated": True, "eval_s": 2.0},
+             {"step": 3, "end": 3.4, "wait_s": 0.0, "train_s": 0.05, "publish_s": 0.05},  # batch made during the eval
+             {"step": 4, "end": 3.7, "wait_s": 0.1, "train_s": 0.15, "publish_s": 0.05}]
+    assert [(s["step"], pytest.approx(d)) for s, d in tp.steady_steps(steps, 0.0)] == [(2, 0.3), (4, 0.3)]
+    sync = [{"mode": "sync", "repeat": r, "steady_step_s": 0.3, "steady_step_seconds":
+             {"wait_s": 0.1, "train_s": 0.15, "publish_s": 0.05}} for r in (0, 1)]
+    asy = [{"mode": "async", "repeat": 0, "steady_step_s": 0.25}, {"mode": "async", "repeat": 1, "steady_step_s": 0.2}]
+    ss = tp.steady_state(sync + asy)
+    assert ss["ceiling"] == pytest.approx(0.3 / 0.2) and ss["phases_s"]["generate"] == pytest.approx(0.1)
+    assert ss["async_over_sync"]["pairs"] == [pytest.approx(1.2), pytest.approx(1.5)]
+    assert ss["async_fraction_of_ceiling"] == pytest.approx(1.35 / 1.5)
+    assert "async_noninterruptible_over_sync" not in ss
+    assert tp.steady_state(asy) is None and tp.steady_state([{"mode": "sync", "step_seconds": {}}]) is None

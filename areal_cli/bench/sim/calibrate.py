@@ -231,15 +231,19 @@ def with_machine_of(target: Scenario, calibrated: Scenario) -> Scenario:
 
 
 def _figures(run: MeasuredRun) -> dict:
-    """:func:`measured_step_figures`, with an ``areal bench throughput`` run's own step phases when it has them
-    (held-out evaluations excluded: the benchmark's effective throughput leaves them out too)."""
+    """:func:`measured_step_figures`, with an ``areal bench throughput`` run's own step phases when it has them:
+    its steady state when recorded (``steady_step_s``: the first step, which fills the pipeline, and the steps
+    right after a held-out evaluation left out; the simulator's steady state leaves out the same), else its mean
+    step (held-out evaluations excluded)."""
     f = measured_step_figures(run.steps)
     b = run.summary
     if b and isinstance(b.get("step_seconds"), dict):
-        ph = b["step_seconds"]
-        f.update(step_s=float(b["step_s_mean"]), train_s=float(ph.get("train_s", f["train_s"])),
-                 sync_s=float(ph.get("publish_s", f["sync_s"])), wait_s=float(ph.get("wait_s", f["wait_s"])),
-                 other_s=0.0, evaluations_excluded=True)
+        steady = isinstance(b.get("steady_step_seconds"), dict) and b.get("steady_step_s")
+        ph = b["steady_step_seconds"] if steady else b["step_seconds"]
+        f.update(step_s=float(b["steady_step_s"] if steady else b["step_s_mean"]),
+                 train_s=float(ph.get("train_s", f["train_s"])), sync_s=float(ph.get("publish_s", f["sync_s"])),
+                 wait_s=float(ph.get("wait_s", f["wait_s"])), other_s=0.0, evaluations_excluded=True,
+                 steady_state=bool(steady))
         if b.get("effective_tokens_per_s"):
             f["effective_tokens_per_s"] = float(b["effective_tokens_per_s"])
     return f

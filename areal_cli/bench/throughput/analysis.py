@@ -57,6 +57,7 @@ def summarize_run(timeline: dict, summary: dict, *, label: str, mode: str, repea
     phase_steps = steps
     if impute_after_eval:
         phase_steps = [s for s, p in zip(steps, after_eval(steps)) if not p] or steps
+    steady = steady_steps(steps, rl_start)
     reqs = request_intervals(timeline, (rl_start, steps[-1]["end"]))
     occ = None
     if reqs:
@@ -75,6 +76,9 @@ def summarize_run(timeline: dict, summary: dict, *, label: str, mode: str, repea
         "cpu_use": cpu_use(timeline),
         "trainer_cpu_over_wall": sum(s["train_cpu_s"] for s in steps) / train_wall if train_wall > 0 else None,
         "step_seconds": {k: statistics.fmean(s[k] for s in phase_steps) for k in ("wait_s", "train_s", "publish_s")},
+        "steady_step_s": statistics.fmean(d for _, d in steady) if steady else None,
+        "steady_step_seconds": ({k: statistics.fmean(s[k] for s, _ in steady) for k in ("wait_s", "train_s", "publish_s")}
+                                if steady else None),
         "staleness": staleness_distribution(steps),
         "final_accuracy": summary["final_accuracy"], "eval_n_prompts": eval_n_prompts, "accuracy_curve": curve,
         "interruptions": summary["controller"]["interruptions"],
@@ -212,6 +216,39 @@ def overlap_ceiling(runs: list[dict], sync_mode: str = "sync") -> dict | None:
     g, t, p = (statistics.fmean(r["step_seconds"][k] for r in rs) for k in ("wait_s", "train_s", "publish_s"))
     return {"ceiling": spread(ceil), "phases_s": {"generate": g, "train": t, "publish": p},
             "bound_by": "training" if t + p >= g else "generation"}
+
+
+def steady_steps(steps: list[dict], rl_start: float) -> list[tuple[dict, float]]:
+    """The steady-state steps of a run with their durations: every step but the first (which fills the pipeline:
+    an asynchronous run's first batch costs a whole generation) and those right after a held-out evaluation
+    (whose batch was (partly) generated during the evaluation). Durations are end to end, as
+    :func:`step_durations` without imputation."""
+    if not steps:
+        return []
+    dur = step_durations(steps, rl_start)
+    post = after_eval(steps)
+    return [(s, d) for i, (s, d, p) in enumerate(zip(steps, dur, post)) if i > 0 and not p]
+
+
+def steady_state(runs: list[dict], sync_mode: str = "sync", async_modes: tuple[str, ...] = ("async",
+                 "async_noninterruptible")) -> dict | None:
+    """The overlap ceiling and the async/sync ratio of step times in steady state (:func:`steady_steps`): the
+    figures a long run converges to, without the pipeline fill and evaluation effects that a 40-step benchmark
+    run carries. Returns ``{"ceiling", "phases_s", "<mode>_over_sync": paired ratio of steady step times,
+    "<mode>_fraction_of_ceiling"}`` or None without runs that carry steady figures (results of older versions)."""
+    rs = [r for r in runs if r["mode"] == sync_mode and r.get("steady_step_seconds")]
+    if not rs:
+        return None
+    g, t, p = (statistics.fmean(r["steady_step_seconds"][k] for r in rs) for k in ("wait_s", "train_s", "publish_s"))
+    ceiling = (g + t + p) / max(g, t + p)
+    out: dict[str, Any] = {"ceiling": ceiling, "phases_s": {"generate": g, "train": t, "publish": p},
+                           "sync_step_s": statistics.fmean(r["steady_step_s"] for r in rs)}
+    for mode in async_modes:
+        ratio = paired_ratio([r for r in runs if r.get("steady_step_s")], sync_mode, mode, "steady_step_s")
+        if ratio:
+            out[f"{mode}_over_sync"] = ratio
+            out[f"{mode}_fraction_of_ceiling"] = ratio["mean"] / ceiling
+    return out
 
 
 def decompose_ratio(runs: list[dict], sync_mode: str = "sync", async_mode: str = "async") -> dict | None:

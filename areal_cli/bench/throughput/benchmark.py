@@ -19,7 +19,7 @@ from typing import Callable
 from areal_cli.bench.runs import (check_out_dir, cpu_overrides, located, machine_description, output_to,
                                   override_items, refuse_per_run_overrides, shared_warm_start)
 from areal_cli.bench.throughput.analysis import (accuracy_comparison, aggregate_modes, decompose_ratio, overlap_ceiling,
-                                                 paired_ratio, summarize_run, time_to_accuracy)
+                                                 paired_ratio, steady_state, summarize_run, time_to_accuracy)
 from areal_cli.bench.throughput.generation import compare_generation
 from areal_cli.bench.throughput.scenario import MODES, Scenario, run_plan
 from areal_cli.errors import UserError
@@ -172,9 +172,14 @@ def build_results(scenario: Scenario, runs: list[dict], *, warm: dict, generate:
                              "flight of N); G_full = G - S; overlap = (G_full+T+P)/max(G_full,T+P); straggler = "
                              "(G+T+P)/(G_full+T+P); ceiling = overlap x straggler; measured.step_rate = sync/async "
                              "RL seconds per step, measured.effective = async/sync effective throughput",
+            "steady_state": "the overlap ceiling and sync/async step-time ratios (paired per repeat) over each run's "
+                            "steady-state steps: the first step (it fills the pipeline) and the steps right after a "
+                            "held-out evaluation (their batch was generated during it) left out; what a long run "
+                            "converges to, and what `areal bench simulate` predicts",
         },
         "warm_start": warm, "runs": runs, "modes": aggregate_modes(runs), "ratios": ratios, "accuracy": accuracy,
-        "time_to_accuracy": tta, "overlap_ceiling": ceiling, "decomposition": decompose_ratio(runs),
+        "time_to_accuracy": tta, "overlap_ceiling": ceiling, "steady_state": steady_state(runs),
+        "decomposition": decompose_ratio(runs),
         "generate": generate, "targets": {**TARGETS, "async_over_sync": target, "reached": reached},
         "plots": {"timeline": "timeline.png", "throughput": "throughput.png",
                   **({"accuracy": "accuracy.png"} if any(r.get("accuracy_curve") for r in runs) else {}),

@@ -48,6 +48,15 @@ def results_table(results: dict):
                   f"{ph['publish']:.3f} s", *["" for _ in cols],
                   f"{oc['ceiling']['mean']:.2f}x" + (f" (async reached {oc['async_over_sync_fraction_of_ceiling']:.0%})"
                                                     if "async_over_sync_fraction_of_ceiling" in oc else ""))
+    ss = results.get("steady_state")
+    if ss:
+        ph = ss["phases_s"]
+        t.add_row(f"  steady state (first step and steps after an evaluation left out): sync step = "
+                  f"{ph['generate']:.3f} + {ph['train']:.3f} + {ph['publish']:.3f} s, ceiling {ss['ceiling']:.2f}x",
+                  *["" for _ in cols],
+                  "; ".join(f"{label} {ss[f'{m}_over_sync']['mean']:.2f}x ({ss[f'{m}_fraction_of_ceiling']:.0%})"
+                            for m, label in (("async", "async"), ("async_noninterruptible", "non-interr."))
+                            if f"{m}_over_sync" in ss))
     dc = results.get("decomposition")
     if dc:
         ph = dc["phases_s"]
