@@ -8,7 +8,7 @@ tokens and response lengths, and the benchmark's own step phases) into one file:
     python benchmarks/compact_throughput_runs.py DIR OUT.json
     areal bench simulate cpu-tiny-longtail --calibrate-from OUT.json
 
-Exit 2 with one line on a missing or unreadable input.
+Exit 2 with one line on stderr for a missing or unreadable input.
 """
 
 from __future__ import annotations
@@ -30,20 +30,30 @@ def compact(bench_dir: Path) -> dict:
     Raises:
         SystemExit(2): missing results.json, run folder or file, or invalid JSON.
     """
+    def fail(msg: str) -> None:
+        print(f"error: {msg}", file=sys.stderr)
+        sys.exit(2)
+
     def load(p: Path):
         try:
             return json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            sys.exit(f"error: {p}: {e}")
+        except OSError as e:
+            fail(f"{p}: cannot read: {e.strerror}")
+        except json.JSONDecodeError as e:
+            fail(f"{p}:{e.lineno}: invalid JSON: {e.msg}")
 
     res = load(bench_dir / "results.json")
+    if not isinstance(res, dict) or not isinstance(res.get("runs"), list) or not res["runs"]:
+        fail(f"{bench_dir / 'results.json'}: field 'runs': no runs (not an `areal bench throughput` result?)")
     runs = []
-    for run in res.get("runs", []):
+    for run in res["runs"]:
         d = bench_dir / "runs" / Path(run.get("dir", run.get("label", ""))).name
         try:
             metrics = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines() if line.strip()]
-        except (OSError, json.JSONDecodeError) as e:
-            sys.exit(f"error: {d / 'metrics.jsonl'}: {e}")
+        except OSError as e:
+            fail(f"{d / 'metrics.jsonl'}: cannot read: {e.strerror}")
+        except json.JSONDecodeError as e:
+            fail(f"{d / 'metrics.jsonl'}: invalid JSON: {e.msg}")
         tl = load(d / "timeline.json")
         metrics = [{k: r[k] for k in KEEP_METRIC if k in r} for r in metrics]
         runs.append({**{k: run[k] for k in KEEP_RUN if k in run}, "name": run.get("label"), "steps": metrics,
@@ -56,11 +66,17 @@ def compact(bench_dir: Path) -> dict:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print(__doc__.strip().splitlines()[0], "\nusage: compact_throughput_runs.py BENCH_DIR OUT.json", file=sys.stderr)
+        print("error: usage: python benchmarks/compact_throughput_runs.py BENCH_DIR OUT.json", file=sys.stderr)
         return 2
     out = compact(Path(argv[0]))
-    Path(argv[1]).write_text(json.dumps(out, separators=(",", ":")) + "\n")
-    print(f"wrote {argv[1]}: {len(out['runs'])} runs")
+    dest = Path(argv[1])
+    if not dest.parent.is_dir():
+        print(f"error: {dest}: folder {dest.parent} does not exist", file=sys.stderr)
+        return 2
+    tmp = dest.with_name(dest.name + ".tmp")
+    tmp.write_text(json.dumps(out, separators=(",", ":")) + "\n")
+    tmp.replace(dest)  # all or nothing
+    print(f"wrote {dest}: {len(out['runs'])} runs")
     return 0
 
 

@@ -453,11 +453,20 @@ def test_machine_constants_carry_to_another_workload_and_the_command_checks_a_me
     assert data["costs_from"]["fields"]["request_overhead_s"] == 3e-4
     assert data["scenario"]["decode_attention"] == "padded"
     mc = data["measured_check"]["async_over_sync"]
-    pred = data["modes"]["async"]["effective_tokens_per_s"] / data["modes"]["sync"]["effective_tokens_per_s"]
+    pred = data["modes"]["sync"]["step_s"] / data["modes"]["async"]["step_s"]  # steady-state step times
     assert mc["measured"] == 1.5 and mc["predicted"] == pytest.approx(pred)
     assert f"measured async/sync 1.50x, predicted {pred:.2f}x" in res.output
     bad = CliRunner().invoke(simulate_cmd, [str(scen), "--costs-from", str(tmp_path / "missing.yaml")])
-    assert bad.exit_code == 2 and "scenario file not found" in bad.output
+    assert bad.exit_code == 2 and "--costs-from" in bad.output and "scenario file not found" in bad.output
+    # a scenario that is not a calibrated machine (its costs would come from GPU peak numbers) is refused
+    (tmp_path / "empty.yaml").write_text("name: e\n")
+    bad = CliRunner().invoke(simulate_cmd, [str(scen), "--costs-from", str(tmp_path / "empty.yaml")])
+    assert bad.exit_code == 2 and "not a calibrated machine" in bad.output
+    # -o still changes a carried constant (the machine first, then the overrides)
+    res = CliRunner().invoke(simulate_cmd, [str(scen), "--costs-from", str(cal_file), "-o", "request_overhead_s=0.5",
+                                            "--out", str(tmp_path / "out2"), "--no-sensitivity", "--gpus", "none"])
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "out2" / "results.json").read_text())["scenario"]["request_overhead_s"] == 0.5
 
 
 def test_the_tiny_longtail_lengths_file_is_the_tasks_answer_length_distribution():
@@ -498,7 +507,23 @@ def test_tiny_arith_async_sync_ratio_is_predicted_within_10_percent_from_the_tin
     (4-token answers, 48 x 3 samples, eta 2) against its measured ratios (3 seeds, `published` in the file)."""
     sc = sim.load_scenario("cpu-tiny-arith")
     sync, asyn, nonint = (sim.simulate(sc, m) for m in ("sync", "async", "async_nointerrupt"))
-    pub = sc.published
-    assert asyn["effective_tokens_per_s"] / sync["effective_tokens_per_s"] == pytest.approx(pub["async_over_sync"], rel=0.10)
-    assert nonint["effective_tokens_per_s"] / sync["effective_tokens_per_s"] == pytest.approx(
-        pub["async_noninterruptible_over_sync"], rel=0.10)
+    pub = sc.published  # steady-state ratios of step times
+    assert sync["step_s"] / asyn["step_s"] == pytest.approx(pub["async_over_sync"], rel=0.10)
+    assert sync["step_s"] / nonint["step_s"] == pytest.approx(pub["async_noninterruptible_over_sync"], rel=0.10)
+    assert sim.length_stats(sc)["p50"] == 4 and sim.length_stats(sc)["truncated_frac"] == 0  # the task's 4-5 tokens
+
+
+def test_calibration_without_step_costs_does_not_keep_the_base_scenarios_engine_constants(tmp_path):
+    base = dataclasses.replace(sim.load_scenario("cpu-tiny-arith"), batch_size=32, group_size=4, max_concurrent_groups=96,
+                               sim_steps=12, warmup_steps=3)
+    assert base.request_overhead_s > 0 and base.decode_step_per_seq_s > 0  # the shipped tiny-longtail machine
+    sc, rep = sim.calibrate_from_run(synthetic_run(tmp_path), base)
+    assert rep["engine_step_costs"] is None
+    assert (sc.decode_step_per_seq_s, sc.decode_step_per_ctx_token_s, sc.prefill_s_per_token, sc.request_overhead_s) == (0, 0, 0, 0)
+    assert (sc.batch_handoff_s_per_token, sc.overlap_train_factor) == (0.0, 1.0)  # no benchmark phases to read them
+    assert rep["checks"]["sync"]["simulated_step_s"] == pytest.approx(1.0, rel=0.01)
+
+
+def test_calibrating_a_scenario_on_another_workloads_runs_is_refused():
+    with pytest.raises(UserError, match=r"the runs train 64 samples per step, the scenario cpu-tiny-arith 48 x 3 = 144"):
+        sim.calibrate_from_run(SIM_RESULTS / "cpu-tiny-longtail" / "measured-runs.json", sim.load_scenario("cpu-tiny-arith"))

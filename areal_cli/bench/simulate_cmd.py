@@ -109,13 +109,14 @@ def plot_eta_sweep(sweep: dict, published: dict, title: str, path: Path) -> None
 
 
 def _measured_check(sc, modes: dict) -> dict | None:
-    """Predicted vs measured async/sync ratios of effective throughput, for a scenario whose ``published`` holds
+    """Predicted vs measured async/sync ratios of steady-state step times (sync seconds per step / async seconds
+    per step, as ``areal bench throughput`` reports in ``steady_state``), for a scenario whose ``published`` holds
     a measured ``async_over_sync`` (and optionally ``async_noninterruptible_over_sync``)."""
     pub = sc.published or {}
     out = {}
     for key, mode in (("async_over_sync", "async"), ("async_noninterruptible_over_sync", "async_nointerrupt")):
-        if isinstance(pub.get(key), (int, float)):
-            pred = modes[mode]["effective_tokens_per_s"] / modes["sync"]["effective_tokens_per_s"]
+        if key in pub:
+            pred = modes["sync"]["step_s"] / modes[mode]["step_s"]
             out[key] = {"measured": float(pub[key]), "predicted": pred, "rel_error": pred / float(pub[key]) - 1}
     if out:
         out["source"] = pub.get("source", "")
@@ -151,9 +152,8 @@ def run_simulation(sc, out: Path | None, *, gpus: list[int] | None, scale: int, 
     t0 = time.perf_counter()
     results: dict = {"machine": _machine(), "command": " ".join(["areal", "bench", "simulate", *sys.argv[3:]])
                      if sys.argv[1:3] == ["bench", "simulate"] else None}
-    if costs_from is not None:
+    if costs_from is not None:  # already applied by the command (before its -o overrides)
         machine = sim.load_scenario(costs_from)
-        sc = sim.with_machine_of(sc, machine)
         results["costs_from"] = {"scenario": machine.source,
                                  "fields": {k: getattr(machine, k) for k in sim.MACHINE_FIELDS}}
         console.print(f"machine constants from {machine.source} ({len(sim.MACHINE_FIELDS)} fields); "
@@ -335,7 +335,13 @@ def simulate(scenario: str, out_dir: Path | None, gpus: str | None, overrides: t
     try:
         if scale < 1 or sweep_scale < 1:
             raise UserError("--scale and --sweep-scale must be >= 1")
-        sc = sim.apply_overrides(sim.load_scenario(scenario), list(overrides))
+        sc = sim.load_scenario(scenario)
+        if costs_from is not None:  # the machine first, so that -o can still change one of its constants
+            try:
+                sc = sim.with_machine_of(sc, sim.load_scenario(costs_from))
+            except UserError as e:
+                raise UserError(f"--costs-from {costs_from}: {e}") from None
+        sc = sim.apply_overrides(sc, list(overrides))
         gpu_list = _parse_gpus(gpus, sc.scaling_gpus)
         run_simulation(sc, out_dir, gpus=gpu_list, scale=scale, sweep_scale=sweep_scale,
                        sensitivity_on=not no_sensitivity, fit=fit, calibrate_from=calibrate_from, console=console,

@@ -89,6 +89,7 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
         controller = make_controller(cfg, ctx.episodes, ctx.task, stream)
     metrics_path = ctx.out / "metrics.jsonl"
     resumes: list[dict] = list(rs.get("resumes", [])) if rs else []
+    costs_at_start = await _step_costs(ctx) if tl is not None else None  # before the RL clock starts
     if rs is None:
         await ctx.train("engine.set_lr", cfg.ppo.lr)
         await ctx.train("engine.optimizer.state.clear")  # fresh AdamW moments for the RL phase
@@ -107,7 +108,7 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
     if tl is not None:
         tl.marks["rl_start"] = t_rl
         tl.cpu["rl_start"] = _cpu_snapshot(ctx)
-        tl.marks["step_costs"] = {"rl_start": await _step_costs(ctx)}
+        tl.marks["step_costs"] = {"rl_start": costs_at_start}
     last_bench = None  # the latest in-loop benchmark results
     with metrics_path.open("a" if rs else "w") as mf:
         if rs is None:

@@ -186,7 +186,7 @@ def measured_step_figures(records: list[dict]) -> dict:
     (final evaluation) are left out.
 
     Raises:
-        UserError: fewer than 3 RL steps, or a record without the needed fields.
+        UserError: fewer than 4 RL steps, or a record without the needed fields.
     """
     rl = [r for r in records if r.get("phase", "rl") == "rl" and "step" in r]
     if len(rl) < 4:
@@ -219,14 +219,25 @@ def measured_step_figures(records: list[dict]) -> dict:
 MACHINE_FIELDS = ("decode_step_fixed_s", "decode_step_per_seq_s", "decode_step_per_ctx_token_s", "prefill_s_per_token",
                   "decode_attention", "prefix_cache", "request_overhead_s", "batch_handoff_s_per_token",
                   "overlap_train_factor", "train_fixed_s", "train_gpu_s_per_token",
-                  "train_gpu_s_per_token_sq", "sync_save_s", "sync_load_s", "decoupled_recompute")
+                  "train_gpu_s_per_token_sq", "sync_save_s", "sync_load_s")
 """What :func:`calibrate_from_run` measures of the machine (not of the workload): the fields
 :func:`with_machine_of` carries from a calibrated scenario to a scenario of another workload."""
 
 
 def with_machine_of(target: Scenario, calibrated: Scenario) -> Scenario:
     """``target`` (its cluster shape and workload) with the machine constants of ``calibrated``
-    (:data:`MACHINE_FIELDS`): predict another workload on the machine a run was calibrated on."""
+    (:data:`MACHINE_FIELDS`): predict another workload on the machine a run was calibrated on.
+
+    Raises:
+        UserError: ``calibrated`` is not a calibrated machine (its explicit cost fields are unset, so its costs
+            would be derived from GPU peak numbers).
+    """
+    missing = [k for k in ("decode_step_fixed_s", "train_gpu_s_per_token", "sync_save_s")
+               if getattr(calibrated, k) is None]
+    if missing:
+        raise UserError(f"{calibrated.source or 'scenario'}: field '{missing[0]}': not set, so this is not a calibrated "
+                        f"machine (write one with `areal bench simulate SCENARIO --calibrate-from RUN --out DIR`: "
+                        f"DIR/scenario.yaml)")
     return dataclasses.replace(target, **{k: getattr(calibrated, k) for k in MACHINE_FIELDS})
 
 
@@ -299,7 +310,14 @@ def calibrate_from_run(results_json: str | Path, base: Scenario | None = None, *
 
     path = Path(results_json)
     runs = _read_run_records(path)
-    figs = {name: _figures(run) for name, run in runs.items()}
+    figs = {}
+    for name, run in runs.items():
+        try:
+            figs[name] = _figures(run)
+        except UserError as e:
+            raise UserError(f"{path}: run {name!r}: {e}") from None
+        except (TypeError, ValueError, KeyError, AttributeError) as e:
+            raise UserError(f"{path}: run {name!r}: unreadable step figures ({type(e).__name__}: {e})") from None
     if sync_run is None:
         cands = [n for n, f in figs.items()
                  if runs[n].eta == 0 or (runs[n].eta is None and f["staleness_mean"] == 0.0)]
@@ -313,6 +331,12 @@ def calibrate_from_run(results_json: str | Path, base: Scenario | None = None, *
          for k, v in figs[sync_run].items()}  # the mean of the synchronous runs (repeats)
     sync_rows = [r for n in syncs for r in runs[n].steps if r.get("phase", "rl") == "rl" and "step" in r][1:-1]
     sc = dataclasses.replace(base or Scenario(), lines={})
+    trained = [st.get("n_samples") for n in syncs if runs[n].timeline for st in runs[n].timeline.get("steps", [])
+               if isinstance(st, dict) and isinstance(st.get("n_samples"), int)]
+    if trained and sorted(trained)[len(trained) // 2] != sc.batch_size * sc.group_size:
+        raise UserError(f"{path}: the runs train {sorted(trained)[len(trained) // 2]} samples per step, the scenario "
+                        f"{sc.name} {sc.batch_size} x {sc.group_size} = {sc.batch_size * sc.group_size}: calibrate the "
+                        f"scenario of the runs' own workload, then carry its machine to this one with --costs-from")
     seq = sc.prompt_tokens + f["response_mean_tokens"]
     default_tokens = sc.batch_size * sc.group_size * seq  # when a record does not say how many tokens it trained
     tokens = np.array([r.get("trained_tokens", default_tokens) for r in sync_rows], dtype=float)
@@ -323,8 +347,10 @@ def calibrate_from_run(results_json: str | Path, base: Scenario | None = None, *
     measured_lengths = collections.Counter(
         int(x) for n in syncs if runs[n].timeline for st in runs[n].timeline.get("steps", [])
         for x in st.get("response_lengths", ()) if isinstance(x, int) and x > 0)
-    if measured_lengths:  # the calibration run's own length distribution (its sync runs' trained samples)
-        sc = dataclasses.replace(sc, response_length_counts=dict(sorted(measured_lengths.items())))
+    # the calibration run's own length distribution (its sync runs' trained samples); without it, a lognormal
+    # with the measured mean (the base scenario's spread)
+    sc = dataclasses.replace(sc, response_length_counts=dict(sorted(measured_lengths.items())), response_lengths_file=(
+        sc.response_lengths_file if measured_lengths else None))
     sigma = sc.response_sigma
     med = f["response_mean_tokens"] / math.exp(sigma * sigma / 2)
     sc = dataclasses.replace(
@@ -338,10 +364,12 @@ def calibrate_from_run(results_json: str | Path, base: Scenario | None = None, *
     # when the servers are ahead is the hand-off; training + publishing slow down by the overlap factor
     beside = [n for n in figs if (runs[n].eta or 0) > 0 and runs[n].summary]
     overlap = None
+    sc = dataclasses.replace(sc, batch_handoff_s_per_token=0.0, overlap_train_factor=1.0)  # unless measured below
     if beside:
         n_min = min(beside, key=lambda n: figs[n]["wait_s"])
         tok = float(runs[n_min].summary.get("tokens_per_step") or default_tokens)
-        factor = float(np.mean([(figs[n]["train_s"] + figs[n]["sync_s"]) for n in beside])) / (f["train_s"] + f["sync_s"])
+        base_tp = f["train_s"] + f["sync_s"]
+        factor = float(np.mean([(figs[n]["train_s"] + figs[n]["sync_s"]) for n in beside])) / base_tp if base_tp > 0 else 1.0
         overlap = {"handoff_run": n_min, "handoff_s": figs[n_min]["wait_s"], "tokens_per_step": tok,
                    "train_publish_factor": factor}
         sc = dataclasses.replace(sc, batch_handoff_s_per_token=figs[n_min]["wait_s"] / tok, overlap_train_factor=factor)
@@ -349,8 +377,8 @@ def calibrate_from_run(results_json: str | Path, base: Scenario | None = None, *
     try:
         sums = [d for run in runs.values() if run.timeline for d in (step_costs_of_timeline(run.timeline) or [])]
         engine = fit_step_costs(sums) if sums else None
-    except (ValueError, KeyError, TypeError) as e:
-        raise UserError(f"{path}: timeline field 'marks.step_costs': {e}") from None
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
+        raise UserError(f"{path}: timeline field 'marks.step_costs': {type(e).__name__}: {e}") from None
     if engine is not None:
         sc = dataclasses.replace(sc, **engine["coef"], decode_attention="padded", prefix_cache=False,
                                  request_overhead_s=0.0)
@@ -361,7 +389,9 @@ def calibrate_from_run(results_json: str | Path, base: Scenario | None = None, *
         engine["sync_step_without_overhead_s"] = t0 = sync_step(0.0)
         r = 0.0 if t0 >= f["step_s"] else _solve(sync_step, f["step_s"], 1e-7, 1.0)
         sc = dataclasses.replace(sc, request_overhead_s=r)
-    else:  # solve decode_step_fixed_s: simulated sync step time = measured
+    else:  # no step costs: one batch-independent decode step, solved so that the simulated sync step = measured
+        sc = dataclasses.replace(sc, decode_step_per_seq_s=0.0, decode_step_per_ctx_token_s=0.0, prefill_s_per_token=0.0,
+                                 request_overhead_s=0.0)
         sc = dataclasses.replace(sc, decode_step_fixed_s=_solve(
             lambda a: simulate(dataclasses.replace(sc, decode_step_fixed_s=a), "sync", scale=scale)["step_s"],
             f["step_s"], 1e-6, 1.0))

@@ -3,7 +3,8 @@
 The embedded server's engine keeps, for every step it takes, least-squares sums of ``seconds`` against the step's
 shape (:mod:`areal_cli.rollout.engine.step_costs`: a constant, decode sequences ``n``, ``n`` x longest context,
 padded prefill tokens). A run that records a timeline stores each server's sums at the start and the end of RL
-(``timeline.json`` ``marks.step_costs``); their difference is the statistics of the RL steps alone. This module
+(``timeline.json`` ``marks.step_costs``); their difference is the statistics of the engine steps of the RL phase
+(its held-out evaluations included: they are engine steps too). This module
 solves the non-negative least-squares problem for ``(a, b, c, p)`` of ``a + b*n + c*n*L_max + p*prefill``.
 """
 
@@ -19,9 +20,16 @@ SCENARIO_FIELDS = ("decode_step_fixed_s", "decode_step_per_seq_s", "decode_step_
 
 
 def _arrays(d: dict) -> tuple[int, np.ndarray, np.ndarray, float]:
-    if list(d.get("features", [])) != list(FEATURES):
-        raise ValueError(f"step-cost features {d.get('features')!r} are not {list(FEATURES)}")
-    return int(d["n"]), np.asarray(d["xtx"], dtype=float), np.asarray(d["xty"], dtype=float), float(d["yy"])
+    if not isinstance(d, dict) or list(d.get("features", [])) != list(FEATURES):
+        raise ValueError(f"step-cost features {d.get('features') if isinstance(d, dict) else d!r} are not "
+                         f"{list(FEATURES)}")
+    k = len(FEATURES)
+    n, xtx, xty, yy = int(d["n"]), np.asarray(d["xtx"], dtype=float), np.asarray(d["xty"], dtype=float), float(d["yy"])
+    if xtx.shape != (k, k) or xty.shape != (k,):
+        raise ValueError(f"'xtx' must be {k} x {k} and 'xty' {k} numbers, got shapes {xtx.shape} and {xty.shape}")
+    if n < 0 or not (np.isfinite(xtx).all() and np.isfinite(xty).all() and math.isfinite(yy)):
+        raise ValueError("'n' must be >= 0 and the sums finite")
+    return n, xtx, xty, yy
 
 
 def window_sums(start: dict | None, end: dict) -> dict:
@@ -86,4 +94,6 @@ def step_costs_of_timeline(timeline: dict) -> list[dict] | None:
     if not end:
         return None
     start = marks.get("rl_start") or {}
+    if not isinstance(end, dict) or not isinstance(start, dict):
+        raise ValueError("'rl_start' and 'rl_end' must map timeline lanes (server0, ...) to step-cost sums")
     return [window_sums(start.get(lane), end[lane]) for lane in sorted(end)]

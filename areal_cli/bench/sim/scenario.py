@@ -8,6 +8,7 @@ and :func:`scenario_yaml` writes one back.
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,6 +108,10 @@ class Scenario:
 
         if self.kind != "simulate":
             raise bad("kind", "not a simulation scenario (expected kind: simulate)")
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, float) and not math.isfinite(v):
+                raise bad(f.name, "must be a finite number")
         for name in ("gen_gpus", "gen_tp", "train_gpus", "batch_size", "group_size", "max_new_tokens",
                      "max_running_per_server", "steps", "sim_steps"):
             if getattr(self, name) <= 0:
@@ -147,8 +152,15 @@ class Scenario:
                 raise bad(name, "must be >= 0 or null (derived)")
         if any(not isinstance(k, int) or isinstance(k, bool) or k < 1 or not isinstance(v, int) or isinstance(v, bool)
                or v < 0 for k, v in self.response_length_counts.items()) or (
-                self.response_length_counts and not sum(self.response_length_counts.values())):
-            raise bad("response_length_counts", "must map lengths >= 1 to sample counts >= 0, not all 0")
+                self.response_length_counts and not 0 < sum(self.response_length_counts.values()) <= 10_000_000):
+            raise bad("response_length_counts", "must map lengths >= 1 to sample counts >= 0, 1 to 10,000,000 in all")
+        if self.response_strata > 1024:
+            raise bad("response_strata", "must be <= 1024 (prompts per stratified block)")
+        for key in ("async_over_sync", "async_noninterruptible_over_sync"):
+            v = self.published.get(key) if isinstance(self.published, dict) else None
+            if key in (self.published or {}) and (not isinstance(v, (int, float)) or isinstance(v, bool)
+                                                    or not 0 < v < 1e6):
+                raise bad("published", f"'{key}' must be a positive number (a measured ratio)")
         if any((not isinstance(g, int)) or isinstance(g, bool) or g < 2 for g in self.scaling_gpus):
             raise bad("scaling_gpus", "must be a list of integers >= 2")
         if any((not isinstance(e, int)) or isinstance(e, bool) or e < -1 for e in self.eta_sweep):
