@@ -527,3 +527,15 @@ def test_calibration_without_step_costs_does_not_keep_the_base_scenarios_engine_
 def test_calibrating_a_scenario_on_another_workloads_runs_is_refused():
     with pytest.raises(UserError, match=r"the runs train 64 samples per step, the scenario cpu-tiny-arith 48 x 3 = 144"):
         sim.calibrate_from_run(SIM_RESULTS / "cpu-tiny-longtail" / "measured-runs.json", sim.load_scenario("cpu-tiny-arith"))
+
+
+def test_the_sensitivity_sweep_of_a_calibrated_cpu_scenario_perturbs_its_own_costs():
+    sc = sim.load_scenario("cpu-tiny-arith")
+    inputs = sim.sensitivity_inputs(sc)
+    # its explicit costs replace the roofline's physical constants, and its lengths are the task's (empirical)
+    assert not {"train_mfu", "decode_bw_efficiency", "weight_io_gb_s", "response_median_tokens"} & set(inputs)
+    assert {"request_overhead_s", "decode_step_per_seq_s", "train_gpu_s_per_token", "overlap_train_factor"} <= set(inputs)
+    assert sim.sensitivity_inputs(sim.load_scenario("published-1.5b-16node")) == list(sim.SENSITIVITY_INPUTS)
+    sens = sim.sensitivity(sc)
+    assert set(sens["inputs"]) == set(inputs)
+    assert sens["inputs"]["train_gpu_s_per_token"]["max_change"] > 0.01  # the trainer-bound side moves the ratio

@@ -15,7 +15,7 @@ This package's names below are what the command (:mod:`areal_cli.bench.simulate_
 """
 
 from areal_cli.bench.sim.analysis import (SENSITIVITY_INPUTS, async_sync_ratio, compare_modes, eta_sweep, scaling,
-                                          sensitivity, split_gpus)
+                                          sensitivity, sensitivity_inputs, split_gpus)
 from areal_cli.bench.sim.calibrate import (MACHINE_FIELDS, calibrate_from_run, fit_constants, fit_to_published,
                                            with_machine_of)
 from areal_cli.bench.sim.costs import derive_costs
@@ -26,5 +26,5 @@ from areal_cli.bench.sim.scenario import Scenario, apply_overrides, known_scenar
 
 __all__ = ["MACHINE_FIELDS", "MODES", "SENSITIVITY_INPUTS", "Scenario", "apply_overrides", "async_sync_ratio", "calibrate_from_run",
            "compare_modes", "derive_costs", "eta_sweep", "fit_constants", "fit_to_published", "known_scenarios",
-           "length_stats", "load_scenario", "scaling", "scenario_yaml", "sensitivity", "simulate", "split_gpus",
+           "length_stats", "load_scenario", "scaling", "scenario_yaml", "sensitivity", "sensitivity_inputs", "simulate", "split_gpus",
            "with_machine_of"]

@@ -41,9 +41,33 @@ SENSITIVITY_INPUTS = (
 )
 
 
-def sensitivity(sc: Scenario, *, rel: float = 0.2, inputs: typing.Sequence[str] = SENSITIVITY_INPUTS,
+# derived-cost inputs, and the explicit costs that replace them (derive_costs: an explicit cost wins)
+_DERIVED_BY = {"decode_overhead_s": ("decode_step_fixed_s",),
+               "decode_bw_efficiency": ("decode_step_fixed_s", "decode_step_per_ctx_token_s"),
+               "decode_flops_efficiency": ("decode_step_per_seq_s",), "prefill_flops_efficiency": ("prefill_s_per_token",),
+               "train_mfu": ("train_gpu_s_per_token", "train_gpu_s_per_token_sq"),
+               "weight_io_gb_s": ("sync_save_s", "sync_load_s"), "sync_overhead_s": ("sync_load_s",)}
+_EXPLICIT = ("decode_step_fixed_s", "decode_step_per_seq_s", "decode_step_per_ctx_token_s", "prefill_s_per_token",
+             "request_overhead_s", "train_fixed_s", "train_gpu_s_per_token", "sync_save_s", "overlap_train_factor")
+
+
+def sensitivity_inputs(sc: Scenario) -> list[str]:
+    """The inputs that act on ``sc``: :data:`SENSITIVITY_INPUTS` without the physical constants whose derived cost
+    the scenario gives explicitly, and without the lognormal's median and spread when its lengths are empirical;
+    plus the explicit costs themselves (non-zero ones), as a calibrated CPU scenario has them."""
+    empirical = bool(sc.response_length_counts or sc.response_lengths_file)
+    out = [n for n in SENSITIVITY_INPUTS
+           if not (n in _DERIVED_BY and all(getattr(sc, e) is not None for e in _DERIVED_BY[n]))]
+    out = [n for n in out if not (empirical and n in ("response_median_tokens", "response_sigma"))]
+    extra = [n for n in _EXPLICIT if getattr(sc, n) not in (None, 0, 0.0) and n not in out
+             and not (n == "overlap_train_factor" and sc.overlap_train_factor == 1.0)]
+    return out + extra
+
+
+def sensitivity(sc: Scenario, *, rel: float = 0.2, inputs: typing.Sequence[str] | None = None,
                 scale: int = 1) -> dict:
-    """Change each input by -rel and +rel (one at a time) and report the async/sync ratio.
+    """Change each input by -rel and +rel (one at a time) and report the async/sync ratio (``inputs``: default
+    :func:`sensitivity_inputs`).
 
     Efficiency constants are capped at 1. Integer inputs are rounded (``gen_gpus`` to a multiple of
     ``gen_tp``). ``max_concurrent_groups`` 0 is read as ``batch_size``. The same random seed is used for every
@@ -56,7 +80,7 @@ def sensitivity(sc: Scenario, *, rel: float = 0.2, inputs: typing.Sequence[str] 
     """
     base = async_sync_ratio(sc, scale=scale)
     rows = {}
-    for name in inputs:
+    for name in (sensitivity_inputs(sc) if inputs is None else inputs):
         v0 = getattr(sc, name)
         if name == "max_concurrent_groups" and not v0:
             v0 = sc.batch_size
@@ -65,7 +89,7 @@ def sensitivity(sc: Scenario, *, rel: float = 0.2, inputs: typing.Sequence[str] 
             v = v0 * f
             if name.endswith("efficiency") or name == "train_mfu" or name == "response_prompt_corr":
                 v = min(v, 1.0)
-            if isinstance(getattr(Scenario(), name), int):
+            if isinstance(getattr(Scenario(), name), int) and not isinstance(getattr(Scenario(), name), bool):
                 v = max(1, round(v))
                 if name == "gen_gpus":
                     v = max(sc.gen_tp, round(v / sc.gen_tp) * sc.gen_tp)
