@@ -142,8 +142,11 @@ def _sweep_scale(sc, requested: int) -> int:
 
 def run_simulation(sc, out: Path | None, *, gpus: list[int] | None, scale: int, sweep_scale: int,
                    sensitivity_on: bool, fit: bool, calibrate_from: Path | None, console,
-                   costs_from: str | None = None) -> dict:
-    """Everything the command does, returning the results dict (also written to ``out/results.json``)."""
+                   costs_from=None) -> dict:
+    """Everything the command does, returning the results dict (also written to ``out/results.json``).
+
+    ``costs_from``: the machine scenario of ``--costs-from`` (the command has already carried its constants into
+    ``sc``), recorded in the results."""
     import dataclasses
 
     from areal_cli.atomic import write_atomic_many, write_json_atomic
@@ -152,11 +155,10 @@ def run_simulation(sc, out: Path | None, *, gpus: list[int] | None, scale: int, 
     t0 = time.perf_counter()
     results: dict = {"machine": _machine(), "command": " ".join(["areal", "bench", "simulate", *sys.argv[3:]])
                      if sys.argv[1:3] == ["bench", "simulate"] else None}
-    if costs_from is not None:  # already applied by the command (before its -o overrides)
-        machine = sim.load_scenario(costs_from)
-        results["costs_from"] = {"scenario": machine.source,
-                                 "fields": {k: getattr(machine, k) for k in sim.MACHINE_FIELDS}}
-        console.print(f"machine constants from {machine.source} ({len(sim.MACHINE_FIELDS)} fields); "
+    if costs_from is not None:  # the machine scenario, already applied by the command (before its -o overrides)
+        results["costs_from"] = {"scenario": costs_from.source,
+                                 "fields": {k: getattr(costs_from, k) for k in sim.MACHINE_FIELDS}}
+        console.print(f"machine constants from {costs_from.source} ({len(sim.MACHINE_FIELDS)} fields); "
                       f"workload from {sc.source or sc.name}")
     if calibrate_from is not None:
         sc, rep = sim.calibrate_from_run(calibrate_from, sc)
@@ -335,17 +337,18 @@ def simulate(scenario: str, out_dir: Path | None, gpus: str | None, overrides: t
     try:
         if scale < 1 or sweep_scale < 1:
             raise UserError("--scale and --sweep-scale must be >= 1")
-        sc = sim.load_scenario(scenario)
+        sc, machine = sim.load_scenario(scenario), None
         if costs_from is not None:  # the machine first, so that -o can still change one of its constants
             try:
-                sc = sim.with_machine_of(sc, sim.load_scenario(costs_from))
+                machine = sim.load_scenario(costs_from)
+                sc = sim.with_machine_of(sc, machine)
             except UserError as e:
                 raise UserError(f"--costs-from {costs_from}: {e}") from None
         sc = sim.apply_overrides(sc, list(overrides))
         gpu_list = _parse_gpus(gpus, sc.scaling_gpus)
         run_simulation(sc, out_dir, gpus=gpu_list, scale=scale, sweep_scale=sweep_scale,
                        sensitivity_on=not no_sensitivity, fit=fit, calibrate_from=calibrate_from, console=console,
-                       costs_from=costs_from)
+                       costs_from=machine)
     except UserError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(e.exit_code)

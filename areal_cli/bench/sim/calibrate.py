@@ -331,10 +331,11 @@ def calibrate_from_run(results_json: str | Path, base: Scenario | None = None, *
          for k, v in figs[sync_run].items()}  # the mean of the synchronous runs (repeats)
     sync_rows = [r for n in syncs for r in runs[n].steps if r.get("phase", "rl") == "rl" and "step" in r][1:-1]
     sc = dataclasses.replace(base or Scenario(), lines={})
-    trained = [st.get("n_samples") for n in syncs if runs[n].timeline for st in runs[n].timeline.get("steps", [])
-               if isinstance(st, dict) and isinstance(st.get("n_samples"), int)]
-    if trained and sorted(trained)[len(trained) // 2] != sc.batch_size * sc.group_size:
-        raise UserError(f"{path}: the runs train {sorted(trained)[len(trained) // 2]} samples per step, the scenario "
+    trained = sorted(st["n_samples"] for n in syncs if runs[n].timeline for st in runs[n].timeline.get("steps", [])
+                     if isinstance(st, dict) and isinstance(st.get("n_samples"), int))
+    per_step = trained[len(trained) // 2] if trained else None  # the median
+    if per_step is not None and per_step != sc.batch_size * sc.group_size:
+        raise UserError(f"{path}: the runs train {per_step} samples per step, the scenario "
                         f"{sc.name} {sc.batch_size} x {sc.group_size} = {sc.batch_size * sc.group_size}: calibrate the "
                         f"scenario of the runs' own workload, then carry its machine to this one with --costs-from")
     seq = sc.prompt_tokens + f["response_mean_tokens"]
@@ -357,22 +358,20 @@ def calibrate_from_run(results_json: str | Path, base: Scenario | None = None, *
         sc, train_fixed_s=float(intercept), train_gpu_s_per_token=float(slope) * sc.train_gpus,
         train_gpu_s_per_token_sq=0.0, sync_save_s=f["sync_s"], sync_load_s=0.0, trainer_overhead_s=f["other_s"],
         accept_fraction=min(1.0, max(1e-3, f["accept_fraction"])), response_median_tokens=max(1.0, med),
-        decode_step_per_seq_s=sc.decode_step_per_seq_s or 0.0, decode_step_per_ctx_token_s=sc.decode_step_per_ctx_token_s or 0.0,
-        prefill_s_per_token=sc.prefill_s_per_token or 0.0, decode_step_fixed_s=sc.decode_step_fixed_s or 0.01,
-    )
+    )  # the decode and prefill constants are set below, from the step costs or by solving the sync step
     # the trainer beside generation (asynchronous runs of an `areal bench throughput` result): its wait for a batch
     # when the servers are ahead is the hand-off; training + publishing slow down by the overlap factor
     beside = [n for n in figs if (runs[n].eta or 0) > 0 and runs[n].summary]
-    overlap = None
-    sc = dataclasses.replace(sc, batch_handoff_s_per_token=0.0, overlap_train_factor=1.0)  # unless measured below
+    overlap, handoff, factor = None, 0.0, 1.0  # without asynchronous runs: no hand-off, no slowdown
     if beside:
         n_min = min(beside, key=lambda n: figs[n]["wait_s"])
         tok = float(runs[n_min].summary.get("tokens_per_step") or default_tokens)
         base_tp = f["train_s"] + f["sync_s"]
         factor = float(np.mean([(figs[n]["train_s"] + figs[n]["sync_s"]) for n in beside])) / base_tp if base_tp > 0 else 1.0
+        handoff = figs[n_min]["wait_s"] / tok
         overlap = {"handoff_run": n_min, "handoff_s": figs[n_min]["wait_s"], "tokens_per_step": tok,
                    "train_publish_factor": factor}
-        sc = dataclasses.replace(sc, batch_handoff_s_per_token=figs[n_min]["wait_s"] / tok, overlap_train_factor=factor)
+    sc = dataclasses.replace(sc, batch_handoff_s_per_token=handoff, overlap_train_factor=factor)
     engine = None
     try:
         sums = [d for run in runs.values() if run.timeline for d in (step_costs_of_timeline(run.timeline) or [])]
@@ -410,12 +409,8 @@ def calibrate_from_run(results_json: str | Path, base: Scenario | None = None, *
                         "rel_error": r["step_s"] / fig["step_s"] - 1,
                         "measured_staleness_mean": fig["staleness_mean"], "simulated_staleness_mean": r["staleness_mean"]}
     report = {"source": str(path), "sync_run": sync_run, "sync_runs": syncs, "measured": figs,
-              "fitted": {k: getattr(sc, k) for k in ("decode_step_fixed_s", "decode_step_per_seq_s",
-                                                       "decode_step_per_ctx_token_s", "prefill_s_per_token",
-                                                       "request_overhead_s", "batch_handoff_s_per_token",
-                                                       "overlap_train_factor", "train_fixed_s", "train_gpu_s_per_token",
-                                                       "sync_save_s", "trainer_overhead_s", "accept_fraction",
-                                                       "response_median_tokens")},
+              "fitted": {k: getattr(sc, k) for k in MACHINE_FIELDS + ("trainer_overhead_s", "accept_fraction",
+                                                                      "response_median_tokens")},
               "engine_step_costs": engine, "trainer_beside_generation": overlap, "checks": checks, "ratios": _ratios(figs, checks, sim_by_mode)}
     return sc, report
 

@@ -28,7 +28,8 @@ class ResponseLengths:
     """Draws response lengths group by group (numpy blocks, so per-group cost stays small)."""
 
     def __init__(self, sc: Scenario, rng: np.random.Generator, empirical: np.ndarray | None):
-        self.sc, self.rng, self.empirical = sc, rng, empirical
+        self.sc, self.rng = sc, rng
+        self.empirical = None if empirical is None else np.sort(empirical)  # quantiles are read from it
         self.block: list[list[int]] = []
 
     def _refill(self, n_groups: int = 1024) -> None:
@@ -43,7 +44,7 @@ class ResponseLengths:
             zp = rng.standard_normal((n_groups, 1))
         z = math.sqrt(rho) * zp + math.sqrt(1 - rho) * rng.standard_normal((n_groups, g))
         if self.empirical is not None:
-            emp = np.sort(self.empirical)
+            emp = self.empirical
             q = np.vectorize(_NORMAL.cdf)(z)
             arr = emp[np.minimum((q * len(emp)).astype(np.int64), len(emp) - 1)]
         else:
