@@ -104,3 +104,33 @@ def test_shape_mismatch_is_rejected():
         decoupled_ppo_loss(x, x, x, torch.zeros(2, 4), x, 1)
     with pytest.raises(ValueError):
         decoupled_ppo_loss(x, x, x, x, x, 0)
+
+
+def test_one_minibatch_naive_ppo_has_the_decoupled_gradient_except_on_tokens_it_clips():
+    """Why the staleness ablation needs several PPO minibatches per step (AReaL's math configs: 4): with one, the
+    update's gradient is taken at theta = theta_prox, where the decoupled loss is w * A * grad log pi (u = 1, never
+    clipped) and naive PPO's ratio r = pi_theta / pi_behav equals w, so its gradient A * r * grad log pi is the same
+    unless r lies outside [1 - eps, 1 + eps] on the side A pushes it to; naive PPO then drops the token. By hand:
+    d(loss)/d(logp_t) = -A_t * w_t / N (N = 6 loss tokens) or 0."""
+    w = torch.tensor([[1.0, 1.1, 1.5, 0.5, 0.5, 1.5]])  # pi_prox / pi_behav
+    adv = torch.tensor([[1.0, -1.0, 1.0, 1.0, -1.0, -1.0]])
+    prox = torch.log(torch.tensor([[0.3, 0.2, 0.4, 0.1, 0.25, 0.5]]))
+    behav = prox - torch.log(w)
+    mask = torch.ones_like(w)
+    cfg = DecoupledPPOConfig(eps_clip=0.2, behav_imp_weight_cap=5.0)
+
+    def grad(proximal):
+        logp = prox.clone().requires_grad_(True)  # theta = theta_prox: the one minibatch's gradient point
+        loss, stats = decoupled_ppo_loss(logp, proximal, behav, adv, mask, 6, cfg)
+        loss.backward()
+        return logp.grad, stats
+
+    g_decoupled, s_decoupled = grad(prox)
+    g_naive, s_naive = grad(behav)  # naive PPO: proximal := behaviour, so w = 1 and r = pi_theta / pi_behav
+    expected = -adv * w / 6
+    assert torch.allclose(g_decoupled, expected, atol=1e-6)
+    assert s_decoupled["n_clipped"] == 0
+    # naive: tokens 2 (r 1.5 > 1.2, A > 0) and 4 (r 0.5 < 0.8, A < 0) are clipped; the rest equal the decoupled ones
+    kept = torch.tensor([[True, True, False, True, False, True]])
+    assert torch.allclose(g_naive, torch.where(kept, expected, torch.zeros_like(expected)), atol=1e-6)
+    assert s_naive["n_clipped"] == 2

@@ -181,6 +181,20 @@ def test_runs_are_interleaved_abba():
     assert [m for _, m in tp.run_plan(sc)] == ["sync", "async", "async", "sync"]
 
 
+def test_dry_run_checks_the_settings_and_prints_the_plan_without_running(tmp_path):
+    res = CliRunner().invoke(throughput, ["--dry-run", "--repeats", "2", "--no-generate-compare",
+                                          "--out", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    lines = [ln.split() for ln in res.output.splitlines() if ln.startswith("  ")]
+    assert [ln[0] for ln in lines] == ["00-sync-r0", "01-async-r0", "02-async_noninterruptible-r0",
+                                       "03-async_noninterruptible-r1", "04-async-r1", "05-sync-r1"]
+    assert [ln[2] for ln in lines] == ["1", "1", "1", "2", "2", "2"]  # a seed per repeat
+    assert "non-interruptible updates" in res.output and "static generate" not in res.output
+    assert not (tmp_path / "out").exists()
+    bad = CliRunner().invoke(throughput, ["--dry-run", "-o", "ppo.lrr=1"])
+    assert bad.exit_code == 2 and "field 'ppo.lrr': unknown key" in bad.output
+
+
 # ------------------------------------------------------------------------------------------------ scenario
 
 

@@ -244,6 +244,14 @@ def test_command_writes_results_and_plots(tmp_path):
         assert (out / png).stat().st_size > 1000
     assert sim.load_scenario(str(out / "scenario.yaml")).steps == 100
     assert "published: sync 1.0 h, async 0.5 h = 2.00x" in res.output
+    assert "4 generation + 4 training GPUs" in res.output
+
+    # the folder reused by a CPU-core scenario without sweeps: no figure of the first simulation stays beside it
+    scen.write_text(scen.read_text().replace("eta_sweep: [0, 1, -1]\n", "device: CPU core\n"))
+    res = CliRunner().invoke(simulate_cmd, [str(scen), "--out", str(out), "--gpus", "none", "--no-sensitivity"])
+    assert res.exit_code == 0, res.output
+    assert not any((out / png).exists() for png in ("scaling.png", "sensitivity.png", "staleness.png"))
+    assert "4 generation + 4 training CPU cores" in res.output
 
 
 @pytest.mark.multiproc

@@ -208,6 +208,9 @@ def run_simulation(sc, out: Path | None, *, gpus: list[int] | None, scale: int, 
         write_json_atomic(out / "results.json", results)
         write_atomic_many({out / "scenario.yaml": sim.scenario_yaml(sc, "scenario as simulated (after -o, fit, calibration)")})
         title = sc.name
+        for name, drawn in (("scaling.png", gpus), ("sensitivity.png", sensitivity_on), ("staleness.png", sc.eta_sweep)):
+            if not drawn:  # a reused folder: no figure of an earlier simulation beside this one's results
+                (out / name).unlink(missing_ok=True)
         if gpus:
             plot_scaling(results["scaling"], sc.scaling_reference, f"{title}: predicted scaling", out / "scaling.png")
         if sensitivity_on:
@@ -223,13 +226,13 @@ def run_simulation(sc, out: Path | None, *, gpus: list[int] | None, scale: int, 
 def _print_modes(console, sc, modes: dict, results: dict) -> None:
     from rich.table import Table
 
-    t = Table(title=f"{sc.name}: {sc.gen_gpus} generation + {sc.train_gpus} training GPUs, "
+    t = Table(title=f"{sc.name}: {sc.gen_gpus} generation + {sc.train_gpus} training {_plural(sc.device, sc.train_gpus)}, "
                     f"{sc.batch_size}x{sc.group_size} samples/step, {sc.steps} steps")
     for col in ("mode", "eta", "s/step", "hours", "effective k tok/s", "gen k tok/s", "gen idle", "trainer idle",
                 "staleness mean/max", "vs sync"):
         t.add_column(col, justify="right" if col != "mode" else "left")
     for m, r in modes.items():
-        t.add_row(m, "-" if r["eta"] is None else str(r["eta"]), f"{r['step_s']:.1f}", f"{r['hours']:.1f}",
+        t.add_row(m, "-" if r["eta"] is None else str(r["eta"]), _fmt(r["step_s"]), _fmt(r["hours"]),
                   f"{r['effective_tokens_per_s'] / 1e3:.1f}", f"{r['gen_tokens_per_s'] / 1e3:.1f}",
                   f"{r['gen_idle_frac']:.0%}", f"{r['trainer_idle_frac']:.0%}",
                   f"{r['staleness_mean']:.2f}/{r['staleness_max']}", f"{r['speedup_vs_sync']:.2f}x")
@@ -254,6 +257,16 @@ def _print_modes(console, sc, modes: dict, results: dict) -> None:
                   f"{g['effective']:+.1%} effective, {g['generation']:+.1%} generation throughput"
                   + (f"; vs waiting for whole requests: {g['effective_vs_whole_request_drain']:+.1%} effective"
                      if "effective_vs_whole_request_drain" in g else ""))
+
+
+def _plural(device: str, n: int) -> str:
+    """``device`` for ``n`` of them: GPU -> GPUs, CPU core -> CPU cores."""
+    return device if n == 1 else device + "s"
+
+
+def _fmt(v: float) -> str:
+    """One decimal from 10 up, three significant digits below (a CPU scenario's steps take 0.2-0.5 s)."""
+    return f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"
 
 
 def _print_sensitivity(console, sens: dict) -> None:

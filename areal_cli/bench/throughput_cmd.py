@@ -28,11 +28,12 @@ from areal_cli.cli_errors import one_line_errors
               help="Runs per mode, interleaved (overrides the scenario).")
 @click.option("--no-interruptible-compare", is_flag=True, help="Skip the non-interruptible async runs.")
 @click.option("--no-generate-compare", is_flag=True, help="Skip continuous batching vs HF static generate.")
+@click.option("--dry-run", is_flag=True, help="Check the settings, print the plan (runs, their order, seeds) and exit.")
 @click.option("-o", "--override", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a recipe field in every run, e.g. -o rollout.group_size=8. Repeatable.")
 @one_line_errors
 def throughput(recipe: str | None, out_dir: Path | None, scenario_path: Path | None, steps: int | None,
-               repeats: int | None, no_interruptible_compare: bool, no_generate_compare: bool,
+               repeats: int | None, no_interruptible_compare: bool, no_generate_compare: bool, dry_run: bool,
                overrides: tuple[str, ...]) -> None:
     """Measure synchronous (eta=0) vs asynchronous RL of RECIPE (default: tiny-arith) on this machine.
 
@@ -42,15 +43,16 @@ def throughput(recipe: str | None, out_dir: Path | None, scenario_path: Path | N
     non-interruptible weight updates and continuous batching vs Hugging Face static generate.
     """
     _run(recipe, out_dir, scenario_path, steps, repeats, no_interruptible_compare, no_generate_compare,
-         list(overrides))
+         list(overrides), dry_run)
 
 
-def _run(recipe, out_dir, scenario_path, steps, repeats, no_interruptible, no_generate, overrides) -> None:
+def _run(recipe, out_dir, scenario_path, steps, repeats, no_interruptible, no_generate, overrides, dry_run) -> None:
     import time
 
     from rich.console import Console
 
-    from areal_cli.bench.throughput import default_scenario, load_scenario, results_table, run_benchmark
+    from areal_cli.bench.throughput import (check_configs, default_scenario, describe_plan, load_scenario,
+                                            results_table, run_benchmark)
 
     sc = load_scenario(scenario_path) if scenario_path else default_scenario()
     if recipe:
@@ -63,9 +65,20 @@ def _run(recipe, out_dir, scenario_path, steps, repeats, no_interruptible, no_ge
         sc.compare_interruptible = False
     if no_generate:
         sc.generate_compare = None
+    console = Console()
+    if dry_run:
+        base = check_configs(sc, overrides)
+        plan = describe_plan(sc, base.seed)
+        console.print(f"scenario {sc.name} ({sc.source}): recipe {sc.recipe}, one warm start + {len(plan)} runs of "
+                      f"{sc.steps} RL steps, cpus {sc.cpus}" + (", then continuous batching vs HF static generate"
+                                                               if sc.generate_compare else ""), highlight=False)
+        for run in plan:
+            updates = ("" if run["mode"] == "sync" else
+                       "interruptible updates" if run["interruptible"] else "non-interruptible updates")
+            console.print(f"  {run['label']:<28}  seed {run['seed']}  eta {run['eta']}  {updates}", highlight=False)
+        return
     if out_dir is None:
         out_dir = Path("runs") / f"bench-throughput-{time.strftime('%Y%m%d-%H%M%S')}"
-    console = Console()
     t0 = time.monotonic()
 
     def log(msg: str) -> None:

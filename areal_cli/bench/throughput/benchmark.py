@@ -42,6 +42,32 @@ def _run_cfg(scenario: Scenario, extra_overrides: list[str], items: list[str], *
 
 
 
+def check_configs(scenario: Scenario, extra: list[str]):
+    """Build the asynchronous and the synchronous runs' configuration with ``extra`` overrides, so that a bad
+    recipe, override or cpu list fails before any work (also in ``--dry-run``). Returns the base config.
+
+    Raises:
+        UserError: one line naming the scenario field or ``-o`` item.
+    """
+    refuse_per_run_overrides(extra)
+    cpu_items = cpu_overrides(scenario.cpus)
+    base_cfg = _run_cfg(scenario, extra, cpu_items)
+    _run_cfg(scenario, extra, cpu_items, sync=True)
+    return base_cfg
+
+
+def describe_plan(scenario: Scenario, base_seed: int) -> list[dict]:
+    """The runs :func:`run_benchmark` makes, in order: ``{"label", "mode", "repeat", "eta", "interruptible",
+    "seed"}`` each (the labels of the run folders under ``DIR/runs/``)."""
+    plan = []
+    for i, (rep, mode) in enumerate(run_plan(scenario)):
+        plan.append({"label": f"{i:02d}-{mode}-r{rep}", "mode": mode, "repeat": rep,
+                     "eta": scenario.eta_sync if mode == "sync" else scenario.eta_async,
+                     "interruptible": mode != "async_noninterruptible",
+                     "seed": base_seed + (rep if scenario.seed_per_repeat else 0)})
+    return plan
+
+
 def run_benchmark(scenario: Scenario, out: Path, *, extra_overrides: list[str] | None = None,
                   log: Callable[[str], None] = print) -> dict:
     """Run ``scenario`` into ``out``: warm start, interleaved runs, generate comparison, results.json, plots.
@@ -60,11 +86,9 @@ def run_benchmark(scenario: Scenario, out: Path, *, extra_overrides: list[str] |
     from areal_cli.train_loop import run_training
 
     extra = list(extra_overrides or [])
-    refuse_per_run_overrides(extra)
     check_out_dir(out)
+    base_cfg = check_configs(scenario, extra)  # validates everything before any work
     cpu_items = cpu_overrides(scenario.cpus)
-    base_cfg = _run_cfg(scenario, extra, cpu_items)  # validates everything before any work
-    _run_cfg(scenario, extra, cpu_items, sync=True)
     out.mkdir(parents=True, exist_ok=True)
     machine = {"start": machine_description()}
     t_bench = time.monotonic()
@@ -75,11 +99,9 @@ def run_benchmark(scenario: Scenario, out: Path, *, extra_overrides: list[str] |
     # 2. interleaved runs
     runs: list[dict] = []
     timelines: dict[str, dict] = {}
-    for i, (rep, mode) in enumerate(run_plan(scenario)):
-        eta = scenario.eta_sync if mode == "sync" else scenario.eta_async
-        interruptible = mode != "async_noninterruptible"
-        label = f"{i:02d}-{mode}-r{rep}"
-        seed = base_cfg.seed + (rep if scenario.seed_per_repeat else 0)
+    for run in describe_plan(scenario, base_cfg.seed):
+        label, mode, rep, eta, interruptible, seed = (run[k] for k in ("label", "mode", "repeat", "eta",
+                                                                       "interruptible", "seed"))
         items = cpu_items + [f"seed={seed}", f"model.path={Path(warm['weights']).resolve()}", "sft.max_steps=0",
                              f"loop.max_steps={scenario.steps}", f"loop.eval_every={scenario.accuracy_every or scenario.steps}",
                              "loop.target_accuracy=0",
