@@ -93,6 +93,9 @@ def test_command_module_imports_only_click_and_stdlib_and_is_registered(tmp_path
     for items, field in ((["-o", "ppo.prox_logp_method=nope"], "ppo.prox_logp_method"), (["-o", "bogus=1"], "bogus")):
         bad = CliRunner().invoke(main, ["bench", "staleness", "--dry-run", *items])  # checked before the plan
         assert bad.exit_code == 2 and f"field '{field}'" in bad.output and "repeat" not in bad.output, bad.output
+    (tmp_path / "old" / "warm").mkdir(parents=True)  # an --out the real run would refuse
+    bad = CliRunner().invoke(main, ["bench", "staleness", "--dry-run", "--out", str(tmp_path / "old")])
+    assert bad.exit_code == 2 and "already holds a benchmark" in bad.output
 
 
 # ------------------------------------------------------------------------------------------------ figures

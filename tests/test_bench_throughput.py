@@ -193,6 +193,17 @@ def test_dry_run_checks_the_settings_and_prints_the_plan_without_running(tmp_pat
     assert not (tmp_path / "out").exists()
     bad = CliRunner().invoke(throughput, ["--dry-run", "-o", "ppo.lrr=1"])
     assert bad.exit_code == 2 and "field 'ppo.lrr': unknown key" in bad.output
+    # what the real run would refuse, the dry run refuses: an --out holding a benchmark, a cpu not ours
+    (tmp_path / "old" / "warm").mkdir(parents=True)
+    bad = CliRunner().invoke(throughput, ["--dry-run", "--out", str(tmp_path / "old")])
+    assert bad.exit_code == 2 and "already holds a benchmark" in bad.output
+    scen = tmp_path / "cpus.yaml"
+    scen.write_text((REPO / "benchmarks" / "scenarios" / "throughput-tiny-arith.yaml").read_text()
+                    .replace('trainer: "0"', 'trainer: "99"'))
+    assert 'trainer: "99"' in scen.read_text()
+    bad = CliRunner().invoke(throughput, ["--dry-run", "--scenario", str(scen), "--out", str(tmp_path / "new")])
+    assert bad.exit_code == 2 and "parallel.trainer_cpus" in bad.output and "not available" in bad.output
+    assert not (tmp_path / "new").exists()
 
 
 # ------------------------------------------------------------------------------------------------ scenario

@@ -252,6 +252,12 @@ def test_command_writes_results_and_plots(tmp_path):
     assert res.exit_code == 0, res.output
     assert not any((out / png).exists() for png in ("scaling.png", "sensitivity.png", "staleness.png"))
     assert "4 generation + 4 training CPU cores" in res.output
+    scen.write_text(scen.read_text().replace("device: CPU core\n", "device: '[/]node'\n"))  # text, not markup
+    res = CliRunner().invoke(simulate_cmd, [str(scen), "--gpus", "none", "--no-sensitivity"])
+    assert res.exit_code == 0 and "4 training [/]nodes" in res.output, res.output
+    scen.write_text(scen.read_text().replace("device: '[/]node'\n", "device: '  '\n"))
+    res = CliRunner().invoke(simulate_cmd, [str(scen), "--gpus", "none"])
+    assert res.exit_code == 2 and "field 'device'" in res.output
 
 
 @pytest.mark.multiproc

@@ -224,10 +224,12 @@ def run_simulation(sc, out: Path | None, *, gpus: list[int] | None, scale: int, 
 
 
 def _print_modes(console, sc, modes: dict, results: dict) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
-    t = Table(title=f"{sc.name}: {sc.gen_gpus} generation + {sc.train_gpus} training {_plural(sc.device, sc.train_gpus)}, "
-                    f"{sc.batch_size}x{sc.group_size} samples/step, {sc.steps} steps")
+    t = Table(title=escape(f"{sc.name}: {sc.gen_gpus} generation + {sc.train_gpus} training "
+                           f"{_plural(sc.device, sc.train_gpus)}, {sc.batch_size}x{sc.group_size} samples/step, "
+                           f"{sc.steps} steps"))
     for col in ("mode", "eta", "s/step", "hours", "effective k tok/s", "gen k tok/s", "gen idle", "trainer idle",
                 "staleness mean/max", "vs sync"):
         t.add_column(col, justify="right" if col != "mode" else "left")
@@ -260,13 +262,16 @@ def _print_modes(console, sc, modes: dict, results: dict) -> None:
 
 
 def _plural(device: str, n: int) -> str:
-    """``device`` for ``n`` of them: GPU -> GPUs, CPU core -> CPU cores."""
-    return device if n == 1 else device + "s"
+    """``device`` for ``n`` of them: GPU -> GPUs, CPU core -> CPU cores (a name already ending in s is kept)."""
+    return device if n == 1 or device.endswith("s") else device + "s"
 
 
 def _fmt(v: float) -> str:
-    """One decimal from 10 up, three significant digits below (a CPU scenario's steps take 0.2-0.5 s)."""
-    return f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"
+    """One decimal from 10 up, three decimals from 0.01 (a CPU scenario's steps take 0.2-0.5 s), 3 significant
+    digits in scientific notation below (a CPU scenario's hours)."""
+    if abs(v) >= 9.95:
+        return f"{v:.1f}"
+    return f"{v:.3f}" if abs(v) >= 0.01 else f"{v:.2e}"
 
 
 def _print_sensitivity(console, sens: dict) -> None:

@@ -74,8 +74,11 @@ def staleness(scenario_path: str | None, out_dir: Path | None, etas: list[int] |
     console = Console()
     plan = run_plan(sc)
     if dry_run:
+        from areal_cli.bench.runs import check_out_dir
         from areal_cli.bench.staleness.benchmark import check_configs
 
+        if out_dir is not None:
+            check_out_dir(out_dir)
         check_configs(sc, list(overrides))
         console.print(f"scenario {sc.name} ({sc.source}): recipe {sc.recipe}, {len(plan)} runs of {sc.steps} RL steps")
         for i, (rep, eta, v) in enumerate(plan):

@@ -67,15 +67,21 @@ def _run(recipe, out_dir, scenario_path, steps, repeats, no_interruptible, no_ge
         sc.generate_compare = None
     console = Console()
     if dry_run:
+        from areal_cli.bench.runs import check_out_dir
+
+        if out_dir is not None:
+            check_out_dir(out_dir)
         base = check_configs(sc, overrides)
         plan = describe_plan(sc, base.seed)
         console.print(f"scenario {sc.name} ({sc.source}): recipe {sc.recipe}, one warm start + {len(plan)} runs of "
                       f"{sc.steps} RL steps, cpus {sc.cpus}" + (", then continuous batching vs HF static generate"
-                                                               if sc.generate_compare else ""), highlight=False)
+                                                               if sc.generate_compare else ""),
+                      highlight=False, soft_wrap=True)
         for run in plan:
             updates = ("" if run["mode"] == "sync" else
                        "interruptible updates" if run["interruptible"] else "non-interruptible updates")
-            console.print(f"  {run['label']:<28}  seed {run['seed']}  eta {run['eta']}  {updates}", highlight=False)
+            console.print(f"  {run['label']:<28}  seed {run['seed']}  eta {run['eta']}  {updates}".rstrip(),
+                          highlight=False, soft_wrap=True)
         return
     if out_dir is None:
         out_dir = Path("runs") / f"bench-throughput-{time.strftime('%Y%m%d-%H%M%S')}"

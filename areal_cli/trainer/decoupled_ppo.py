@@ -32,7 +32,9 @@ Off-policy corrections of the behaviour weight ``w`` (``ppo.behav_imp_weight_mod
 * ``sequence_truncate``: ``w := min(w_seq, cap)`` per sequence (AReaL's ``sequence_truncate``).
 * ``disabled``: ``w := 1`` (the behaviour policy is ignored: PPO against the proximal policy only).
 
-Naive PPO (proximal := behaviour, ``ppo.recompute_proximal: false``) makes ``w = 1`` by construction.
+Naive PPO (proximal := behaviour, ``ppo.recompute_proximal: false``) makes ``w = 1`` by construction. Its ratio is
+then ``pi_theta / pi_behav``, which at ``theta = theta_prox`` (the first minibatch of a step) equals the decoupled
+``w``: with one minibatch per step the two gradients differ only on the tokens naive PPO clips.
 """
 
 from __future__ import annotations

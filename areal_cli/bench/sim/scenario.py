@@ -117,8 +117,8 @@ class Scenario:
                      "max_running_per_server", "steps", "sim_steps"):
             if getattr(self, name) <= 0:
                 raise bad(name, "must be > 0")
-        if not isinstance(self.device, str) or not 0 < len(self.device) <= 32:
-            raise bad("device", "must be a short name, e.g. GPU or CPU core")
+        if not isinstance(self.device, str) or not 0 < len(self.device.strip()) <= 32:
+            raise bad("device", "must be a short name (1-32 characters), e.g. GPU or CPU core")
         if self.gen_gpus < self.gen_tp:
             raise bad("gen_gpus", f"need at least gen_tp={self.gen_tp} GPUs")
         for name in ("prompt_tokens", "max_concurrent_groups", "chunk_tokens", "warmup_steps",

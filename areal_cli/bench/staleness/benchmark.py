@@ -35,9 +35,12 @@ def check_configs(scenario: Scenario, extra: list[str]):
     Raises:
         UserError: a bad recipe, override or variant field (one line, naming the variant).
     """
+    from areal_cli.processes import check_cpus
+
     refuse_per_run_overrides(extra)
     cpu_items = cpu_overrides(scenario.cpus)
     base_cfg = _run_cfg(scenario, extra, cpu_items)
+    check_cpus(base_cfg)  # cpus this process may use, before a warm start is written into --out
     for name, ov in [(SYNC, SYNC_OVERRIDES), *scenario.variants.items()]:
         try:
             _run_cfg(scenario, extra, cpu_items + override_items(ov))

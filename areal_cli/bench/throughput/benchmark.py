@@ -44,15 +44,18 @@ def _run_cfg(scenario: Scenario, extra_overrides: list[str], items: list[str], *
 
 def check_configs(scenario: Scenario, extra: list[str]):
     """Build the asynchronous and the synchronous runs' configuration with ``extra`` overrides, so that a bad
-    recipe, override or cpu list fails before any work (also in ``--dry-run``). Returns the base config.
+    recipe, override or cpu list (or a cpu this process may not use) fails before any work (also in ``--dry-run``). Returns the base config.
 
     Raises:
         UserError: one line naming the scenario field or ``-o`` item.
     """
+    from areal_cli.processes import check_cpus
+
     refuse_per_run_overrides(extra)
     cpu_items = cpu_overrides(scenario.cpus)
     base_cfg = _run_cfg(scenario, extra, cpu_items)
     _run_cfg(scenario, extra, cpu_items, sync=True)
+    check_cpus(base_cfg)  # cpus this process may use, before a warm start is written into --out
     return base_cfg
 
 
