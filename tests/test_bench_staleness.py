@@ -84,6 +84,7 @@ def test_command_module_imports_only_click_and_stdlib_and_is_registered(tmp_path
                                     "--seeds", "2"])
     assert res.exit_code == 0, res.output
     assert res.output.count("eta  0  sync") == 2 and res.output.count("eta  4  naive") == 2
+    assert "repeat 1 (seed 2)" in res.output and "one warm start + 4 runs" in res.output
     bad = CliRunner().invoke(main, ["bench", "staleness", "--dry-run", "--variants", "nope"])
     assert bad.exit_code == 2 and "unknown variant 'nope'" in bad.output
     sc = tmp_path / "sc.yaml"

@@ -79,10 +79,11 @@ def staleness(scenario_path: str | None, out_dir: Path | None, etas: list[int] |
 
         if out_dir is not None:
             check_out_dir(out_dir)
-        check_configs(sc, list(overrides))
-        console.print(f"scenario {sc.name} ({sc.source}): recipe {sc.recipe}, {len(plan)} runs of {sc.steps} RL steps")
+        base = check_configs(sc, list(overrides))
+        console.print(f"scenario {sc.name} ({sc.source}): recipe {sc.recipe}, one warm start + {len(plan)} runs of "
+                      f"{sc.steps} RL steps", highlight=False, soft_wrap=True)
         for i, (rep, eta, v) in enumerate(plan):
-            console.print(f"  {i:3d}  repeat {rep}  eta {eta:2d}  {v}", highlight=False)
+            console.print(f"  {i:3d}  repeat {rep} (seed {base.seed + rep})  eta {eta:2d}  {v}", highlight=False)
         return
     if out_dir is None:
         out_dir = Path("runs") / f"bench-staleness-{time.strftime('%Y%m%d-%H%M%S')}"

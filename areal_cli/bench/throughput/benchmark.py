@@ -44,7 +44,8 @@ def _run_cfg(scenario: Scenario, extra_overrides: list[str], items: list[str], *
 
 def check_configs(scenario: Scenario, extra: list[str]):
     """Build the asynchronous and the synchronous runs' configuration with ``extra`` overrides, so that a bad
-    recipe, override or cpu list (or a cpu this process may not use) fails before any work (also in ``--dry-run``). Returns the base config.
+    recipe, override or cpu list (or a cpu this process may not use) fails before any work (also in
+    ``--dry-run``). Returns the base config.
 
     Raises:
         UserError: one line naming the scenario field or ``-o`` item.
