@@ -74,12 +74,9 @@ def staleness(scenario_path: str | None, out_dir: Path | None, etas: list[int] |
     console = Console()
     plan = run_plan(sc)
     if dry_run:
-        from areal_cli.bench.runs import check_out_dir
         from areal_cli.bench.staleness.benchmark import check_configs
 
-        if out_dir is not None:
-            check_out_dir(out_dir)
-        base = check_configs(sc, list(overrides))
+        base = check_configs(sc, list(overrides), out_dir)
         console.print(f"scenario {sc.name} ({sc.source}): recipe {sc.recipe}, one warm start + {len(plan)} runs of "
                       f"{sc.steps} RL steps", highlight=False, soft_wrap=True)
         for i, (rep, eta, v) in enumerate(plan):

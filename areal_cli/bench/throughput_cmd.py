@@ -67,11 +67,7 @@ def _run(recipe, out_dir, scenario_path, steps, repeats, no_interruptible, no_ge
         sc.generate_compare = None
     console = Console()
     if dry_run:
-        from areal_cli.bench.runs import check_out_dir
-
-        if out_dir is not None:
-            check_out_dir(out_dir)
-        base = check_configs(sc, overrides)
+        base = check_configs(sc, overrides, out_dir)
         plan = describe_plan(sc, base.seed)
         console.print(f"scenario {sc.name} ({sc.source}): recipe {sc.recipe}, one warm start + {len(plan)} runs of "
                       f"{sc.steps} RL steps, cpus {sc.cpus}" + (", then continuous batching vs HF static generate"

@@ -28,15 +28,19 @@ def _run_cfg(scenario: Scenario, extra: list[str], items: list[str]):
         raise located(e, {"overrides": scenario.overrides}, scenario.locations) from None
 
 
-def check_configs(scenario: Scenario, extra: list[str]):
+def check_configs(scenario: Scenario, extra: list[str], out: Path | None = None):
     """Build the configuration of every variant (and the synchronous baseline) with ``extra`` overrides, so that
-    a bad override fails before any work (also in ``--dry-run``). Returns the base config.
+    a bad override, a cpu this process may not use or an ``out`` folder the run would refuse fails before any work
+    (also in ``--dry-run``). Returns the base config.
 
     Raises:
-        UserError: a bad recipe, override or variant field (one line, naming the variant).
+        UserError: a bad recipe, override or variant field (one line, naming the variant); ``out`` is a file or
+            already holds a benchmark.
     """
     from areal_cli.processes import check_cpus
 
+    if out is not None:
+        check_out_dir(out)
     refuse_per_run_overrides(extra)
     cpu_items = cpu_overrides(scenario.cpus)
     base_cfg = _run_cfg(scenario, extra, cpu_items)
@@ -60,9 +64,8 @@ def run_ablation(scenario: Scenario, out: Path, *, extra_overrides: list[str] | 
     from areal_cli.train_loop import run_training
 
     extra = list(extra_overrides or [])
-    check_out_dir(out)
+    base_cfg = check_configs(scenario, extra, out)  # validates everything before any work
     cpu_items = cpu_overrides(scenario.cpus)
-    base_cfg = check_configs(scenario, extra)  # validates everything before any work
     out.mkdir(parents=True, exist_ok=True)
     machine = {"start": machine_description()}
     t_bench = time.monotonic()

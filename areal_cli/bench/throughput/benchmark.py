@@ -42,16 +42,18 @@ def _run_cfg(scenario: Scenario, extra_overrides: list[str], items: list[str], *
 
 
 
-def check_configs(scenario: Scenario, extra: list[str]):
+def check_configs(scenario: Scenario, extra: list[str], out: Path | None = None):
     """Build the asynchronous and the synchronous runs' configuration with ``extra`` overrides, so that a bad
-    recipe, override or cpu list (or a cpu this process may not use) fails before any work (also in
-    ``--dry-run``). Returns the base config.
+    recipe, override or cpu list, a cpu this process may not use or an ``out`` folder the run would refuse fails
+    before any work (also in ``--dry-run``). Returns the base config.
 
     Raises:
-        UserError: one line naming the scenario field or ``-o`` item.
+        UserError: one line naming the scenario field, ``-o`` item or ``out`` (a file, or holding a benchmark).
     """
     from areal_cli.processes import check_cpus
 
+    if out is not None:
+        check_out_dir(out)
     refuse_per_run_overrides(extra)
     cpu_items = cpu_overrides(scenario.cpus)
     base_cfg = _run_cfg(scenario, extra, cpu_items)
@@ -90,8 +92,7 @@ def run_benchmark(scenario: Scenario, out: Path, *, extra_overrides: list[str] |
     from areal_cli.train_loop import run_training
 
     extra = list(extra_overrides or [])
-    check_out_dir(out)
-    base_cfg = check_configs(scenario, extra)  # validates everything before any work
+    base_cfg = check_configs(scenario, extra, out)  # validates everything before any work
     cpu_items = cpu_overrides(scenario.cpus)
     out.mkdir(parents=True, exist_ok=True)
     machine = {"start": machine_description()}
