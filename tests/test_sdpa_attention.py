@@ -87,3 +87,20 @@ def test_a_query_that_sees_no_key_goes_to_megatrons_forward(engine):
     out = core(q, k, v, mask)
     assert torch.isfinite(out).all()
     assert torch.equal(out, DotProductAttention.forward(core, q, k, v, mask))
+
+
+def test_without_a_mask_the_modules_causal_type_decides_as_in_megatron(engine):
+    from megatron.core.transformer.enums import AttnMaskType
+
+    core = _cores(engine)[0]
+    assert core.attn_mask_type == AttnMaskType.causal
+    sq, b, hn = 6, 2, core.hidden_size_per_attention_head
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(sq, b, core.num_attention_heads_per_partition, hn, generator=g)
+    k, v = (torch.randn(sq, b, core.num_query_groups_per_partition, hn, generator=g) for _ in range(2))
+    ref = DotProductAttention.forward(core, q, k, v, None)
+    assert torch.allclose(core(q, k, v, None), ref, atol=1e-6)
+    # megatron ignores a per-call mask type; so does the fused forward
+    assert torch.allclose(core(q, k, v, None, attn_mask_type=AttnMaskType.no_mask), ref, atol=1e-6)
+    with pytest.raises(AssertionError):  # cross attention with its own causal mask: megatron refuses, so do we
+        core(q, k[:4], v[:4], None)

@@ -9,7 +9,7 @@ the backward pass (``CopySlices`` / ``AsStridedBackward``). Measured on a tiny-l
 quarters of it attention; ``benchmarks/README.md`` has the figures with this module.
 
 :class:`SdpaDotProductAttention` is a drop-in subclass (same constructor, parameters and state dict) whose
-forward hands the same computation to PyTorch's fused kernel (flash attention on the CPU and on CUDA):
+forward hands the same computation to PyTorch's fused kernel (flash attention on the CPU; a memory-efficient kernel on CUDA, whose flash kernel takes no mask):
 ``softmax(q k^T * scale + mask) v`` with the boolean mask megatron gets (True = masked out), grouped-query
 heads via ``enable_gqa``. It computes the same function as megatron's (logits agree to float rounding,
 ``tests/test_sdpa_attention.py``); megatron fills masked scores with -10000 rather than -inf, which differs
@@ -38,14 +38,17 @@ class SdpaDotProductAttention(DotProductAttention):
     what the fused call does not express (module docstring); raises what megatron's forward raises.
     """
 
-    def _fused_ok(self, attention_mask: Tensor | None, attention_bias, packed_seq_params) -> bool:
+    def _fused_ok(self, query: Tensor, key: Tensor, attention_mask: Tensor | None, attention_bias,
+                  packed_seq_params) -> bool:
         if attention_bias is not None or packed_seq_params is not None or self.softmax_offset is not None:
             return False
         if self.config.apply_query_key_layer_scaling or self.scale_mask_softmax.window_size is not None:
             return False
         if self.training and self.attention_dropout.p > 0:  # megatron forks its RNG tracker for dropout
             return False
-        if attention_mask is None:
+        if attention_mask is None:  # megatron asserts self-attention for its own causal mask
+            if self.attn_mask_type == AttnMaskType.causal and query.shape[0] != key.shape[0]:
+                return False
             return self.attn_mask_type in (AttnMaskType.causal, AttnMaskType.no_mask, AttnMaskType.padding)
         # a query that sees no key: megatron's -10000 fill gives it uniform weights, the fused call NaN
         return attention_mask.dtype == torch.bool and bool((~attention_mask).any(dim=-1).all())
@@ -53,15 +56,15 @@ class SdpaDotProductAttention(DotProductAttention):
     def forward(self, query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None,
                 attn_mask_type: AttnMaskType | None = None, attention_bias=None, packed_seq_params=None):
         """Attention context [sq, b, np * hn] (class docstring)."""
-        if not self._fused_ok(attention_mask, attention_bias, packed_seq_params):
+        if not self._fused_ok(query, key, attention_mask, attention_bias, packed_seq_params):
             return super().forward(query, key, value, attention_mask, attn_mask_type=attn_mask_type,
                                    attention_bias=attention_bias, packed_seq_params=packed_seq_params)
         q = query.permute(1, 2, 0, 3)  # [b, np, sq, hn]
         k = key.permute(1, 2, 0, 3)    # [b, ng, sk, hn]
         v = value.permute(1, 2, 0, 3)
-        kind = attn_mask_type if attn_mask_type is not None else self.attn_mask_type
         mask = None if attention_mask is None else ~attention_mask
-        causal = attention_mask is None and kind == AttnMaskType.causal and q.shape[2] > 1
+        # as megatron: the module's own mask type decides (its forward ignores the per-call attn_mask_type)
+        causal = attention_mask is None and self.attn_mask_type == AttnMaskType.causal and q.shape[2] > 1
         context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=self.softmax_scale,
                                                  enable_gqa=q.shape[1] != k.shape[1])
         sq, b = query.shape[0], query.shape[1]
