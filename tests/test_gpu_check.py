@@ -42,7 +42,8 @@ def test_pack_then_dry_run_installs_the_wheels_aside_and_passes_every_gate(tmp_p
     for where in res["imported_from"].values():
         assert not where.startswith(str(ROOT)) and "areal-gpu-check." in where
     assert res["parity_fp32"]["max_abs_logit"] < 1e-5  # same kernels on the CPU
-    assert 0 < res["parity_bf16"]["mean_abs_logprob"] < 0.01
+    # bf16 on the CPU: HF and Megatron now run the same attention kernel (SDPA), so 0 is a valid outcome
+    assert 0 <= res["parity_bf16"]["mean_abs_logprob"] < 0.01
     ppo = res["ppo_step"]
     assert ppo["ok"] and ppo["max_weight_change"] > 0 and len(ppo["step_s_all"]) == 3
     assert ppo["mfu"] is None  # no peak FLOP/s for a CPU
