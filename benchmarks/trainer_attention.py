@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import math
 import statistics
 import tempfile
 import time
@@ -45,7 +46,7 @@ def main() -> None:
                             num_layers=cfg.model.num_layers)
     eng = MegatronEngine(base, lr=cfg.ppo.lr, seed=1)
     g = torch.Generator().manual_seed(0)
-    ms = [min(64, max(1, round(3 * 2.718281828 ** (1.5 * NormalDist().inv_cdf((i + 0.5) / 16))))) for i in range(16)]
+    ms = [min(64, max(1, round(3 * math.exp(1.5 * NormalDist().inv_cdf((i + 0.5) / 16))))) for i in range(16)]
     vocab = eng.vocab_size
     samples = []
     for m in ms:

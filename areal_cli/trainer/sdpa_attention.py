@@ -9,8 +9,8 @@ the backward pass (``CopySlices`` / ``AsStridedBackward``). Measured on a tiny-l
 quarters of it attention; ``benchmarks/README.md`` has the figures with this module.
 
 :class:`SdpaDotProductAttention` is a drop-in subclass (same constructor, parameters and state dict) whose
-forward hands the same computation to PyTorch's fused kernel (flash attention on the CPU; a memory-efficient kernel on CUDA, whose flash kernel takes no mask):
-``softmax(q k^T * scale + mask) v`` with the boolean mask megatron gets (True = masked out), grouped-query
+forward hands the same computation to PyTorch's fused kernel (flash attention on the CPU; on CUDA a
+memory-efficient kernel, as its flash kernel takes no mask): ``softmax(q k^T * scale + mask) v`` with the boolean mask megatron gets (True = masked out), grouped-query
 heads via ``enable_gqa``. It computes the same function as megatron's (logits agree to float rounding,
 ``tests/test_sdpa_attention.py``); megatron fills masked scores with -10000 rather than -inf, which differs
 only for a query that may see no key at all -- such masks are handed to megatron's own forward, as are the
