@@ -113,7 +113,7 @@ def _hf(model_dir: Path, dtype, dev):
 
 
 def parity(model_dir: Path, dtype, dev, ids) -> dict:
-    """HF vs Megatron logits / logprobs for ``ids`` [B, L] in ``dtype``."""
+    """HF vs Megatron logits / logprobs for ``ids`` [B, L] in ``dtype``; ``dtypes`` records what Megatron ran in."""
     import torch
 
     from areal_cli.trainer.megatron_engine import MegatronEngine
@@ -125,14 +125,17 @@ def parity(model_dir: Path, dtype, dev, ids) -> dict:
     _free()
     eng = MegatronEngine(model_dir, lr=1e-6, params_dtype=dtype, device=dev, seed=0)
     with torch.no_grad():
-        got = eng.forward_logits(ids).float()[..., : ref.shape[-1]]
-    del eng
+        raw = eng.forward_logits(ids)
+    ran_in = {"megatron_params": str(next(eng.model.parameters()).dtype).removeprefix("torch."),
+              "megatron_logits": str(raw.dtype).removeprefix("torch.")}
+    got = raw.float()[..., : ref.shape[-1]]
+    del eng, raw
     _free()
     dlogit = (got - ref).abs()
     dlp = (torch.log_softmax(got, -1) - torch.log_softmax(ref, -1)).abs()
     return {"max_abs_logit": float(dlogit.max()), "mean_abs_logit": float(dlogit.mean()),
             "max_abs_logprob": float(dlp.max()), "mean_abs_logprob": float(dlp.mean()),
-            "argmax_agreement": float((got.argmax(-1) == ref.argmax(-1)).float().mean())}
+            "argmax_agreement": float((got.argmax(-1) == ref.argmax(-1)).float().mean()), "dtypes": ran_in}
 
 
 def model_flops_per_token(shape: dict, seq_len: int) -> float:

@@ -44,6 +44,9 @@ def test_pack_then_dry_run_installs_the_wheels_aside_and_passes_every_gate(tmp_p
     assert res["parity_fp32"]["max_abs_logit"] < 1e-5  # same kernels on the CPU
     # bf16 on the CPU: HF and Megatron now run the same attention kernel (SDPA), so 0 is a valid outcome
     assert 0 <= res["parity_bf16"]["mean_abs_logprob"] < 0.01
+    # ... so the proof that bf16 really ran is the dtype Megatron's parameters and logits had
+    assert res["parity_bf16"]["dtypes"] == {"megatron_params": "bfloat16", "megatron_logits": "bfloat16"}
+    assert res["parity_fp32"]["dtypes"] == {"megatron_params": "float32", "megatron_logits": "float32"}
     ppo = res["ppo_step"]
     assert ppo["ok"] and ppo["max_weight_change"] > 0 and len(ppo["step_s_all"]) == 3
     assert ppo["mfu"] is None  # no peak FLOP/s for a CPU
