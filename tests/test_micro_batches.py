@@ -109,12 +109,9 @@ def test_split_and_packed_update_equals_the_unsplit_one(engine, n_minibatches, m
     assert g_diff < 1e-5
     diff = max(float((weights[0][k] - weights[20][k]).abs().max()) for k in weights[0])
     moved = max(float((weights[0][k] - start[k]).abs().max()) for k in weights[0])
-    every = torch.cat([(weights[0][k] - weights[20][k]).abs().flatten() for k in weights[0]])
-    # AdamW moves weights by up to ~lr = 1e-3 per step whatever the gradient's size, so an element whose
-    # gradients nearly cancel between steps amplifies float rounding (summation order differs with the
-    # layout): a few elements differ by ~1 % of a step, while 99.9 % agree to 1e-4 of a step
-    assert moved > 5e-4 and diff < 0.02 * moved
-    assert float(every.quantile(0.999)) < 1e-4 * moved
+    # AdamW moves weights by ~lr = 1e-3 per step whatever the gradient's size, so parameters whose gradient is
+    # ~0 amplify float rounding; the updates still agree to 1 % of a step
+    assert moved > 5e-4 and diff < 0.01 * moved
     print(f"minibatches {n_minibatches}: loss {one['loss']:.9f} vs {split['loss']:.9f}, grad norm rel diff "
           f"{abs(split['grad_norm'] / one['grad_norm'] - 1):.2e}, gradient max rel diff {g_diff:.2e}, weights max "
           f"diff {diff:.2e} (step {moved:.2e})")

@@ -106,34 +106,6 @@ def test_without_a_mask_the_modules_causal_type_decides_as_in_megatron(engine):
         core(q, k[:4], v[:4], None)
 
 
-def test_packed_rows_are_planned_run_by_run_and_other_masks_keep_the_masked_call():
-    from areal_cli.trainer.sdpa_attention import _runs_plan
-
-    batch, packed = _packed_batch(64)
-    mask = packed.attention_bias_mask()[:, 0]  # [rows, W, W]
-    plan = _runs_plan(mask, packed.batch_size)
-    rows, width = packed.input_ids.shape
-    # every token exactly once; a run per sequence plus a padding run per row that has padding
-    assert torch.equal(torch.sort(plan.perm).values, torch.arange(rows * width))
-    assert torch.equal(plan.perm[plan.inv], torch.arange(rows * width))
-    n_pad_rows = int((~packed.attention_mask).any(dim=1).sum())
-    assert sum(n for n, _ in plan.groups) == batch.batch_size + n_pad_rows
-    runs_of_length = {length: n for n, length in plan.groups}
-    lengths = [int(x) for x in batch.attention_mask.sum(1)]
-    for length in set(lengths):  # each sequence is a run of its own length
-        assert runs_of_length[length] >= lengths.count(length)
-    # the causal mask of unpacked rows, shared by every row: one group of b runs
-    causal = ~torch.ones(7, 7, dtype=torch.bool).tril()[None]
-    assert _runs_plan(causal, 3).groups == ((3, 7),)
-    # a mask that is not block-diagonal causal (a key hidden in the middle): the masked fused call
-    odd = causal.clone()
-    odd[0, 5, 2] = True
-    p = _runs_plan(odd, 3)
-    assert p.ok and p.perm is None
-    odd[0, 4, :] = True  # a query that sees no key: megatron's forward
-    assert not _runs_plan(odd, 3).ok
-
-
 def test_a_mask_that_is_not_block_diagonal_matches_megatron(engine):
     core = _cores(engine)[0]
     sq, b, hn = 9, 2, core.hidden_size_per_attention_head

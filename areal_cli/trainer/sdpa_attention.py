@@ -17,18 +17,16 @@ only for a query that may see no key at all -- such masks are handed to megatron
 features the fused call does not cover (softmax offsets, sliding windows, query-key layer scaling, attention
 dropout while training).
 
-Packed rows (:func:`areal_cli.trainer.micro_batches.pack_rows`) carry a block-diagonal causal mask: each run of
-one sequence attends causally within itself. With the mask the fused call still computes every row's whole
-width x width score matrix; such a mask is recognised (once per forward: every layer gets the same mask object)
-and run run by run instead: the runs of one length (from every row) are gathered into one causal fused call, so
-the work is sum(run length^2) / 2 rather than rows x width^2 (the plain causal mask of unpacked rows is one run
-per row). ``benchmarks/trainer_attention.py`` measures the three (megatron, masked fused, run by run).
+Tried and measured (``benchmarks/trainer_attention.py``, a real tiny-longtail block and a block with 250-token
+answers): running packed rows run by run (the runs of one length gathered into one causal fused call, sum of run
+length^2 / 2 instead of rows x width^2) was no faster than the masked fused call on this CPU (per PPO step: 2%
+faster, 5% and 5% slower in three side-by-side runs); the gathers and the extra calls cost what the skipped scores
+saved.
 """
 
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
 
 import torch
 from megatron.core.transformer.dot_product_attention import DotProductAttention
@@ -38,70 +36,19 @@ from torch.nn import functional as F
 
 __all__ = ["SdpaDotProductAttention"]
 
-
-@dataclass(frozen=True)
-class _Plan:
-    """How to run one mask: ``ok`` (every query sees a key, else megatron's forward), and for a block-diagonal
-    causal mask (packed rows: runs of one sequence each, attending causally within the run) the runs grouped by
-    length: ``groups`` = ((n, length), ...) in the order of ``perm`` (LongTensor[sum n*length]: flat token index
-    b*sq + t of every run's tokens, group by group), ``inv`` its inverse permutation; ``perm`` None for any other
-    mask (the masked fused call)."""
-
-    ok: bool
-    perm: Tensor | None = None
-    inv: Tensor | None = None
-    groups: tuple[tuple[int, int], ...] = ()
+# the last mask checked (object and in-place version counter) and its verdict: every layer of one forward gets
+# the same mask object, so the reduction (a host sync on CUDA) runs once per forward, not once per layer
+_LAST_MASK: tuple[weakref.ref, int, bool] | None = None
 
 
-def _runs_plan(mask: Tensor, b: int) -> _Plan:
-    """:class:`_Plan` of a bool mask [b or 1, sq, sq] (True = masked out)."""
-    if not bool((~mask).any(dim=-1).all()):
-        return _Plan(ok=False)
-    sq = mask.shape[-1]
-    # a new run starts where a query may not see the key just before it
-    starts = torch.ones(mask.shape[0], sq, dtype=torch.bool, device=mask.device)
-    starts[:, 1:] = mask[:, torch.arange(1, sq), torch.arange(sq - 1)]
-    run_id = starts.cumsum(-1)  # [rows, sq]
-    causal = torch.ones(sq, sq, dtype=torch.bool, device=mask.device).tril()
-    expected = ~((run_id[:, :, None] == run_id[:, None, :]) & causal)
-    if not torch.equal(expected, mask):
-        return _Plan(ok=True)
-    rows = []  # (length, flat start) of every run
-    for r, row_starts in enumerate(starts.cpu()):
-        s = torch.nonzero(row_starts).flatten().tolist() + [sq]
-        for i in range(len(s) - 1):
-            rows.append((s[i + 1] - s[i], r * sq + s[i]))
-    if mask.shape[0] == 1 and b > 1:  # one mask for every row
-        rows = [(n, r * sq + st) for r in range(b) for n, st in rows]
-    by_len: dict[int, list[int]] = {}
-    for n, st in rows:
-        by_len.setdefault(n, []).append(st)
-    idx, groups = [], []
-    for n, sts in sorted(by_len.items()):
-        idx.append((torch.tensor(sts)[:, None] + torch.arange(n)[None, :]).flatten())
-        groups.append((len(sts), n))
-    perm = torch.cat(idx).to(mask.device)
-    return _Plan(ok=True, perm=perm, inv=torch.argsort(perm), groups=tuple(groups))
-
-
-# the last mask planned (object, in-place version counter, rows) and its plan: every layer of one forward gets the
-# same mask object, so the analysis (host syncs on CUDA) runs once per forward, not once per layer
-_LAST: tuple[weakref.ref, int, int, _Plan] | None = None
-
-
-def _plan(attention_mask: Tensor, b: int) -> _Plan:
-    global _LAST
-    if _LAST is not None and _LAST[0]() is attention_mask and _LAST[1] == attention_mask._version and _LAST[2] == b:
-        return _LAST[3]
-    m = attention_mask
-    if m.dim() == 4 and m.shape[1] == 1 and m.shape[0] in (1, b) and m.shape[-1] == m.shape[-2]:
-        plan = _runs_plan(m[:, 0], b)
-    elif m.dim() == 2 and m.shape[0] == m.shape[1]:
-        plan = _runs_plan(m[None], b)
-    else:
-        plan = _Plan(ok=bool((~m).any(dim=-1).all()))
-    _LAST = (weakref.ref(attention_mask), attention_mask._version, b, plan)
-    return plan
+def _every_query_sees_a_key(attention_mask: Tensor) -> bool:
+    """Whether every query row of ``attention_mask`` (bool, True = masked out, [..., sq, sk]) keeps a key."""
+    global _LAST_MASK
+    if _LAST_MASK is not None and _LAST_MASK[0]() is attention_mask and _LAST_MASK[1] == attention_mask._version:
+        return _LAST_MASK[2]
+    ok = bool((~attention_mask).any(dim=-1).all())
+    _LAST_MASK = (weakref.ref(attention_mask), attention_mask._version, ok)
+    return ok
 
 
 class SdpaDotProductAttention(DotProductAttention):
@@ -113,38 +60,27 @@ class SdpaDotProductAttention(DotProductAttention):
     what the fused call does not express (module docstring); raises what megatron's forward raises.
     """
 
-    def _fused_plan(self, query: Tensor, key: Tensor, attention_mask: Tensor | None, attention_bias,
-                    packed_seq_params) -> _Plan:
-        no = _Plan(ok=False)
+    def _fused_ok(self, query: Tensor, key: Tensor, attention_mask: Tensor | None, attention_bias,
+                  packed_seq_params) -> bool:
         if attention_bias is not None or packed_seq_params is not None or self.softmax_offset is not None:
-            return no
+            return False
         if self.config.apply_query_key_layer_scaling or self.scale_mask_softmax.window_size is not None:
-            return no
+            return False
         if self.training and self.attention_dropout.p > 0:  # megatron forks its RNG tracker for dropout
-            return no
+            return False
         if attention_mask is None:  # megatron asserts self-attention for its own causal mask
             if self.attn_mask_type == AttnMaskType.causal and query.shape[0] != key.shape[0]:
-                return no
-            return _Plan(ok=self.attn_mask_type in (AttnMaskType.causal, AttnMaskType.no_mask, AttnMaskType.padding))
-        if attention_mask.dtype != torch.bool:
-            return no
-        plan = _plan(attention_mask, query.shape[1])
-        # a query that sees no key (plan.ok False): megatron's -10000 fill gives it uniform weights, the fused call NaN
-        if plan.perm is not None and query.shape[0] != key.shape[0]:
-            return _Plan(ok=plan.ok)
-        return plan
+                return False
+            return self.attn_mask_type in (AttnMaskType.causal, AttnMaskType.no_mask, AttnMaskType.padding)
+        # a query that sees no key: megatron's -10000 fill gives it uniform weights, the fused call NaN
+        return attention_mask.dtype == torch.bool and _every_query_sees_a_key(attention_mask)
 
     def forward(self, query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None,
                 attn_mask_type: AttnMaskType | None = None, attention_bias=None, packed_seq_params=None):
         """Attention context [sq, b, np * hn] (class docstring)."""
-        plan = self._fused_plan(query, key, attention_mask, attention_bias, packed_seq_params)
-        if not plan.ok:
+        if not self._fused_ok(query, key, attention_mask, attention_bias, packed_seq_params):
             return super().forward(query, key, value, attention_mask, attn_mask_type=attn_mask_type,
                                    attention_bias=attention_bias, packed_seq_params=packed_seq_params)
-        sq, b = query.shape[0], query.shape[1]
-        gqa = query.shape[2] != key.shape[2]
-        if plan.perm is not None:
-            return self._runs_forward(query, key, value, plan, gqa)
         q = query.permute(1, 2, 0, 3)  # [b, np, sq, hn]
         k = key.permute(1, 2, 0, 3)    # [b, ng, sk, hn]
         v = value.permute(1, 2, 0, 3)
@@ -152,25 +88,7 @@ class SdpaDotProductAttention(DotProductAttention):
         # as megatron: the module's own mask type decides (its forward ignores the per-call attn_mask_type)
         causal = attention_mask is None and self.attn_mask_type == AttnMaskType.causal and q.shape[2] > 1
         context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=self.softmax_scale,
-                                                 enable_gqa=gqa)
+                                                 enable_gqa=q.shape[1] != k.shape[1])
+        sq, b = query.shape[0], query.shape[1]
         return context.permute(2, 0, 1, 3).reshape(sq, b, self.hidden_size_per_partition)
 
-    def _runs_forward(self, query: Tensor, key: Tensor, value: Tensor, plan: _Plan, gqa: bool) -> Tensor:
-        """Block-diagonal causal attention run by run: the runs of one length are stacked into one causal fused
-        call, so the cost is sum(run length^2) / 2, not rows x row width^2 as with the mask."""
-        sq, b = query.shape[0], query.shape[1]
-
-        def tokens(t: Tensor) -> Tensor:  # [sq, b, heads, hn] -> [b * sq, heads, hn] in run order
-            return t.transpose(0, 1).reshape(b * sq, t.shape[2], t.shape[3]).index_select(0, plan.perm)
-
-        q, k, v = tokens(query), tokens(key), tokens(value)
-        outs, off = [], 0
-        for n, length in plan.groups:
-            sl = slice(off, off + n * length)
-            qg, kg, vg = (t[sl].view(n, length, t.shape[1], t.shape[2]).transpose(1, 2) for t in (q, k, v))
-            o = F.scaled_dot_product_attention(qg, kg, vg, is_causal=length > 1, scale=self.softmax_scale,
-                                               enable_gqa=gqa)  # [n, np, length, hn]
-            outs.append(o.transpose(1, 2).reshape(n * length, self.hidden_size_per_partition))
-            off += n * length
-        context = torch.cat(outs).index_select(0, plan.inv)  # [b * sq, np * hn], token order b * sq + t
-        return context.view(b, sq, -1).transpose(0, 1).contiguous()
