@@ -3,9 +3,8 @@
 One batch of the tiny-longtail task as the recipe trains it: the first stratified block of the task's training
 stream (16 prompts, one per length stratum of its lognormal, rendered with the recipe's tokenizer and template) x
 4 samples, each answer the exact expected answer plus eos; the recipe's model shape (hidden 128, 2 layers, GQA 4/2
-heads), packed into micro-batches as the recipe trains, one thread. The two
-attention classes alternate (ABAB...) on the same engine and batch; prints seconds per step and their ratio and
-writes JSON. Run: ``.venv/bin/python benchmarks/trainer_attention.py [--repeats 5] [--out FILE]``.
+heads), packed into micro-batches as the recipe trains, one thread. The two attention classes alternate (ABAB...) on
+the same engine and batch; prints seconds per step and their ratio and writes JSON. Run: ``.venv/bin/python benchmarks/trainer_attention.py [--repeats 5] [--out FILE]``.
 """
 
 from __future__ import annotations
@@ -56,7 +55,7 @@ def main() -> None:
         for _ in range(cfg.rollout.group_size):
             samples.append((list(it.prompt_ids), answer, [-1.0] * len(answer), [0] * len(answer)))
     lengths = sorted(len(s[1]) for s in samples[::cfg.rollout.group_size])
-    batch = build_train_batch(samples, pad_id=tok.pad_token_id if tok.pad_token_id is not None else 0)
+    batch = build_train_batch(samples, pad_id=tok.pad_token_id)
     batch.advantages = broadcast_to_tokens(torch.randn(len(samples), generator=g), batch.loss_mask)
     cores = [layer.self_attention.core_attention for layer in eng.model.decoder.layers]
 
