@@ -308,12 +308,12 @@ class _FakeServer:
         return httpx.Response(200, json={"status": "ok", "message": "ok"})
 
 
-@pytest.mark.parametrize("interruptible", [True, False])
-def test_client_records_generation_activity_and_update_windows(interruptible):
+@pytest.mark.parametrize("interruptible,pause_mode", [(True, "abort"), (False, "abort"), (True, "in_place")])
+def test_client_records_generation_activity_and_update_windows(interruptible, pause_mode):
     fake = _FakeServer()
     events = []
     c = RolloutClient(["http://a:1"], vocab_size=1024, transport=httpx.MockTransport(fake.handler),
-                      interruptible=interruptible, on_activity=lambda *e: events.append(e))
+                      interruptible=interruptible, pause_mode=pause_mode, on_activity=lambda *e: events.append(e))
 
     async def run():
         sp = SamplingParams(max_new_tokens=16)
@@ -332,9 +332,11 @@ def test_client_records_generation_activity_and_update_windows(interruptible):
     assert len(requests) == 2 and all(union[2] <= a <= b <= union[3] for _, _, a, b in requests)
     paths = [p for p, _ in fake.calls]
     update = next(b for p, b in fake.calls if p == "/update_weights_from_disk")
-    if interruptible:  # pause (abort) -> load -> continue
+    if interruptible:  # pause (abort, or in place) -> load -> continue
         assert "/pause_generation" in paths and "/continue_generation" in paths
-        assert update["abort_all_requests"] is True
+        assert next(b for p, b in fake.calls if p == "/pause_generation") == {"mode": pause_mode}
+        # in place: nothing to abort, the paused server loads at once and its requests decode on
+        assert update["abort_all_requests"] is (pause_mode == "abort")
     else:  # no pause: the server finishes in-flight requests before it loads
         assert "/pause_generation" not in paths and "/continue_generation" not in paths
         assert update["abort_all_requests"] is False
@@ -365,6 +367,26 @@ def test_noninterruptible_update_lets_in_flight_samples_finish_with_old_weights(
         it = asyncio.run(run(True))
         assert it.n_interruptions >= 1 and len(it.output_ids) == 60
         assert it.output_versions[0] == 9 and it.output_versions[-1] == 7  # resumed under the new version
+
+        async def in_place():  # PipelineRL's in-flight update: no abort, no re-prefill, the version switches
+            c = RolloutClient([srv.url], vocab_size=512, pause_mode="in_place")
+            async with httpx.AsyncClient(base_url=srv.url) as http:
+                before = (await http.get("/server_info")).json()["internal_states"][0]["prefill_tokens"]
+                sp = SamplingParams(max_new_tokens=60, min_new_tokens=60, temperature=1.0)
+                task = asyncio.create_task(c.generate([5, 6, 7], sp))
+                await asyncio.sleep(0.2)
+                await c.update_weights_from_disk(str(model), 11)
+                comp = await task
+                after = (await http.get("/server_info")).json()["internal_states"][0]["prefill_tokens"]
+            await c.aclose()
+            return comp, before, after
+
+        ip, before, after = asyncio.run(in_place())
+        assert ip.n_interruptions == 0 and len(ip.output_ids) == 60
+        assert ip.output_versions[0] == 7 and ip.output_versions[-1] == 11
+        assert ip.output_versions == sorted(ip.output_versions)  # one switch, old then new
+        # the prompt was prefilled once: the KV of the old weights was kept (an abort re-prefills the prefix)
+        assert after - before == 3
 
 
 # ------------------------------------------------------------------------------------------------ end to end
@@ -590,5 +612,14 @@ def test_steady_state_leaves_out_the_pipeline_fill_and_the_steps_after_an_evalua
     assert ss["ceiling"] == pytest.approx(0.3 / 0.2) and ss["phases_s"]["generate"] == pytest.approx(0.1)
     assert ss["async_over_sync"]["pairs"] == [pytest.approx(1.2), pytest.approx(1.5)]
     assert ss["async_fraction_of_ceiling"] == pytest.approx(1.35 / 1.5)
-    assert "async_noninterruptible_over_sync" not in ss
+    assert "async_noninterruptible_over_sync" not in ss and "ceiling_with_stragglers" not in ss
     assert tp.steady_state(asy) is None and tp.steady_state([{"mode": "sync", "step_seconds": {}}]) is None
+    # long-tailed batches: G = 0.6 s of which S = 0.4 s stragglers, T + P = 0.35 s; the overlap ceiling alone
+    # (0.95 / 0.6) is below what async reaches once it stops waiting for the longest samples (0.95 / 0.35)
+    tail = [{"mode": "sync", "repeat": r, "steady_step_s": 0.95, "straggler": {"straggler_s": 0.4},
+             "steady_step_seconds": {"wait_s": 0.6, "train_s": 0.34, "publish_s": 0.01}} for r in (0, 1)]
+    fast = [{"mode": "async", "repeat": r, "steady_step_s": 0.475} for r in (0, 1)]
+    ss = tp.steady_state(tail + fast)
+    assert ss["ceiling"] == pytest.approx(0.95 / 0.6) and ss["async_fraction_of_ceiling"] > 1
+    assert ss["ceiling_with_stragglers"] == pytest.approx(0.95 / 0.35) and ss["phases_s"]["straggler"] == 0.4
+    assert ss["async_fraction_of_ceiling_with_stragglers"] == pytest.approx(2.0 / (0.95 / 0.35))

@@ -174,3 +174,44 @@ def test_diagnostics_quantiles_and_mismatch_on_the_trainers_own_version_by_hand(
         "logprob_mismatch_flagged"] is False  # bf16 trainers differ more; the flag is for float32
     naive = off_policy_diagnostics([_batch(prox, behav, versions, mask)], 3, recomputed=False, float32=True)
     assert naive["logprob_mismatch_max"] is None and naive["logprob_mismatch_tokens"] == 0
+
+
+def test_in_place_updates_leave_only_tokens_with_their_own_versions_kv_in_the_mismatch_by_hand():
+    from areal_cli.api.types import Group, Item, Trajectory
+    from areal_cli.trainer.steps import MIXED_KV_VERSION, kv_versions, make_train_batch
+
+    # a sample that started under version 2 and crossed two in-place updates: only its version-2 tokens had
+    # their whole prefix (and the prompt's KV) computed by the weights that produced them
+    assert kv_versions([2, 2, 3, 3, 4]) == [2, 2, MIXED_KV_VERSION, MIXED_KV_VERSION, MIXED_KV_VERSION]
+    assert kv_versions([-1, 3, 3, -1, 4]) == [-1, 3, 3, -1, MIXED_KV_VERSION]  # environment tokens stay -1
+    assert kv_versions([5, 5]) == [5, 5] and kv_versions([]) == []
+
+    def batch(pause_mode: str):
+        cfg = TrainConfig().with_values({"rollout.pause_mode": pause_mode})
+        # sample 0 started under version 3 (the trainer's); sample 1 under 2 and crossed the update to 3
+        samples = [Trajectory([1, 2], [5, 6, 7], [-0.5, -0.6, -0.7], [3, 3, 3], 1.0, 0, "stop"),
+                   Trajectory([1, 2], [8, 9, 10], [-0.8, -0.9, -1.0], [2, 3, 3], 0.0, 0, "stop")]
+        return make_train_batch([Group(0, Item("q", [1, 2], ""), samples)], cfg, pad_id=0)
+
+    abort, in_place = batch("abort"), batch("in_place")
+    assert abort.versions.tolist() == [[-1, 3, 3, 3], [-1, 2, 3, 3]]  # re-prefilled: the version is the KV's too
+    assert in_place.versions.tolist() == [[-1, 3, 3, 3], [-1, 2, MIXED_KV_VERSION, MIXED_KV_VERSION]]
+    for b in (abort, in_place):  # the trainer reproduces sample 0 exactly and sample 1's stale-KV tokens not
+        b.proximal_logprobs = b.behaviour_logprobs.clone()
+        b.proximal_logprobs[1, 2:] -= 0.3
+    d_abort = off_policy_diagnostics([abort], 3, True, float32=True)
+    d_in_place = off_policy_diagnostics([in_place], 3, True, float32=True)
+    assert d_abort["logprob_mismatch_tokens"] == 5 and d_abort["logprob_mismatch_flagged"] is True
+    assert d_in_place["logprob_mismatch_tokens"] == 3 and d_in_place["logprob_mismatch_max"] == 0.0
+    assert d_in_place["logprob_mismatch_flagged"] is False
+
+
+def test_pause_mode_is_checked_with_its_name():
+    from areal_cli.config import apply_overrides
+
+    assert apply_overrides(TrainConfig(), ["rollout.pause_mode=in_place"]).rollout.pause_mode == "in_place"
+    with pytest.raises(UserError, match="field 'rollout.pause_mode': must be one of abort, in_place"):
+        apply_overrides(TrainConfig(), ["rollout.pause_mode=retract"])
+    with pytest.raises(UserError, match="field 'rollout.pause_mode': in_place pauses an interruptible") as e:
+        apply_overrides(TrainConfig(), ["rollout.pause_mode=in_place", "rollout.interruptible=false"])
+    assert_one_line(str(e.value))

@@ -90,6 +90,24 @@ def test_interrupting_updates_beats_waiting_for_in_flight_requests():
     assert inter["effective_tokens_per_s"] > 1.05 * drain["effective_tokens_per_s"]
 
 
+def test_in_place_updates_cost_what_aborting_ones_cost_less_the_re_prefill():
+    # one server, batches of one 4-sample prompt whose samples outlive a step: every update finds them running
+    kw = dict(gen_gpus=1, train_gpus=1, batch_size=1, group_size=4, prompt_tokens=10, max_new_tokens=1000,
+              response_median_tokens=300, response_sigma=0.0, sim_steps=12, warmup_steps=4, eta=4)
+    free = sim.Scenario(**kw, **exact_costs())  # prefill costs nothing: the two modes run the same schedule
+    abort, in_place = sim.simulate(free, "async"), sim.simulate(free, "async_inplace")
+    assert abort["interrupted_per_step"] > 0 and in_place["interrupted_per_step"] == 0
+    assert in_place["step_s"] == pytest.approx(abort["step_s"], rel=1e-9)
+    costly = sim.Scenario(**kw, **exact_costs(prefill_s_per_token=1e-4))
+    abort, in_place = sim.simulate(costly, "async"), sim.simulate(costly, "async_inplace")
+    assert in_place["step_s"] < abort["step_s"]
+    # in place, the server prefills each prompt once (10 tokens per step); aborting also re-prefills prefixes
+    assert in_place["gen_prefill_frac"] * in_place["step_s"] == pytest.approx(10 * 1e-4, rel=1e-6)
+    assert abort["gen_prefill_frac"] * abort["step_s"] > 10 * 10 * 1e-4
+    with pytest.raises(ValueError, match="async_inplace"):
+        sim.simulate(costly, "async_in_place")  # the known modes are named
+
+
 def test_shrunk_cluster_keeps_step_times():
     sc = small(gen_gpus=16, train_gpus=16, batch_size=64)
     for mode in ("sync", "async"):

@@ -240,6 +240,13 @@ def test_a_benchmark_refuses_overrides_of_what_it_sets_per_run_and_reads_section
         with pytest.raises(UserError, match="for every run; change the scenario"):
             refuse_per_run_overrides([item])
     refuse_per_run_overrides(["ppo.lr=1e-4", "group_size=2"])
+    # the staleness grid runs any update mode; the throughput benchmark's modes set it per run
+    from areal_cli.bench.runs import PER_RUN_THROUGHPUT
+
+    refuse_per_run_overrides(["rollout.pause_mode=in_place", "rollout.interruptible=false"])
+    for item in ("rollout.pause_mode=in_place", "interruptible=false"):
+        with pytest.raises(UserError, match="set by the mode of the run for every run"):
+            refuse_per_run_overrides([item], PER_RUN_THROUGHPUT)
     assert override_items({"rollout": {"group_size": 2, "temperature": 0.5}, "ppo.lr": 1e-4}) == [
         "rollout.group_size=2", "rollout.temperature=0.5", "ppo.lr=0.0001"]
 

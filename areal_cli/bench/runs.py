@@ -55,13 +55,17 @@ PER_RUN = {"seed": "the repeat / seed of the plan", "model.path": "the shared wa
            "sft.max_steps": "the shared warm start", "loop.max_steps": "the scenario's steps",
            "loop.eval_every": "the scenario's accuracy_every", "loop.target_accuracy": "the benchmark (0: no early stop)",
            "loop.time_limit_s": "the benchmark (0)", "rollout.max_head_offpolicyness": "the scenario's eta (etas, eta_sync / eta_async)",
-           "rollout.interruptible": "the mode of the run", "parallel.trainer_cpus": "the scenario's cpus",
+           "parallel.trainer_cpus": "the scenario's cpus",
            "parallel.server_cpus": "the scenario's cpus", "parallel.controller_cpus": "the scenario's cpus"}
 
+#: What ``areal bench throughput`` sets per run on top of :data:`PER_RUN` (its modes).
+PER_RUN_THROUGHPUT = {**PER_RUN, "rollout.interruptible": "the mode of the run",
+                      "rollout.pause_mode": "the mode of the run"}
 
-def refuse_per_run_overrides(extra: list[str]) -> None:
-    """Refuse a ``-o`` of a setting the benchmark sets for every run (:data:`PER_RUN`): it would be replaced
-    without a word.
+
+def refuse_per_run_overrides(extra: list[str], per_run: dict[str, str] = PER_RUN) -> None:
+    """Refuse a ``-o`` of a setting the benchmark sets for every run (``per_run``, default :data:`PER_RUN`): it
+    would be replaced without a word.
 
     Raises:
         UserError: ``-o ITEM: field 'KEY': set by ... for every run; change the scenario instead``.
@@ -71,8 +75,8 @@ def refuse_per_run_overrides(extra: list[str]) -> None:
     for item in extra:
         key = item.split("=", 1)[0].strip()
         dotted, _ = resolve_key(key, f"-o {item}")
-        if dotted in PER_RUN:
-            raise UserError(f"-o {item}: field '{dotted}': set by {PER_RUN[dotted]} for every run; change the "
+        if dotted in per_run:
+            raise UserError(f"-o {item}: field '{dotted}': set by {per_run[dotted]} for every run; change the "
                             f"scenario (--scenario FILE) instead")
 
 

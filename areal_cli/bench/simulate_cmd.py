@@ -108,13 +108,19 @@ def plot_eta_sweep(sweep: dict, published: dict, title: str, path: Path) -> None
     plt.close(fig)
 
 
+#: ``published`` keys of a measured CPU scenario -> the simulated mode they check.
+MEASURED_RATIOS = (("async_over_sync", "async"), ("async_noninterruptible_over_sync", "async_nointerrupt"),
+                   ("async_in_place_over_sync", "async_inplace"))
+
+
 def _measured_check(sc, modes: dict) -> dict | None:
     """Predicted vs measured async/sync ratios of steady-state step times (sync seconds per step / async seconds
     per step, as ``areal bench throughput`` reports in ``steady_state``), for a scenario whose ``published`` holds
-    a measured ``async_over_sync`` (and optionally ``async_noninterruptible_over_sync``)."""
+    a measured ``async_over_sync`` (and optionally ``async_noninterruptible_over_sync``,
+    ``async_in_place_over_sync``)."""
     pub = sc.published or {}
     out = {}
-    for key, mode in (("async_over_sync", "async"), ("async_noninterruptible_over_sync", "async_nointerrupt")):
+    for key, mode in MEASURED_RATIOS:
         if key in pub:
             pred = modes["sync"]["step_s"] / modes[mode]["step_s"]
             out[key] = {"measured": float(pub[key]), "predicted": pred, "rel_error": pred / float(pub[key]) - 1}
@@ -172,7 +178,8 @@ def run_simulation(sc, out: Path | None, *, gpus: list[int] | None, scale: int, 
     results["scenario"] = {k: v for k, v in sc.to_dict().items()}
     results["costs"] = dataclasses.asdict(sim.derive_costs(sc))
     results["response_lengths"] = sim.length_stats(sc)
-    modes = sim.compare_modes(sc, scale=scale)
+    extra = ("async_inplace",) if "async_in_place_over_sync" in (sc.published or {}) else ()
+    modes = sim.compare_modes(sc, sim.MODES + extra, scale=scale)
     results["modes"] = modes
     results["async_sync_ratio"] = modes["sync"]["step_s"] / modes["async"]["step_s"]
     results["interruptible_gain"] = {
@@ -246,7 +253,8 @@ def _print_modes(console, sc, modes: dict, results: dict) -> None:
                       f"{pc['predicted_async_hours']:.1f} h = {pc['predicted_ratio']:.2f}x "
                       f"({pc['ratio_rel_error']:+.1%})")
     mc = results.get("measured_check") or {}
-    for key, label in (("async_over_sync", "async"), ("async_noninterruptible_over_sync", "async non-interruptible")):
+    for key, label in (("async_over_sync", "async"), ("async_noninterruptible_over_sync", "async non-interruptible"),
+                       ("async_in_place_over_sync", "async in-place")):
         if key in mc:
             console.print(f"measured {label}/sync {mc[key]['measured']:.2f}x, predicted {mc[key]['predicted']:.2f}x "
                           f"({mc[key]['rel_error']:+.1%})")

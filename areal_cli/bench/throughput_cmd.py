@@ -27,26 +27,31 @@ from areal_cli.cli_errors import one_line_errors
 @click.option("--repeats", type=click.IntRange(min=1), default=None,
               help="Runs per mode, interleaved (overrides the scenario).")
 @click.option("--no-interruptible-compare", is_flag=True, help="Skip the non-interruptible async runs.")
+@click.option("--in-place-compare/--no-in-place-compare", default=None,
+              help="Also run async with in-place weight updates (rollout.pause_mode in_place: in-flight samples "
+                   "keep their KV cache); default: the scenario's compare_in_place.")
 @click.option("--no-generate-compare", is_flag=True, help="Skip continuous batching vs HF static generate.")
 @click.option("--dry-run", is_flag=True, help="Check the settings, print the plan (runs, their order, seeds) and exit.")
 @click.option("-o", "--override", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a recipe field in every run, e.g. -o rollout.group_size=8. Repeatable.")
 @one_line_errors
 def throughput(recipe: str | None, out_dir: Path | None, scenario_path: Path | None, steps: int | None,
-               repeats: int | None, no_interruptible_compare: bool, no_generate_compare: bool, dry_run: bool,
-               overrides: tuple[str, ...]) -> None:
+               repeats: int | None, no_interruptible_compare: bool, in_place_compare: bool | None,
+               no_generate_compare: bool, dry_run: bool, overrides: tuple[str, ...]) -> None:
     """Measure synchronous (eta=0) vs asynchronous RL of RECIPE (default: tiny-arith) on this machine.
 
     Same recipe, same cores for generation and training; only eta differs. Reports effective training
     throughput (tokens consumed by training per second, AReaL's definition), generation throughput, idle
     fractions, staleness and accuracy reached, with the async/sync ratio; also interruptible vs
-    non-interruptible weight updates and continuous batching vs Hugging Face static generate.
+    non-interruptible weight updates (and, with --in-place-compare, updates that keep the in-flight samples' KV
+    cache) and continuous batching vs Hugging Face static generate.
     """
     _run(recipe, out_dir, scenario_path, steps, repeats, no_interruptible_compare, no_generate_compare,
-         list(overrides), dry_run)
+         list(overrides), dry_run, in_place_compare)
 
 
-def _run(recipe, out_dir, scenario_path, steps, repeats, no_interruptible, no_generate, overrides, dry_run) -> None:
+def _run(recipe, out_dir, scenario_path, steps, repeats, no_interruptible, no_generate, overrides, dry_run,
+         in_place=None) -> None:
     import time
 
     from rich.console import Console
@@ -63,6 +68,8 @@ def _run(recipe, out_dir, scenario_path, steps, repeats, no_interruptible, no_ge
         sc.repeats = repeats
     if no_interruptible:
         sc.compare_interruptible = False
+    if in_place is not None:
+        sc.compare_in_place = in_place
     if no_generate:
         sc.generate_compare = None
     console = Console()
@@ -74,8 +81,8 @@ def _run(recipe, out_dir, scenario_path, steps, repeats, no_interruptible, no_ge
                                                                if sc.generate_compare else ""),
                       highlight=False, soft_wrap=True)
         for run in plan:
-            updates = ("" if run["mode"] == "sync" else
-                       "interruptible updates" if run["interruptible"] else "non-interruptible updates")
+            updates = ("" if run["mode"] == "sync" else "non-interruptible updates" if not run["interruptible"] else
+                       "in-place interruptible updates" if run["pause_mode"] == "in_place" else "interruptible updates")
             console.print(f"  {run['label']:<28}  seed {run['seed']}  eta {run['eta']}  {updates}".rstrip(),
                           highlight=False, soft_wrap=True)
         return

@@ -149,6 +149,13 @@ class RolloutSection:
     """Groups whose success rate is above this are dropped (counted)."""
     interruptible: bool = True
     """Weight updates abort in-flight samples, which are resumed with the new weights; False: wait for them."""
+    pause_mode: Literal["abort", "in_place"] = "abort"
+    """How an interruptible weight update treats in-flight samples (SGLang's ``/pause_generation`` mode):
+    ``abort`` (AReaL, boba² §4.1: they return partial and are resubmitted as prompt + tokens so far, so their
+    KV cache is recomputed with the new weights) or ``in_place`` (PipelineRL's in-flight weight update, Piché et
+    al. 2025: they keep their KV cache, computed with the old weights, and decode on with the new ones; no
+    re-prefill). Either way every token's behaviour logprob is that of the distribution it was sampled from,
+    which is what the decoupled loss needs; in_place only changes what that distribution conditions on."""
     engine: Literal["embedded", "sglang", "external"] = "embedded"
     """``embedded`` (the kit's CPU server, n_servers of them), ``sglang`` (n_servers SGLang servers launched as
     children; GPUs) or ``external`` (servers already running: server_urls or $AREAL_LLM_SERVER_ADDRS)."""

@@ -74,6 +74,9 @@ def validate(cfg: Any, source: str = "config", lines: dict[str, int] | None = No
         raise bad("rollout.top_p", "training samples must come from the untruncated policy: with top_p < 1 the "
                                    "rollout servers report logprobs of the untruncated distribution (as SGLang "
                                    "does), so pi_prox/pi_behav would ignore the truncation; use 1.0")
+    if r.pause_mode == "in_place" and not r.interruptible:
+        raise bad("rollout.pause_mode", "in_place pauses an interruptible weight update; with rollout.interruptible "
+                                        "false in-flight samples finish on the old weights (use abort)")
     if p.prox_logp_method == "reuse" and p.n_minibatches != 1:
         raise bad("ppo.prox_logp_method", "'reuse' needs ppo.n_minibatches = 1 (after the first minibatch's update "
                                           "the weights are no longer the proximal policy); use 'recompute' or 'auto'")

@@ -21,6 +21,10 @@
 - (added) ``interruptible=False``: a weight update does not abort anything; new submissions wait while the
   servers finish their in-flight requests (``abort_all_requests: false``, SGLang waits for them), then load.
   This is AReaL's non-interruptible baseline (blog v0.3, Fig. 5).
+- (added) ``pause_mode="in_place"``: an interruptible weight update pauses the servers in place (SGLang's
+  ``/pause_generation {"mode": "in_place"}``): in-flight requests keep their KV cache, computed with the old
+  weights, and decode on with the new ones after the load (PipelineRL's in-flight weight update); nothing is
+  aborted or re-prefilled, and the tokens after the update carry the new version in their spans.
 - (added) Servers that die: a ``/generate`` whose connection fails or breaks is followed by a ``GET /model_info``
   probe (it answers while generation is paused, unlike ``/health``); a server that does not answer is marked
   down (:meth:`mark_down`, also called by a supervisor that saw the process exit or hang) and its in-flight
@@ -110,16 +114,18 @@ class RolloutClient:
         max_retries: (added) retries of a request that failed to connect / lost its connection.
         transport: (added) an ``httpx.AsyncBaseTransport`` (tests use ``httpx.MockTransport``).
         interruptible: (added) False: weight updates wait for in-flight requests instead of aborting them.
+        pause_mode: (added) how an interruptible update pauses the servers: "abort" (in-flight requests
+            return partial and are resubmitted) or "in_place" (they keep their KV and continue).
         on_activity: (added) callback ``(url, kind, start_s, end_s)``, see the module docstring.
         on_server_down: (added) callback ``(url, reason)`` when a server is marked down (once per outage).
         server_down_timeout_s: (added) how long generation waits for a live server when all are down.
     Raises:
-        ValueError: no urls, vocab_size < 1.
+        ValueError: no urls, vocab_size < 1, an unknown pause_mode.
     """
 
     def __init__(self, urls: list[str], *, vocab_size: int, request_timeout_s: float = 3600,
                  max_retries: int = 3, transport: httpx.AsyncBaseTransport | None = None,
-                 interruptible: bool = True,
+                 interruptible: bool = True, pause_mode: str = "abort",
                  on_activity: Callable[[str, str, float, float], None] | None = None,
                  on_server_down: Callable[[str, str], None] | None = None,
                  server_down_timeout_s: float = 600.0):
@@ -127,6 +133,8 @@ class RolloutClient:
             raise ValueError("RolloutClient needs at least one server url")
         if vocab_size < 1:
             raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")
+        if pause_mode not in ("abort", "in_place"):
+            raise ValueError(f"pause_mode must be abort or in_place, got {pause_mode!r}")
         self.urls = [u.rstrip("/") for u in urls]
         self.vocab_size = int(vocab_size)
         self.request_timeout_s = float(request_timeout_s)
@@ -139,6 +147,7 @@ class RolloutClient:
         self._sticky_max = 4096
         self._health: dict[str, bool] = {}  # url -> last /health result (returned while paused)
         self.interruptible = bool(interruptible)
+        self.pause_mode = pause_mode
         self.on_activity = on_activity
         self._in_flight: dict[str, int] = {}  # url -> /generate requests in flight
         self._busy_since: dict[str, float] = {}
@@ -603,10 +612,17 @@ class RolloutClient:
         post.cancel()
         raise _ServerDown(url)
 
+    @property
+    def aborts_on_update(self) -> bool:
+        """True when a weight update aborts in-flight requests (interruptible, pause_mode abort): the
+        ``abort_all_requests`` of the load calls."""
+        return self.interruptible and self.pause_mode == "abort"
+
     async def pause(self) -> None:
-        """Stop resubmissions and pause every server (mode abort: in-flight requests return partial)."""
+        """Stop resubmissions and pause every server in :attr:`pause_mode` (abort: in-flight requests return
+        partial; in_place: they stay on the servers with their KV, not stepped until :meth:`resume`)."""
         self._paused = True
-        await self._all("/pause_generation", PauseGenerationRequest("abort").to_json())
+        await self._all("/pause_generation", PauseGenerationRequest(self.pause_mode).to_json())
 
     async def resume(self) -> None:
         """Continue every server, then let resubmissions go."""
@@ -627,8 +643,9 @@ class RolloutClient:
     async def update_weights_from_disk(self, model_path: str, version: int) -> None:
         """Load ``model_path`` with ``weight_version = str(version)`` on every server.
 
-        Interruptible (default): pause all servers (in-flight samples are aborted, resumed afterwards),
-        load, continue; servers are always continued, even when a load fails. Non-interruptible: hold new
+        Interruptible (default): pause all servers (in-flight samples are aborted, resumed afterwards; with
+        pause_mode in_place they wait on the servers, KV kept), load, continue; servers are always continued,
+        even when a load fails. Non-interruptible: hold new
         submissions here, let every server finish its in-flight requests, then load (no abort).
         The first failure is raised after the servers are serving again.
 
@@ -643,7 +660,7 @@ class RolloutClient:
         err: BaseException | None = None
         try:
             res = await self._all("/update_weights_from_disk", UpdateWeightsFromDiskRequest(
-                model_path, weight_version=str(int(version)), abort_all_requests=self.interruptible).to_json())
+                model_path, weight_version=str(int(version)), abort_all_requests=self.aborts_on_update).to_json())
             for url, r in res.items():
                 if isinstance(r, dict) and r.get("success") is False:
                     raise ServerError(200, parse_error_message(r), url)

@@ -276,6 +276,7 @@ async def _child(conn, spec: RolloutSpec) -> None:
         if batch:
             send(("activities", batch))
     client = RolloutClient(spec.urls, vocab_size=spec.vocab_size, interruptible=cfg.rollout.interruptible,
+                           pause_mode=cfg.rollout.pause_mode,
                            on_activity=on_activity if spec.record_activity else None)
     template = episode_client(cfg, client, pool, tokenizer, task, stop_token_ids(spec.model_dir, tokenizer))
     controller = make_controller(cfg, template, task, task.train_stream())

@@ -50,7 +50,8 @@ class WeightSyncSpec:
         urls: server base URLs. backend: "nccl" | "gloo". master_address ("auto": :func:`routable_address`
         of the first server, computed on the head rank itself): this head rank's address as the
         servers see it. group_name, chunk_mb, server_tp, server_pp, timeout_s: see :class:`WeightSender`.
-        abort_all_requests: interruptible mode (servers abort in-flight requests) vs wait for them.
+        abort_all_requests: interruptible mode with pause_mode abort (servers abort in-flight requests) vs
+            not (in-place pauses keep them; non-interruptible servers wait for them).
     """
 
     urls: tuple[str, ...]
@@ -132,8 +133,8 @@ def close_senders() -> None:
 async def update_weights_distributed(client, run_sync: Callable[[], Awaitable[Any]], version: int) -> Any:
     """Controller side of a collective update, with the semantics of ``RolloutClient.update_weights_from_disk``.
 
-    Interruptible client (default): ``client.pause()`` (servers abort in-flight requests, the client holds
-    resubmissions), ``await run_sync()`` (e.g. the trainer group calling :func:`sync_weights_from_engine`
+    Interruptible client (default): ``client.pause()`` (servers abort in-flight requests, or with the client's
+    ``pause_mode`` in_place keep them with their KV; the client holds resubmissions), ``await run_sync()`` (e.g. the trainer group calling :func:`sync_weights_from_engine`
     on every rank), then ``client.resume()`` even when the sync failed; the failure is raised afterwards.
     Non-interruptible: the servers are not paused; the client holds new submissions (``client.hold()``, so
     no request starts between two buckets) and ``run_sync`` must use ``abort_all_requests=False`` (the

@@ -25,7 +25,8 @@ For ``areal bench throughput`` (off by default, output unchanged): ``record_time
 ``timeline.json`` (:class:`~areal_cli.timeline.Timeline`); ``parallel.trainer_cpus`` / ``parallel.server_cpus`` /
 ``parallel.controller_cpus`` pin the trainer thread, the servers, and the rest of this process (controller, reward
 workers) to chosen cores; ``rollout.interruptible: false`` makes weight updates wait for in-flight samples instead of
-aborting them.
+aborting them, and ``rollout.pause_mode: in_place`` makes them pause the servers in place (in-flight samples keep
+their KV cache and decode on with the new weights: nothing is aborted or re-prefilled).
 
 Modules:
     run:         the entry points (:func:`run_training`, :func:`resume_training`, :func:`steps_for_epochs`).

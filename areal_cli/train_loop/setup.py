@@ -135,7 +135,8 @@ async def run_job(cfg: TrainConfig, out: Path, task: Task, status: RunStatus, ti
             on_activity = lambda url, kind, a, b: timeline.add(lanes.get(url, url), kind, a, b)  # noqa: E731
         vocab_size = trainer.info["vocab_size"]
         client = RolloutClient(urls, vocab_size=vocab_size,
-                               interruptible=cfg.rollout.interruptible, on_activity=on_activity)
+                               interruptible=cfg.rollout.interruptible,
+                               pause_mode=cfg.rollout.pause_mode, on_activity=on_activity)
         if cfg.parallel.rollout_process:  # starts now, builds its controller during the warm start
             remote = RolloutProcess(RolloutSpec(cfg, str(base), urls, vocab_size,
                                                 controller_cpus, timeline is not None), on_activity=on_activity)

@@ -38,7 +38,8 @@ class TrainBatch:
             0 elsewhere (prompt, padding). Must be 0 wherever ``attention_mask[:, t+1]`` is False.
         behaviour_logprobs: FloatTensor[B, L-1], logprob (nats) of token t+1 under the behaviour policy that
             generated it (0 where masked).
-        versions: LongTensor[B, L-1], policy version that produced token t+1 (-1 for prompt/pad).
+        versions: LongTensor[B, L-1], policy version that produced token t+1 (-1 for prompt/pad; -2 where an
+            in-place weight update left the prefix's KV from older weights, :func:`~areal_cli.trainer.steps.kv_versions`).
         advantages: optional FloatTensor[B, L-1].
         proximal_logprobs: optional FloatTensor[B, L-1] (nats).
         position_ids, segment_ids: optional LongTensor[B, L], set together for **packed** rows (several

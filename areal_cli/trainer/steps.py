@@ -77,6 +77,24 @@ def shaped_rewards(raw: torch.Tensor, cfg) -> torch.Tensor:
     return r
 
 
+#: Version label of a token whose prefix's KV cache was computed by older weights than the token itself (an
+#: in-place weight update happened while its sample was generating): not comparable with any trainer version.
+MIXED_KV_VERSION = -2
+
+
+def kv_versions(versions: list[int]) -> list[int]:
+    """Per-token versions for ``rollout.pause_mode: in_place`` runs, where a weight update leaves the KV cache
+    of in-flight samples as the old weights computed it: a generated token keeps its version only when every
+    generated token before it has the same one (then the prompt's KV, prefilled with the sample's first
+    token, and the whole prefix came from those weights); later tokens get :data:`MIXED_KV_VERSION`, so the
+    engine-vs-trainer mismatch (:func:`off_policy_diagnostics`) compares only tokens the trainer can reproduce.
+    Entries < 0 (not generated: environment / template tokens) are kept. The trainer uses ``versions`` for
+    nothing else. Conservative for multi-turn samples (each turn is re-prefilled, yet only the first
+    version's tokens count)."""
+    first = next((v for v in versions if v >= 0), None)
+    return [v if v < 0 or v == first else MIXED_KV_VERSION for v in versions]
+
+
 def make_train_batch(groups: list[Group], cfg, pad_id: int) -> TrainBatch:
     """Pack groups into a right-padded TrainBatch with per-token advantages.
 
@@ -84,12 +102,14 @@ def make_train_batch(groups: list[Group], cfg, pad_id: int) -> TrainBatch:
     broadcast to tokens and normalised over all valid tokens of the batch (``ppo.adv_norm = global``).
     Groups may differ in size (a workflow decides how many samples an episode has); group normalisation
     is then per group. A sample's own ``loss_mask`` (the concatenated multi-turn / agent layout) is written
-    into the batch, so its environment and template tokens get loss mask 0 and advantage 0.
+    into the batch, so its environment and template tokens get loss mask 0 and advantage 0. With
+    ``rollout.pause_mode: in_place`` the batch's versions are :func:`kv_versions`.
     """
     samples = [s for g in groups for s in g.samples]
+    in_place = getattr(cfg.rollout, "pause_mode", "abort") == "in_place"
     batch = build_train_batch(
-        [(s.prompt_ids, s.output_ids, s.behaviour_logprobs, s.versions, getattr(s, "loss_mask", None))
-         for s in samples], pad_id=pad_id
+        [(s.prompt_ids, s.output_ids, s.behaviour_logprobs, kv_versions(s.versions) if in_place else s.versions,
+          getattr(s, "loss_mask", None)) for s in samples], pad_id=pad_id
     )
     sizes = {len(g.samples) for g in groups}
     if cfg.ppo.adv_norm == "group":

@@ -41,6 +41,8 @@ What is simulated (one event loop, ``heapq``; pure Python + numpy):
   (SGLang ``update_weights_from_disk`` without interrupt: the weight-update lock waits for in-flight requests):
   the server stops admitting, drains its running requests, then loads. With ``chunk_tokens > 0`` requests run
   in chunks of that many new tokens (AReaL ``new_tokens_per_chunk``), so a drain waits at most one chunk.
+  *In place* (mode ``async_inplace``, SGLang ``/pause_generation`` mode ``in_place``): running requests stop
+  for the load and then decode on with their KV cache; nothing is aborted or re-prefilled.
 
 Modes: :mod:`areal_cli.bench.sim.modes`; costs: :mod:`areal_cli.bench.sim.costs`; response lengths:
 :mod:`areal_cli.bench.sim.lengths`.
@@ -161,7 +163,7 @@ class _Sim:
         """Bring server ``sv`` to time ``now`` (decode steps done meanwhile)."""
         if now <= sv.t:
             return
-        if sv.n:
+        if sv.n and sv.state != _LOADING:  # a load stops decoding (in-place updates keep requests running)
             dt = now - sv.t
             a1 = self.A + self.B * sv.n + self.C * sv.s - 0.5 * self.C * sv.n
             beta = self.C * sv.n
@@ -357,7 +359,9 @@ class _Sim:
             sv.target = v
             if sv.state == _LOADING:
                 continue  # loads the newest version when the current load finishes
-            if self.spec.interruptible:
+            if self.spec.in_place:
+                self.begin_load(sv, now)  # running requests wait on the server, KV kept
+            elif self.spec.interruptible:
                 self.interrupt(sv, now)
             elif sv.state == _READY:
                 if sv.n == 0:

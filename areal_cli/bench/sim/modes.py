@@ -3,8 +3,11 @@
 Modes (:func:`mode_spec`): ``sync`` (eta 0: generate a batch, train, update; no recompute pass, as in standard
 PPO), ``overlap`` (eta 1, whole batches: batch k+1 is generated while batch k trains, with weights one version
 old; updates between batches), ``async`` (eta from the scenario, streaming admission, interruptible), and
-``async_nointerrupt`` (the same with non-interruptible updates: the ablation of boba² Fig. 5). The synchronous
-baselines always admit a whole batch (their concurrency cap is at least the batch size).
+``async_nointerrupt`` (the same with non-interruptible updates: the ablation of boba² Fig. 5), and, outside the
+default set (:data:`ALL_MODES`), ``async_inplace`` (interruptible updates that pause in place: running requests
+keep their KV cache across the load and decode on, nothing is re-prefilled; ``rollout.pause_mode: in_place``,
+PipelineRL's in-flight weight updates). The synchronous baselines always admit a whole batch (their concurrency
+cap is at least the batch size).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from dataclasses import dataclass
 from areal_cli.bench.sim.scenario import Scenario
 
 MODES = ("sync", "overlap", "async", "async_nointerrupt")
-ALL_MODES = MODES + ("sync_colocated",)
+ALL_MODES = MODES + ("sync_colocated", "async_inplace")
 UNBOUNDED_ETA = 1 << 40
 
 
@@ -29,6 +32,7 @@ class ModeSpec:
     interruptible: bool
     recompute: bool  # decoupled PPO: extra forward pass for proximal logprobs
     chunk_tokens: int
+    in_place: bool = False  # interruptible updates keep running requests (and their KV) instead of aborting them
 
 
 def mode_spec(sc: Scenario, mode: str, eta: int | None = None) -> ModeSpec:
@@ -48,6 +52,8 @@ def mode_spec(sc: Scenario, mode: str, eta: int | None = None) -> ModeSpec:
         return ModeSpec("overlap", 1, True, False, rec, 0)
     if mode == "async":
         return ModeSpec("async", e, False, True, rec and e > 0, 0)
+    if mode == "async_inplace":
+        return ModeSpec("async_inplace", e, False, True, rec and e > 0, 0, in_place=True)
     if mode == "async_nointerrupt":
         return ModeSpec("async_nointerrupt", e, False, False, rec and e > 0, sc.chunk_tokens)
     raise ValueError(f"unknown mode {mode!r} (known: {', '.join(ALL_MODES)})")

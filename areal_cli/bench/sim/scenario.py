@@ -159,7 +159,7 @@ class Scenario:
             raise bad("response_length_counts", "must map lengths >= 1 to sample counts >= 0, 1 to 10,000,000 in all")
         if self.response_strata > 1024:
             raise bad("response_strata", "must be <= 1024 (prompts per stratified block)")
-        for key in ("async_over_sync", "async_noninterruptible_over_sync"):
+        for key in ("async_over_sync", "async_noninterruptible_over_sync", "async_in_place_over_sync"):
             v = self.published.get(key) if isinstance(self.published, dict) else None
             if key in (self.published or {}) and (not isinstance(v, (int, float)) or isinstance(v, bool)
                                                     or not 0 < v < 1e6):

@@ -16,12 +16,12 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from areal_cli.bench.runs import (check_out_dir, cpu_overrides, located, machine_description, output_to,
-                                  override_items, refuse_per_run_overrides, shared_warm_start)
+from areal_cli.bench.runs import (PER_RUN_THROUGHPUT, check_out_dir, cpu_overrides, located, machine_description,
+                                  output_to, override_items, refuse_per_run_overrides, shared_warm_start)
 from areal_cli.bench.throughput.analysis import (accuracy_comparison, aggregate_modes, decompose_ratio, overlap_ceiling,
                                                  paired_ratio, steady_state, summarize_run, time_to_accuracy)
 from areal_cli.bench.throughput.generation import compare_generation
-from areal_cli.bench.throughput.scenario import MODES, Scenario, run_plan
+from areal_cli.bench.throughput.scenario import MODES, PAUSE_MODE, Scenario, run_plan
 from areal_cli.errors import UserError
 
 SCHEMA = "areal.bench.throughput/1"
@@ -54,7 +54,7 @@ def check_configs(scenario: Scenario, extra: list[str], out: Path | None = None)
 
     if out is not None:
         check_out_dir(out)
-    refuse_per_run_overrides(extra)
+    refuse_per_run_overrides(extra, PER_RUN_THROUGHPUT)
     cpu_items = cpu_overrides(scenario.cpus)
     base_cfg = _run_cfg(scenario, extra, cpu_items)
     _run_cfg(scenario, extra, cpu_items, sync=True)
@@ -64,12 +64,13 @@ def check_configs(scenario: Scenario, extra: list[str], out: Path | None = None)
 
 def describe_plan(scenario: Scenario, base_seed: int) -> list[dict]:
     """The runs :func:`run_benchmark` makes, in order: ``{"label", "mode", "repeat", "eta", "interruptible",
-    "seed"}`` each (the labels of the run folders under ``DIR/runs/``)."""
+    "pause_mode", "seed"}`` each (the labels of the run folders under ``DIR/runs/``)."""
     plan = []
     for i, (rep, mode) in enumerate(run_plan(scenario)):
         plan.append({"label": f"{i:02d}-{mode}-r{rep}", "mode": mode, "repeat": rep,
                      "eta": scenario.eta_sync if mode == "sync" else scenario.eta_async,
                      "interruptible": mode != "async_noninterruptible",
+                     "pause_mode": PAUSE_MODE.get(mode, "abort"),
                      "seed": base_seed + (rep if scenario.seed_per_repeat else 0)})
     return plan
 
@@ -111,7 +112,8 @@ def run_benchmark(scenario: Scenario, out: Path, *, extra_overrides: list[str] |
                              f"loop.max_steps={scenario.steps}", f"loop.eval_every={scenario.accuracy_every or scenario.steps}",
                              "loop.target_accuracy=0",
                              "loop.time_limit_s=0", f"rollout.max_head_offpolicyness={eta}",
-                             f"rollout.interruptible={'true' if interruptible else 'false'}"]
+                             f"rollout.interruptible={'true' if interruptible else 'false'}",
+                             f"rollout.pause_mode={run['pause_mode']}"]
         cfg = _run_cfg(scenario, extra, items, sync=mode == "sync")
         run_dir = out / "runs" / label
         with output_to(out / "runs" / f"{label}.console.log"):
@@ -119,7 +121,7 @@ def run_benchmark(scenario: Scenario, out: Path, *, extra_overrides: list[str] |
         tl = json.loads((run_dir / "timeline.json").read_text())
         r = summarize_run(tl, summary, label=label, mode=mode, repeat=rep, eta=eta, interruptible=interruptible,
                           eval_n_prompts=cfg.loop.eval_n_prompts, impute_after_eval=scenario.impute_post_eval_steps)
-        r["seed"], r["dir"] = seed, str(run_dir)
+        r["seed"], r["dir"], r["pause_mode"] = seed, str(run_dir), run["pause_mode"]
         runs.append(r)
         timelines.setdefault(mode, tl)  # the first run of each mode is plotted
         log(f"{label}: {r['effective_tokens_per_s']:.0f} tok/s effective, {r['step_s_mean']:.3f} s per step, "
@@ -166,6 +168,15 @@ def build_results(scenario: Scenario, runs: list[dict], *, warm: dict, generate:
                                                                              "generation_tokens_per_s")}
     accuracy = accuracy_comparison(runs)
     tta = time_to_accuracy(runs)
+    in_place = None
+    if any(r["mode"] == "async_in_place" for r in runs):  # the same figures for in-place updates
+        in_place = {"over_sync": paired_ratio(runs, "async_in_place", "sync"),
+                    "over_sync_generation": paired_ratio(runs, "async_in_place", "sync", "generation_tokens_per_s"),
+                    "over_abort": paired_ratio(runs, "async_in_place", "async"),
+                    "over_abort_generation": paired_ratio(runs, "async_in_place", "async", "generation_tokens_per_s"),
+                    "accuracy": accuracy_comparison(runs, "async_in_place"),
+                    "time_to_accuracy": time_to_accuracy(runs, "async_in_place"),
+                    "decomposition": decompose_ratio(runs, async_mode="async_in_place")}
     ceiling = overlap_ceiling(runs)
     if ceiling and ratios["async_over_sync"]:
         ceiling["async_over_sync_fraction_of_ceiling"] = ratios["async_over_sync"]["mean"] / ceiling["ceiling"]["mean"]
@@ -177,6 +188,12 @@ def build_results(scenario: Scenario, runs: list[dict], *, warm: dict, generate:
                                 and accuracy and accuracy["equal_within_noise"]),
         "continuous_over_static": bool(generate and generate["continuous_over_static"] >= TARGETS["continuous_over_static"]),
     }
+    if in_place:
+        ip_tta, ip_acc = in_place["time_to_accuracy"], in_place["accuracy"]
+        reached["async_in_place_over_sync"] = bool(in_place["over_sync"] and in_place["over_sync"]["mean"] >= target
+                                                   and ip_acc and ip_acc["equal_within_noise"])
+        reached["async_in_place_over_sync_time_to_equal_accuracy"] = bool(
+            ip_tta and ip_tta["mean_curve_ratio"] and ip_tta["mean_curve_ratio"] >= target)
     argv = sys.argv[1:]
     return {
         "schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -205,7 +222,7 @@ def build_results(scenario: Scenario, runs: list[dict], *, warm: dict, generate:
                             "converges to, and what `areal bench simulate` predicts",
         },
         "warm_start": warm, "runs": runs, "modes": aggregate_modes(runs), "ratios": ratios, "accuracy": accuracy,
-        "time_to_accuracy": tta, "overlap_ceiling": ceiling, "steady_state": steady_state(runs),
+        "time_to_accuracy": tta, "in_place": in_place, "overlap_ceiling": ceiling, "steady_state": steady_state(runs),
         "decomposition": decompose_ratio(runs),
         "generate": generate, "targets": {**TARGETS, "async_over_sync": target, "reached": reached},
         "plots": {"timeline": "timeline.png", "throughput": "throughput.png",

@@ -13,7 +13,8 @@ from areal_cli.bench.throughput.accounting import batch_straggler, occupancy_cur
 # kind -> colour; lanes: "trainer" then "server<i>" (see areal_cli.timeline.Timeline)
 COLOURS = {"train": "#1f77b4", "publish": "#ff7f0e", "wait": "#dddddd", "eval": "#9467bd",
            "generate": "#2ca02c", "update": "#d62728"}
-TITLES = {"sync": "sync (eta = 0)", "async": "async", "async_noninterruptible": "async, non-interruptible updates"}
+TITLES = {"sync": "sync (eta = 0)", "async": "async", "async_noninterruptible": "async, non-interruptible updates",
+          "async_in_place": "async, in-place updates"}
 
 
 def plot_timelines(runs: list[tuple[str, dict]], path: Path, *, window_s: float | None = 12.0) -> None:
@@ -86,7 +87,7 @@ def plot_throughput_bars(results: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     modes = results["modes"]
-    names = [m for m in ("sync", "async", "async_noninterruptible") if m in modes]
+    names = [m for m in ("sync", "async", "async_noninterruptible", "async_in_place") if m in modes]
     gen = results.get("generate")
     fig, axes = plt.subplots(1, 2 if gen else 1, figsize=(11 if gen else 7, 4), squeeze=False)
     ax = axes[0, 0]
@@ -136,7 +137,7 @@ def plot_accuracy_curves(results: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colours = {"sync": "#7f7f7f", "async": "#1f77b4", "async_noninterruptible": "#ff7f0e"}
+    colours = {"sync": "#7f7f7f", "async": "#1f77b4", "async_noninterruptible": "#ff7f0e", "async_in_place": "#2ca02c"}
     fig, ax = plt.subplots(figsize=(7, 4))
     seen: set[str] = set()
     for r in results["runs"]:

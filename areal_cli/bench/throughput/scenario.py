@@ -16,7 +16,11 @@ from areal_cli.errors import UserError
 from areal_cli.bench.runs import override_locations
 from areal_cli.typed_yaml import LineDict, read_yaml
 
-MODES = ("sync", "async", "async_noninterruptible")
+MODES = ("sync", "async", "async_noninterruptible", "async_in_place")
+
+#: ``rollout.pause_mode`` of a mode's runs (an interruptible update of ``async_in_place`` keeps the KV of
+#: in-flight samples; every other mode's updates abort them, or, non-interruptible, wait for them).
+PAUSE_MODE = {"async_in_place": "in_place"}
 
 # The built-in scenario; benchmarks/scenarios/throughput-tiny-arith.yaml holds the same values with the
 # reasons for each (a test keeps the two equal).
@@ -28,6 +32,7 @@ DEFAULT_SCENARIO: dict[str, Any] = {
     "eta_sync": 0,
     "eta_async": 2,
     "compare_interruptible": True,
+    "compare_in_place": False,
     "accuracy_every": 5,
     "seed_per_repeat": True,
     "cpus": {"trainer": "0", "server": "1", "controller": "1"},
@@ -52,6 +57,9 @@ class Scenario:
         repeats: how many times each mode runs (interleaved, ABBA order).
         eta_sync, eta_async: ``rollout.max_head_offpolicyness`` of the two modes.
         compare_interruptible: also run async with non-interruptible weight updates.
+        compare_in_place: also run async with in-place interruptible updates (``rollout.pause_mode: in_place``:
+            in-flight samples keep their KV cache across a weight update instead of being aborted and
+            re-prefilled; PipelineRL's in-flight weight updates), mode ``async_in_place``.
         accuracy_every: held-out accuracy every this many steps (0: after the last step only); gives each
             run's accuracy curve against RL time and the time-to-equal-accuracy ratio.
         seed_per_repeat: repeat ``r`` runs every mode with ``seed = recipe seed + r`` (training problems and
@@ -85,6 +93,7 @@ class Scenario:
     target_async_over_sync: float = 1.8
     sync_overrides: dict[str, Any] = field(default_factory=dict)
     impute_post_eval_steps: bool = False
+    compare_in_place: bool = False
     source: str = "built-in"
     # "overrides.KEY" -> "file:line" of that override (errors the recipe's validation raises point there)
     locations: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
@@ -144,8 +153,9 @@ def scenario_from_dict(data: Any, where: Callable[[str], str]) -> Scenario:
                         f"got {target!r}")
     sync_overrides = need("sync_overrides", dict)
     impute = need("impute_post_eval_steps", bool)
+    in_place = need("compare_in_place", bool)
     return Scenario(name, recipe, steps, repeats, eta_sync, eta_async, compare, acc_every, seed_per_repeat, cpus,
-                    dict(overrides), gen, float(target), dict(sync_overrides), impute)
+                    dict(overrides), gen, float(target), dict(sync_overrides), impute, in_place)
 
 
 def resolve_scenario_path(path: str | Path) -> Path:
@@ -203,7 +213,8 @@ def default_scenario(recipe: str | None = None) -> Scenario:
 
 def run_plan(scenario: Scenario) -> list[tuple[int, str]]:
     """``(repeat, mode)`` in execution order: ABBA interleaving (odd repeats reversed)."""
-    modes = ["sync", "async"] + (["async_noninterruptible"] if scenario.compare_interruptible else [])
+    modes = (["sync", "async"] + (["async_noninterruptible"] if scenario.compare_interruptible else [])
+             + (["async_in_place"] if scenario.compare_in_place else []))
     plan = []
     for r in range(scenario.repeats):
         plan += [(r, m) for m in (modes if r % 2 == 0 else modes[::-1])]

@@ -17,7 +17,8 @@ def results_table(results: dict):
     t.add_column("metric", style="cyan")
     names = {"sync": f"sync (eta={results['scenario']['eta_sync']})",
              "async": f"async (eta={results['scenario']['eta_async']})",
-             "async_noninterruptible": "async, non-interruptible"}
+             "async_noninterruptible": "async, non-interruptible",
+             "async_in_place": "async, in-place updates"}
     for m in cols:
         t.add_column(names[m], justify="right")
     t.add_column("async / sync", justify="right", style="bold")
@@ -52,10 +53,15 @@ def results_table(results: dict):
     if ss:
         ph = ss["phases_s"]
         t.add_row(f"  steady state (first step and steps after an evaluation left out): sync step = "
-                  f"{ph['generate']:.3f} + {ph['train']:.3f} + {ph['publish']:.3f} s, ceiling {ss['ceiling']:.2f}x",
+                  f"{ph['generate']:.3f} + {ph['train']:.3f} + {ph['publish']:.3f} s, ceiling {ss['ceiling']:.2f}x"
+                  + (f" ({ss['ceiling_with_stragglers']:.2f}x with stragglers)" if "ceiling_with_stragglers" in ss
+                     else ""),
                   *["" for _ in cols],
-                  "; ".join(f"{label} {ss[f'{m}_over_sync']['mean']:.2f}x ({ss[f'{m}_fraction_of_ceiling']:.0%})"
-                            for m, label in (("async", "async"), ("async_noninterruptible", "non-interr."))
+                  "; ".join(f"{label} {ss[f'{m}_over_sync']['mean']:.2f}x ({ss[f'{m}_fraction_of_ceiling']:.0%}"
+                            + (f", {ss[f'{m}_fraction_of_ceiling_with_stragglers']:.0%} with stragglers)"
+                               if f"{m}_fraction_of_ceiling_with_stragglers" in ss else ")")
+                            for m, label in (("async", "async"), ("async_noninterruptible", "non-interr."),
+                                             ("async_in_place", "in place"))
                             if f"{m}_over_sync" in ss))
     dc = results.get("decomposition")
     if dc:
@@ -87,6 +93,20 @@ def results_table(results: dict):
     if rig:
         t.add_row("interruptible / non-interruptible (generation)", *["" for _ in cols],
                   f"{rig['mean']:.2f}x [{rig['min']:.2f}-{rig['max']:.2f}]")
+    ip = results.get("in_place")
+    if ip and ip["over_sync"]:
+        o, a = ip["over_sync"], ip["over_abort"]
+        acc = ip["accuracy"]
+        t.add_row("in-place updates (KV kept): async / sync effective; over aborting updates", *["" for _ in cols],
+                  f"{o['mean']:.2f}x [{o['min']:.2f}-{o['max']:.2f}]" + (f"; {a['mean']:.2f}x" if a else ""))
+        if acc:
+            t.add_row("  in place: accuracy difference to sync", *["" for _ in cols],
+                      f"{acc['difference']:+.3f} ({'equal' if acc['equal_within_noise'] else 'NOT equal'} within "
+                      f"±{acc['two_standard_errors']:.3f})")
+        tt = ip.get("time_to_accuracy")
+        if tt and tt.get("mean_curve_ratio"):
+            t.add_row(f"  in place: RL time to accuracy {tt['target_accuracy']:.3f}, mean curves",
+                      *["" for _ in cols], f"{tt['mean_curve_ratio']:.2f}x")
     g = results.get("generate")
     if g:
         t.add_row(f"continuous batching vs HF static generate: {g['embedded_server']['tokens_per_s']:.0f} vs "
