@@ -134,6 +134,45 @@ def test_continuous_batching_gives_the_same_greedy_tokens_as_each_request_alone(
     assert eng.free_tokens == eng.max_total_tokens  # every KV slot was returned
 
 
+def test_decode_groups_split_where_the_most_padding_goes_by_hand():
+    from areal_cli.rollout.decode_groups import decode_groups, padded_slots
+
+    lens = [5, 5, 5, 100, 100]  # one block reads 5 x 100 = 500 slots; split after the third: 3 x 5 + 2 x 100
+    assert decode_groups(lens, min_saving=0) == [(0, 3), (3, 5)]
+    assert padded_slots(lens, [(0, 3), (3, 5)]) == 215 and padded_slots(lens, [(0, 5)]) == 500
+    assert decode_groups(lens, min_saving=285) == [(0, 5)]  # the split saves exactly 285: not more
+    assert decode_groups(lens, min_saving=0, max_groups=1) == [(0, 5)]
+    # the greedy order: the largest saving first (after 2: 2 x 98 = 196 vs after 4: 4 x 70 = 280 -> 4 first)
+    assert decode_groups([2, 2, 30, 30, 100], min_saving=0, max_groups=2) == [(0, 4), (4, 5)]
+    assert decode_groups([2, 2, 30, 30, 100], min_saving=0) == [(0, 2), (2, 4), (4, 5)]
+    assert decode_groups([], min_saving=0) == [] and decode_groups([7], min_saving=0) == [(0, 1)]
+    with pytest.raises(ValueError, match="ascending"):
+        decode_groups([3, 2])
+    with pytest.raises(ValueError, match="max_groups"):
+        decode_groups([1], max_groups=0)
+
+
+def test_decode_split_into_length_groups_gives_the_tokens_and_logprobs_of_one_padded_call(dirs):
+    # a long request decoding beside short ones that join later: the batch mixes contexts of 4-60 tokens
+    def run(**kw):
+        eng = InferenceEngine(dirs[0], max_total_tokens=1024, **kw)
+        eng.add_request("long", PROMPTS[4], greedy(45))
+        for _ in range(20):
+            eng.step()
+        for i in range(4):
+            eng.add_request(f"s{i}", PROMPTS[i], greedy(BUDGETS[i]))
+        results = eng.run_until_done()
+        return {r.rid: r for r in results}, eng.step_costs.to_dict()["xtx"][0][2]
+
+    one, slots_one = run(decode_max_groups=1)
+    split, slots_split = run(decode_max_groups=4, decode_group_min_saving=0)
+    assert set(one) == set(split) == {"long", "s0", "s1", "s2", "s3"}
+    for rid, ref in one.items():
+        assert split[rid].output_ids == ref.output_ids, rid
+        assert max(abs(a - b) for a, b in zip(split[rid].output_logprobs, ref.output_logprobs)) <= 1e-5, rid
+    assert slots_split < 0.7 * slots_one  # the step costs count the key slots read, fewer when split
+
+
 def test_memory_cap_queues_requests_and_all_complete(dirs):
     alone = _alone(dirs[0])
     cap = 64  # the largest request needs 45 tokens: at most one or two fit at a time
@@ -301,7 +340,8 @@ def test_every_step_records_its_shape_and_seconds_for_the_cost_fit(dirs):
     assert xtx[0][1] == eng.stats["decode_tokens"] == sum(budgets) - len(budgets)
     # padded prefill: the three prompts in one forward, padded to the longest (11)
     assert xtx[0][3] == 3 * 11 and eng.stats["prefill_tokens"] == 3 + 11 + 6
-    # decode contexts: the batch is padded to its longest KV (+1 for the new token)
+    # decode contexts: the batch is padded to its longest KV (+1 for the new token); the contexts differ by less
+    # than decode_groups' MIN_SAVING slots, so it is not split into length groups
     exp_ctx = 0
     for k in range(1, steps):  # decode step k: requests with more than k tokens still to generate
         live = [(len(p), m) for p, m in zip(prompts, budgets) if m > k]

@@ -342,6 +342,26 @@ def test_padded_decode_pays_for_the_longest_context_of_a_staggered_batch(tmp_pat
     assert pad_refs[1] > sum_refs[1] and pad_refs[2] > sum_refs[2]
 
 
+def test_grouped_decode_splits_where_the_engine_does(tmp_path):
+    """The embedded engine now splits a decode batch into groups of similar context lengths when a split saves
+    more than MIN_SAVING key slots (areal_cli.rollout.decode_groups). Two requests at a time: a request of 1,200
+    tokens that joins beside one already 1,210 tokens in is split off (the sum of the contexts); requests of 40
+    tokens beside one at most 130 tokens in are not worth a call (padded to the longest)."""
+    def steps(lengths: str) -> dict:
+        (tmp_path / "lengths.txt").write_text(lengths)
+        base = dict(gen_gpus=1, train_gpus=1, batch_size=4, group_size=1, prompt_tokens=10, max_new_tokens=4000,
+                    response_lengths_file=str(tmp_path / "lengths.txt"), response_strata=4, response_prompt_corr=1.0,
+                    max_running_per_server=2, sim_steps=6, warmup_steps=2,
+                    **exact_costs(decode_step_per_ctx_token_s=1e-5))
+        return {m: sim.simulate(sim.Scenario(**base, decode_attention=m), "sync")["step_s"]
+                for m in ("sum", "grouped", "padded")}
+
+    far = steps("3000\n1200\n1200\n1200\n")
+    assert far["grouped"] == pytest.approx(far["sum"], rel=1e-12) and far["padded"] > 1.1 * far["sum"]
+    near = steps("3000\n40\n40\n40\n")
+    assert near["grouped"] == pytest.approx(near["padded"], rel=1e-12) and near["padded"] > near["sum"]
+
+
 def test_a_single_order_of_lengths_matches_the_reference_exactly(tmp_path):
     (tmp_path / "lengths.txt").write_text("30\n90\n")
     for padded in (False, True):
@@ -441,7 +461,15 @@ def test_calibration_with_engine_step_costs_fits_decode_from_them_and_solves_the
     sc, rep = sim.calibrate_from_run(_bench_run(tmp_path, costs), base)
     assert rep["engine_step_costs"]["steps"] == 2 * (len(rows) - 6)  # both runs' RL windows
     assert sc.decode_step_fixed_s == pytest.approx(a, rel=1e-6) and sc.decode_step_per_seq_s == pytest.approx(b, rel=1e-6)
-    assert sc.decode_attention == "padded" and sc.prefix_cache is False
+    assert sc.decode_attention == "grouped" and sc.prefix_cache is False  # what today's engine records
+    old = {k: {"server0": {f: v for f, v in d["server0"].items() if f != "decode_attention"}} for k, d in costs.items()}
+    (tmp_path / "old").mkdir()
+    (tmp_path / "mixed").mkdir()
+    assert sim.calibrate_from_run(_bench_run(tmp_path / "old", old), base)[0].decode_attention == "padded"
+    mixed = {"rl_start": costs["rl_start"], "rl_end": {"server0": costs["rl_end"]["server0"],
+                                                       "server1": old["rl_end"]["server0"]}}
+    with pytest.raises(UserError, match="grouped and padded"):
+        sim.calibrate_from_run(_bench_run(tmp_path / "mixed", mixed), base)
     # the benchmark's own step phases (evaluations excluded): 0.9 s per sync step, publishing 0.05 s
     assert rep["measured"]["00-sync-r0"]["step_s"] == pytest.approx(0.9) and sc.sync_save_s == pytest.approx(0.05)
     assert sc.trainer_overhead_s == 0.0

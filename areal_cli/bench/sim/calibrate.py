@@ -285,7 +285,8 @@ def calibrate_from_run(results_json: str | Path, base: Scenario | None = None, *
     The generation side: when the runs recorded their engines' step costs (``timeline.json``
     ``marks.step_costs``, :mod:`areal_cli.rollout.engine.step_costs`), the decode and prefill constants are
     fitted to every engine step of every run in the file (:func:`~areal_cli.bench.sim.engine_costs.
-    fit_step_costs`; ``decode_attention: padded`` and ``prefix_cache: false``, as the embedded engine works) and
+    fit_step_costs`; ``decode_attention`` as the recording engine read its KV cache, ``grouped`` or, for runs of
+    engines before the length groups, ``padded``; ``prefix_cache: false``, as the embedded engine works) and
     ``request_overhead_s`` (server-core time per request outside the engine) is solved so that the simulated
     synchronous step equals the measured one. Without step costs (older runs), ``decode_step_fixed_s`` (one
     batch-independent decode step) is solved instead.
@@ -379,7 +380,7 @@ def calibrate_from_run(results_json: str | Path, base: Scenario | None = None, *
     except (ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
         raise UserError(f"{path}: timeline field 'marks.step_costs': {type(e).__name__}: {e}") from None
     if engine is not None:
-        sc = dataclasses.replace(sc, **engine["coef"], decode_attention="padded", prefix_cache=False,
+        sc = dataclasses.replace(sc, **engine["coef"], decode_attention=engine["decode_attention"], prefix_cache=False,
                                  request_overhead_s=0.0)
 
         def sync_step(r: float) -> float:

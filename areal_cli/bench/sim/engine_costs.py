@@ -1,11 +1,11 @@
 """The decode and prefill constants of the cluster model, fitted from a measured run's engine step-cost sums.
 
 The embedded server's engine keeps, for every step it takes, least-squares sums of ``seconds`` against the step's
-shape (:mod:`areal_cli.rollout.engine.step_costs`: a constant, decode sequences ``n``, ``n`` x longest context,
-padded prefill tokens). A run that records a timeline stores each server's sums at the start and the end of RL
+shape (:mod:`areal_cli.rollout.engine.step_costs`: a constant, decode sequences ``n``, the key slots its attention
+read (``n`` x longest context, or per length group: ``decode_attention``), padded prefill tokens). A run that records a timeline stores each server's sums at the start and the end of RL
 (``timeline.json`` ``marks.step_costs``); their difference is the statistics of the engine steps of the RL phase
 (its held-out evaluations included: they are engine steps too). This module
-solves the non-negative least-squares problem for ``(a, b, c, p)`` of ``a + b*n + c*n*L_max + p*prefill``.
+solves the non-negative least-squares problem for ``(a, b, c, p)`` of ``a + b*n + c*slots + p*prefill``.
 """
 
 from __future__ import annotations
@@ -32,6 +32,19 @@ def _arrays(d: dict) -> tuple[int, np.ndarray, np.ndarray, float]:
     return n, xtx, xty, yy
 
 
+def decode_attention_of(sums: dict) -> str:
+    """How the engine that recorded ``sums`` read the KV cache in a decode step (the meaning of its
+    ``decode_ctx_tokens``): ``"grouped"`` (one padded block per group of similar context lengths) or ``"padded"``
+    (one block padded to the longest context; snapshots of engines before the groups carry no field).
+
+    Raises:
+        ValueError: another value."""
+    mode = sums.get("decode_attention", "padded")
+    if mode not in ("grouped", "padded"):
+        raise ValueError(f"'decode_attention' must be grouped or padded, got {mode!r}")
+    return mode
+
+
 def window_sums(start: dict | None, end: dict) -> dict:
     """The sums of the steps between two snapshots of one server (``start`` None: since the server started).
 
@@ -39,13 +52,15 @@ def window_sums(start: dict | None, end: dict) -> dict:
         ValueError: snapshots of different features, or ``end`` older than ``start``.
     """
     n1, a1, b1, y1 = _arrays(end)
+    mode = decode_attention_of(end)
     if start is None:
-        return {"features": list(FEATURES), "n": n1, "xtx": a1.tolist(), "xty": b1.tolist(), "yy": y1}
+        return {"features": list(FEATURES), "n": n1, "xtx": a1.tolist(), "xty": b1.tolist(), "yy": y1,
+                "decode_attention": mode}
     n0, a0, b0, y0 = _arrays(start)
     if n1 < n0:
         raise ValueError("the end snapshot has fewer steps than the start snapshot")
-    return {"features": list(FEATURES), "n": n1 - n0, "xtx": (a1 - a0).tolist(), "xty": (b1 - b0).tolist(),
-            "yy": y1 - y0}
+    return {"features": list(FEATURES), "decode_attention": mode, "n": n1 - n0, "xtx": (a1 - a0).tolist(),
+            "xty": (b1 - b0).tolist(), "yy": y1 - y0}
 
 
 def fit_step_costs(sums: list[dict]) -> dict:
@@ -54,12 +69,17 @@ def fit_step_costs(sums: list[dict]) -> dict:
     Args:
         sums: step-cost sums (one per server, or per window), as :func:`window_sums` returns; they are added.
     Returns:
-        ``{"steps": n, "coef": {scenario field: seconds}, "rmse_s": ..., "mean_step_s": ..., "r2": ...}``;
+        ``{"steps": n, "coef": {scenario field: seconds}, "rmse_s": ..., "mean_step_s": ..., "r2": ...,
+        "decode_attention": "grouped" | "padded"}`` (what the context feature counted, :func:`decode_attention_of`);
         a feature never seen (e.g. no prefill) or whose unconstrained coefficient is negative gets 0 (active set:
         the most negative one is dropped and the rest refitted).
     Raises:
-        ValueError: fewer steps than features, or sums of other features.
+        ValueError: fewer steps than features, sums of other features, or of engines that read the KV cache
+            differently.
     """
+    modes = {decode_attention_of(d) for d in sums}
+    if len(modes) > 1:
+        raise ValueError("step-cost sums of grouped and padded decode attention cannot be fitted together")
     k = len(FEATURES)
     n, xtx, xty, yy = 0, np.zeros((k, k)), np.zeros(k), 0.0
     for d in sums:
@@ -83,7 +103,7 @@ def fit_step_costs(sums: list[dict]) -> dict:
     sst = float(yy - n * mean * mean)
     return {"steps": n, "coef": {f: float(v) for f, v in zip(SCENARIO_FIELDS, coef)},
             "rmse_s": math.sqrt(max(sse, 0.0) / n), "mean_step_s": mean,
-            "r2": 1.0 - max(sse, 0.0) / sst if sst > 0 else 1.0}
+            "r2": 1.0 - max(sse, 0.0) / sst if sst > 0 else 1.0, "decode_attention": modes.pop() if modes else "padded"}
 
 
 def step_costs_of_timeline(timeline: dict) -> list[dict] | None:

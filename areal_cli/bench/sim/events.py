@@ -13,7 +13,10 @@ What is simulated (one event loop, ``heapq``; pure Python + numpy):
   ``max_running_per_server`` requests run at once (a stand-in for the KV-cache limit); the rest queue (FIFO).
   With ``decode_attention: padded`` (the embedded CPU engine, which pads a decode batch to its longest context)
   ``S`` is ``n`` times the longest running context instead of the sum; it also grows by ``n`` per step, so the
-  same closed form holds between events. ``prefix_cache: false``: every sample prefills its own prompt.
+  same closed form holds between events. ``decode_attention: grouped`` (the embedded engine now): the running
+  contexts, sorted, are split as the engine splits them (:func:`areal_cli.rollout.decode_groups.decode_groups`)
+  and ``S`` is the sum over groups of size x longest context (it too grows by ``n`` per step).
+  ``prefix_cache: false``: every sample prefills its own prompt.
   ``request_overhead_s`` per sample (HTTP, reward, the controller: work on the server's core outside the engine
   step), paid at its first admission (not again when it resumes after an interruption), blocks the server like a
   prefill and is counted with it. On the trainer's side, ``batch_handoff_s_per_token`` (receiving the batch
@@ -68,6 +71,7 @@ from areal_cli.bench.sim.costs import Costs, derive_costs
 from areal_cli.bench.sim.lengths import ResponseLengths, load_empirical_lengths
 from areal_cli.bench.sim.modes import UNBOUNDED_ETA, ModeSpec, mode_spec, scaled
 from areal_cli.bench.sim.scenario import Scenario
+from areal_cli.rollout.decode_groups import decode_groups, padded_slots
 from areal_cli.rollout.staleness import StalenessManager
 
 _SRV, _LOAD, _TRAIN_DONE, _PUBLISH, _TRAINER_FREE, _NOTIFY = range(6)
@@ -129,7 +133,8 @@ class _Sim:
         self.rng = np.random.default_rng(seed)
         self.lengths = ResponseLengths(sc, self.rng, empirical)
         self.A, self.B, self.C = costs.decode_a, costs.decode_b, costs.decode_c
-        self.padded = sc.decode_attention == "padded"
+        self.padded = sc.decode_attention in ("padded", "grouped")
+        self.grouped = sc.decode_attention == "grouped"
         self.overlap = sc.overlap_train_factor if spec.eta > 0 else 1.0  # training beside generation
         self.servers = [_Server(i) for i in range(sc.n_servers)]
         self.events: list = []
@@ -175,8 +180,12 @@ class _Sim:
         sv.t = now
 
     def repad(self, sv: _Server) -> None:
-        """``decode_attention: padded``: the context term is ``n`` x the longest running context."""
-        if self.padded:
+        """``decode_attention: padded``: the context term is ``n`` x the longest running context; ``grouped``: the
+        sum over the engine's length groups of their size x their longest context."""
+        if self.grouped:
+            ctx = sorted(rq.prompt + rq.gen_admit + sv.k - rq.k_admit + 1 for _, _, rq in sv.heap)
+            sv.s = float(padded_slots(ctx, decode_groups(ctx))) - sv.n  # decode_groups counts the new token
+        elif self.padded:
             sv.s = sv.n * max((rq.prompt + rq.gen_admit + sv.k - rq.k_admit for _, _, rq in sv.heap), default=0.0)
 
     def schedule(self, sv: _Server) -> None:

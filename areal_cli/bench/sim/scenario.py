@@ -62,8 +62,10 @@ class Scenario:
     decode_step_per_ctx_token_s: float | None = None  # c
     prefill_s_per_token: float | None = None  # p
     # how a decode step reads the KV cache: "sum" = every running context (SGLang's paged attention: c * S);
-    # "padded" = every sequence up to the batch's longest context (the embedded CPU engine: c * n * L_max)
-    decode_attention: typing.Literal["sum", "padded"] = "sum"
+    # "padded" = every sequence up to the batch's longest context (the embedded CPU engine before its length
+    # groups: c * n * L_max); "grouped" = the same per group of similar lengths (areal_cli.rollout.decode_groups,
+    # the embedded engine now: c * sum_g n_g * L_g)
+    decode_attention: typing.Literal["sum", "padded", "grouped"] = "sum"
     prefix_cache: bool = True  # a prompt's samples share its KV on a server (SGLang's radix cache); false: each prefills
     request_overhead_s: float = 0.0  # server-core seconds per sample outside the engine step (HTTP, reward, ...)
     batch_handoff_s_per_token: float = 0.0  # trainer blocked per trained token to receive its batch (IPC)

@@ -271,7 +271,8 @@ class CausalLM:
 
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor, pos: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
-                write_idx: torch.Tensor, read_idx: torch.Tensor) -> torch.Tensor:
+                write_idx: torch.Tensor, read_idx: torch.Tensor,
+                groups: list[tuple[int, int, int]] | None = None) -> torch.Tensor:
         """Run the layers for a right-padded batch, writing new K/V into the pool and attending over it.
 
         Args:
@@ -282,6 +283,11 @@ class CausalLM:
             read_idx: LongTensor [B, Lk] pool slot of key position j of each sequence (j = position);
                 key j is visible to a query at position p iff j <= p (causal); pads beyond a sequence's
                 length must point at an initialised slot (e.g. 0) and are masked by causality.
+            groups: optional ``[(start, end, lk), ...]``: contiguous row ranges covering the batch in order
+                (:func:`areal_cli.rollout.decode_groups.decode_groups`), each attending over its first ``lk``
+                key positions (``lk`` > every position in its rows, <= Lk) in a call of its own instead of over
+                all ``Lk``: the same values, as the keys left out are masked for every query of the group.
+                None: one call for the batch.
         Returns:
             FloatTensor [B, S, hidden] final-normed hidden states (apply :meth:`logits` to the rows needed).
         """
@@ -297,6 +303,12 @@ class CausalLM:
         mask = (torch.arange(Lk, device=dev)[None, None, :] <= pos[:, :, None]).unsqueeze(1)  # [B, 1, S, Lk]
         w_flat = write_idx.reshape(-1)
         r_flat = read_idx.reshape(-1)
+        if groups is not None and len(groups) > 1:  # per group: (rows, keys read, flat slots, mask)
+            parts = []
+            for a, b, lk in groups:
+                parts.append((a, b, lk, read_idx[a:b, :lk].reshape(-1), mask[a:b, :, :, :lk]))
+        else:
+            parts = [(0, B, Lk, r_flat, mask)]
         eps = s.rms_norm_eps
         for li, w in enumerate(self.layers):
             h = _rms_norm(x, w["ln1"], eps)
@@ -311,11 +323,15 @@ class CausalLM:
             kp, vp = k_pool[li], v_pool[li]
             kp.index_copy_(0, w_flat, k.reshape(B * S, nkv, D))
             vp.index_copy_(0, w_flat, v.reshape(B * S, nkv, D))
-            K = kp.index_select(0, r_flat).view(B, Lk, nkv, D).transpose(1, 2)  # [B, nkv, Lk, D]
-            V = vp.index_select(0, r_flat).view(B, Lk, nkv, D).transpose(1, 2)
-            # GQA: query head h uses kv head h // (nh // nkv) (HF repeat_kv), without copying K/V
-            o = F.scaled_dot_product_attention(q.transpose(1, 2), K, V, attn_mask=mask, scale=D ** -0.5,
-                                               enable_gqa=nkv != nh)  # [B, nh, S, D]
+            outs = []
+            for a, b, lk, r_idx, m in parts:
+                n = b - a
+                K = kp.index_select(0, r_idx).view(n, lk, nkv, D).transpose(1, 2)  # [n, nkv, lk, D]
+                V = vp.index_select(0, r_idx).view(n, lk, nkv, D).transpose(1, 2)
+                # GQA: query head h uses kv head h // (nh // nkv) (HF repeat_kv), without copying K/V
+                outs.append(F.scaled_dot_product_attention(q[a:b].transpose(1, 2), K, V, attn_mask=m,
+                                                           scale=D ** -0.5, enable_gqa=nkv != nh))  # [n, nh, S, D]
+            o = outs[0] if len(outs) == 1 else torch.cat(outs)
             o = o.transpose(1, 2).reshape(B, S, nh * D)
             x = x + F.linear(o, w["o"], w["o_b"])
             h = _rms_norm(x, w["ln2"], eps)

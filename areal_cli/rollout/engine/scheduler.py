@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from areal_cli.rollout.decode_groups import MAX_GROUPS, MIN_SAVING, decode_groups, padded_slots
 from areal_cli.rollout.engine.model import CausalLM, ModelSpec
 from areal_cli.rollout.engine.sampling import sample
 from areal_cli.rollout.engine.step_costs import StepCostStats
@@ -115,6 +116,9 @@ class InferenceEngine:
         max_prefill_tokens: cap on padded tokens (batch x length) of one prefill forward.
         dtype: compute dtype.
         device: the weights' and the KV pool's device (default CPU; sampling stays on the CPU).
+        decode_group_min_saving, decode_max_groups: how a decode step splits its attention over groups of
+            similar context lengths (:func:`~areal_cli.rollout.decode_groups.decode_groups`); max_groups 1: one
+            call padded to the longest context.
     Raises:
         UserError: bad model directory. ValueError: non-positive sizes, context beyond the model's positions.
     """
@@ -122,9 +126,13 @@ class InferenceEngine:
     def __init__(self, model_path: str | Path, *, max_running_requests: int = 64,
                  max_total_tokens: int = 65536, context_length: int | None = None, seed: int = 0,
                  weight_version: str = "0", max_prefill_tokens: int = 8192,
-                 dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"):
-        if max_running_requests < 1 or max_total_tokens < 1 or max_prefill_tokens < 1:
-            raise ValueError("max_running_requests, max_total_tokens and max_prefill_tokens must be >= 1")
+                 dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+                 decode_group_min_saving: int = MIN_SAVING, decode_max_groups: int = MAX_GROUPS):
+        if max_running_requests < 1 or max_total_tokens < 1 or max_prefill_tokens < 1 or decode_max_groups < 1:
+            raise ValueError("max_running_requests, max_total_tokens, max_prefill_tokens and decode_max_groups "
+                             "must be >= 1")
+        self.decode_group_min_saving = int(decode_group_min_saving)
+        self.decode_max_groups = int(decode_max_groups)
         self.model = CausalLM(model_path, dtype=dtype, device=device)
         s = self.model.spec
         self.context_length = int(context_length or s.max_position_embeddings)
@@ -148,7 +156,7 @@ class InferenceEngine:
         self._rids: set[str] = set()
         self.stats = {"steps": 0, "prefill_tokens": 0, "decode_tokens": 0, "max_running": 0}
         self.step_costs = StepCostStats()  # seconds per step against its shape (least-squares sums)
-        self._step_shape = [0, 0, 0]  # decode sequences, decode batch x longest context, padded prefill tokens
+        self._step_shape = [0, 0, 0]  # decode sequences, key slots its attention read, padded prefill tokens
 
     # -- properties -----------------------------------------------------------------------------------------
 
@@ -432,21 +440,31 @@ class InferenceEngine:
         return self._sample_and_append(reqs, logits)
 
     def _decode(self, reqs: list[_Req]) -> list[EngineResult]:
+        """One decode step for ``reqs``: the batch runs sorted by context length, its attention split into
+        groups of similar lengths (:func:`decode_groups`), and is sampled in the order of ``reqs``."""
         B = len(reqs)
-        Lk = max(r.kv_len for r in reqs) + 1
-        ids = torch.tensor([[r.output_ids[-1]] for r in reqs], dtype=torch.long)
-        pos = torch.tensor([[r.kv_len] for r in reqs], dtype=torch.long)
+        order = sorted(range(B), key=lambda i: reqs[i].kv_len)
+        srt = [reqs[i] for i in order]
+        lens = [r.kv_len + 1 for r in srt]  # key positions each attends to (its context and the new token)
+        Lk = lens[-1]
+        groups = decode_groups(lens, self.decode_group_min_saving, self.decode_max_groups)
+        ids = torch.tensor([[r.output_ids[-1]] for r in srt], dtype=torch.long)
+        pos = torch.tensor([[r.kv_len] for r in srt], dtype=torch.long)
         ridx = torch.zeros(B, Lk, dtype=torch.long)
-        for i, r in enumerate(reqs):
-            ridx[i, :r.kv_len + 1] = r.slots[:r.kv_len + 1]
+        for i, r in enumerate(srt):
+            ridx[i, :lens[i]] = r.slots[:lens[i]]
         widx = ridx[torch.arange(B), pos[:, 0]].unsqueeze(1)
-        hid = self.model.forward(ids, pos, self.k_pool, self.v_pool, widx, ridx)
+        hid = self.model.forward(ids, pos, self.k_pool, self.v_pool, widx, ridx,
+                                 groups=[(a, b, lens[b - 1]) for a, b in groups])
+        back = [0] * B
+        for j, i in enumerate(order):
+            back[i] = j
         for r in reqs:
             r.kv_len += 1
         self.stats["decode_tokens"] += B
         self._step_shape[0] += B
-        self._step_shape[1] += B * Lk
-        return self._sample_and_append(reqs, self.model.logits(hid[:, 0]))
+        self._step_shape[1] += padded_slots(lens, groups)
+        return self._sample_and_append(reqs, self.model.logits(hid[back, 0]))
 
     def _sample_and_append(self, reqs: list[_Req], logits: torch.Tensor) -> list[EngineResult]:
         tokens, logprobs = sample(reqs, logits)

@@ -4,8 +4,11 @@ Each :meth:`InferenceEngine.step` records its wall seconds ``y`` and four featur
 
 * ``1`` (per-step overhead: Python scheduling, reading the weights, sampling set-up),
 * ``decode_seqs``: sequences in the decode batch,
-* ``decode_ctx_tokens``: decode batch x its longest context (the embedded engine pads a decode batch to its longest
-  context when it gathers the KV cache, so attention reads ``B * L_max`` slots, not the sum of the contexts),
+* ``decode_ctx_tokens``: the key slots the decode step's attention read. The embedded engine gathers the KV cache
+  into right-padded blocks: one per group of similar context lengths (:mod:`areal_cli.rollout.decode_groups`), each
+  ``n_g x L_g`` (its size x its longest context), so the feature is ``sum_g n_g x L_g`` (``decode_attention:
+  grouped``; engines before the groups padded the whole batch to its longest context, ``B * L_max``:
+  ``padded``, which is what a snapshot without ``decode_attention`` means),
 * ``prefill_tokens``: padded tokens of the step's prefill forwards (batch x longest prompt + prefix, per group).
 
 Only the sums ``X^T X``, ``X^T y``, ``y^T y`` and the count are kept (21 numbers, constant memory, additive: the
@@ -23,7 +26,8 @@ FEATURES = ("step", "decode_seqs", "decode_ctx_tokens", "prefill_tokens")
 class StepCostStats:
     """Running sums for the linear model ``seconds = x . theta`` over engine steps (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, decode_attention: str = "grouped") -> None:
+        self.decode_attention = decode_attention
         k = len(FEATURES)
         self.n = 0
         self.xtx = [[0.0] * k for _ in range(k)]
@@ -31,8 +35,8 @@ class StepCostStats:
         self.yy = 0.0
 
     def record(self, decode_seqs: int, decode_ctx_tokens: int, prefill_tokens: int, seconds: float) -> None:
-        """Add one step: ``decode_seqs`` sequences decoded, ``decode_ctx_tokens`` = decode batch x longest
-        context (tokens), ``prefill_tokens`` padded prefill tokens, ``seconds`` of wall time."""
+        """Add one step: ``decode_seqs`` sequences decoded, ``decode_ctx_tokens`` key slots its attention read,
+        ``prefill_tokens`` padded prefill tokens, ``seconds`` of wall time."""
         x = (1.0, float(decode_seqs), float(decode_ctx_tokens), float(prefill_tokens))
         y = float(seconds)
         self.n += 1
@@ -44,6 +48,7 @@ class StepCostStats:
         self.yy += y * y
 
     def to_dict(self) -> dict:
-        """JSON form: ``{"features": [...], "n": steps, "xtx": k x k, "xty": k, "yy": float}``."""
+        """JSON form: ``{"features": [...], "n": steps, "xtx": k x k, "xty": k, "yy": float,
+        "decode_attention": "grouped" | "padded"}``."""
         return {"features": list(FEATURES), "n": self.n, "xtx": [list(r) for r in self.xtx],
-                "xty": list(self.xty), "yy": self.yy}
+                "xty": list(self.xty), "yy": self.yy, "decode_attention": self.decode_attention}
