@@ -277,6 +277,32 @@ def test_results_json_schema_plots_and_table(tmp_path):
     assert "1.86x" in text and "effective training throughput" in text
 
 
+def test_in_place_runs_get_their_own_ratios_accuracy_and_targets():
+    runs = _runs()
+    for rep, tps in enumerate((260.0, 280.0)):  # in-place updates: 2.6x and 2.55x the sync runs
+        runs.append(tp.summarize_run(_timeline(steps=((int(tps), 1.0),)), _summary(0.81), label=f"{rep}-ip",
+                                     mode="async_in_place", repeat=rep, eta=2, interruptible=True, eval_n_prompts=128))
+    sc = tp.default_scenario()
+    sc.target_async_over_sync = 2.5
+    res = json.loads(json.dumps(tp.build_results(sc, runs, warm={}, generate=None, machine={
+        "start": tp.machine_description()}, extra_overrides=[], recipe_config={}, seconds=1.0)))
+    ip = res["in_place"]
+    assert ip["over_sync"]["pairs"] == [pytest.approx(2.6), pytest.approx(280 / 110)]
+    assert ip["over_abort"]["pairs"] == [pytest.approx(260 / 190), pytest.approx(280 / 200)]
+    assert ip["accuracy"]["equal_within_noise"] and ip["time_to_accuracy"] is None  # one evaluation per run
+    assert res["targets"]["reached"]["async_in_place_over_sync"] is True
+    assert res["targets"]["reached"]["async_over_sync"] is False  # the aborting async runs: 1.86x
+    assert set(res["modes"]) == {"sync", "async", "async_in_place"}
+    from rich.console import Console
+
+    console = Console(record=True, width=200)
+    console.print(tp.results_table(res))
+    text = " ".join(console.export_text().split())  # the caption wraps
+    assert "async, in-place updates" in text and "2.57x" in text and "in-place updates: reached" in text
+    assert tp.build_results(tp.default_scenario(), _runs(), warm={}, generate=None, machine={
+        "start": tp.machine_description()}, extra_overrides=[], recipe_config={}, seconds=1.0)["in_place"] is None
+
+
 @pytest.mark.multiproc
 def test_command_module_imports_only_click_and_stdlib():
     code = ("import sys; import areal_cli.bench.throughput_cmd as m; "
@@ -556,7 +582,12 @@ def test_long_tail_scenario_file():
     assert sc.source.endswith("benchmarks/scenarios/throughput-tiny-longtail.yaml")
     assert (sc.recipe, sc.eta_sync, sc.target_async_over_sync, sc.impute_post_eval_steps) == ("tiny-longtail", 0, 2.5,
                                                                                               True)
-    assert sc.sync_overrides == {"ppo.recompute_proximal": False} and sc.compare_interruptible
+    assert sc.sync_overrides == {"ppo.recompute_proximal": False} and sc.compare_interruptible and sc.compare_in_place
+    plan = tp.describe_plan(sc, 1)
+    assert [r["mode"] for r in plan[:8]] == ["sync", "async", "async_noninterruptible", "async_in_place",
+                                             "async_in_place", "async_noninterruptible", "async", "sync"]
+    assert [(r["interruptible"], r["pause_mode"]) for r in plan[1:4]] == [(True, "abort"), (False, "abort"),
+                                                                          (True, "in_place")]
     apply_overrides(TrainConfig(), [f"{k}={v}" for k, v in {**sc.overrides, **sc.sync_overrides}.items()])
     builtin = tp.default_scenario()
     assert (builtin.target_async_over_sync, builtin.sync_overrides, builtin.impute_post_eval_steps) == (1.8, {}, False)
@@ -569,6 +600,9 @@ def test_bad_long_tail_keys_are_reported_with_file_and_line(tmp_path):
         tp.load_scenario(p)
     p.write_text("name: x\n\nsync_overrides: [recompute_proximal]\n")
     with pytest.raises(UserError, match=r"s\.yaml:3: field 'sync_overrides'"):
+        tp.load_scenario(p)
+    p.write_text("compare_in_place: yes please\n")
+    with pytest.raises(UserError, match=r"s\.yaml:1: field 'compare_in_place'"):
         tp.load_scenario(p)
     p.write_text("impute_post_eval_steps: 1\n")
     with pytest.raises(UserError, match=r"s\.yaml:1: field 'impute_post_eval_steps'"):

@@ -103,7 +103,9 @@ def plot_throughput_bars(results: dict, path: Path) -> None:
     ax.set_xticks(range(len(names)), [TITLES.get(m, m).replace(", ", ",\n") for m in names], fontsize=8)
     ax.set_ylabel("tokens / s")
     r = results["ratios"]["async_over_sync"]
-    ax.set_title(f"RL throughput (async/sync effective: {r['mean']:.2f}x)" if r else "RL throughput", fontsize=10)
+    ip = (results.get("in_place") or {}).get("over_sync")
+    ax.set_title((f"RL throughput (async/sync effective: {r['mean']:.2f}x" + (f"; in place {ip['mean']:.2f}x" if ip else "")
+                  + ")") if r else "RL throughput", fontsize=10)
     ax.legend(fontsize=8)
     if gen:
         ax = axes[0, 1]
@@ -234,6 +236,9 @@ def plot_decomposition(results: dict, timelines: list[tuple[str, dict]], path: P
             bars.append(("measured:\nsteps per second", me["step_rate"], "#2ca02c"))
         if me.get("effective"):
             bars.append(("measured:\neffective tok/s", me["effective"], "#98df8a"))
+        ip = ((results.get("in_place") or {}).get("decomposition") or {}).get("measured") or {}
+        if ip.get("effective"):
+            bars.append(("measured, in-place\nupdates: effective", ip["effective"], "#2ca02c"))
         ax.bar(range(len(bars)), [b[1] for b in bars], color=[b[2] for b in bars])
         for i, (_, v, _) in enumerate(bars):
             ax.text(i, v, f"{v:.2f}x", ha="center", va="bottom", fontsize=8)

@@ -116,7 +116,12 @@ def results_table(results: dict):
     t.caption = (f"{results['machine']['start']['cpu']}, {results['machine']['start']['cpu_count']} cpus, load "
                  f"{load} at start; targets: async/sync >= {results['targets']['async_over_sync']}x at equal accuracy "
                  f"({'reached' if results['targets']['reached']['async_over_sync'] else 'not reached'}; in time "
-                 f"to equal accuracy: {'reached' if results['targets']['reached'].get('async_over_sync_time_to_equal_accuracy') else 'not reached'}), "
+                 f"to equal accuracy: {'reached' if results['targets']['reached'].get('async_over_sync_time_to_equal_accuracy') else 'not reached'}"
+                 + ("; in-place updates: " + ("reached" if results['targets']['reached']['async_in_place_over_sync'] else
+                                               "not reached") + ", in time to equal accuracy: " +
+                    ("reached" if results['targets']['reached'].get('async_in_place_over_sync_time_to_equal_accuracy')
+                     else "not reached") if "async_in_place_over_sync" in results['targets']['reached'] else "")
+                 + "), "
                  f"continuous/static >= {TARGETS['continuous_over_static']}x "
                  f"({'not measured' if not results.get('generate') else 'reached' if results['targets']['reached']['continuous_over_static'] else 'not reached'})")
     return t
