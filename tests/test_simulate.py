@@ -171,7 +171,8 @@ def test_calibrate_from_a_throughput_results_json_reads_each_runs_own_folder(tmp
     for label, (mode, eta) in {"00-sync-r0": ("sync", 0), "01-async-r0": ("async", 2)}.items():
         d = tmp_path / "bench" / "runs" / label
         d.mkdir(parents=True)
-        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records[mode]["steps"]))
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records[
+            "sync" if mode == "sync" else "async"]["steps"]))
         runs.append({"label": label, "mode": mode, "eta": eta, "steps": 12, "dir": f"/elsewhere/runs/{label}"})
     results = tmp_path / "bench" / "results.json"
     results.write_text(json.dumps({"runs": runs}))
@@ -432,20 +433,28 @@ def test_engine_step_costs_fit_recovers_the_constants_and_drops_a_negative_one()
         fit_step_costs([_sums(rows[:3])])
 
 
-def _bench_run(tmp_path: Path, step_costs: dict | None) -> Path:
-    """A made-up `areal bench throughput` result with timelines: sync (eta 0) and async (eta 2) runs."""
+def _bench_run(tmp_path: Path, step_costs: dict | None, more_modes: bool = False) -> Path:
+    """A made-up `areal bench throughput` result with timelines: sync (eta 0) and async (eta 2) runs (and, with
+    ``more_modes``, a non-interruptible run whose publish waits 0.3 s for the drain and an in-place run)."""
     records = json.loads(synthetic_run(tmp_path).read_text())["runs"]
     runs = []
-    for label, (mode, eta, step_s) in {"00-sync-r0": ("sync", 0, 1.0), "01-async-r0": ("async", 2, 0.8)}.items():
+    plan = {"00-sync-r0": ("sync", 0, 1.0), "01-async-r0": ("async", 2, 0.8)}
+    if more_modes:
+        plan.update({"02-async_noninterruptible-r0": ("async_noninterruptible", 2, 0.9),
+                     "03-async_in_place-r0": ("async_in_place", 2, 0.7)})
+    for label, (mode, eta, step_s) in plan.items():
         d = tmp_path / "bench" / "runs" / label
         d.mkdir(parents=True)
-        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records[mode]["steps"]))
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records[
+            "sync" if mode == "sync" else "async"]["steps"]))
         tl = {"marks": {"step_costs": step_costs}} if step_costs else {"marks": {}}
         tl["steps"] = [{"step": r["step"], "tokens": r["trained_tokens"], "response_lengths": [4] * 100 + [6] * 60}
-                       for r in records[mode]["steps"] if r.get("phase") == "rl"]
+                       for r in records["sync" if mode == "sync" else "async"]["steps"] if r.get("phase") == "rl"]
         (d / "timeline.json").write_text(json.dumps(tl))
-        runs.append({"label": label, "mode": mode, "eta": eta, "interruptible": True, "steps": 12, "dir": str(d),
-                     "step_s_mean": step_s * 0.9, "step_seconds": {"wait_s": 0.2, "train_s": 0.45, "publish_s": 0.05}})
+        runs.append({"label": label, "mode": mode, "eta": eta, "interruptible": mode != "async_noninterruptible",
+                     "pause_mode": "in_place" if mode == "async_in_place" else "abort", "steps": 12, "dir": str(d),
+                     "step_s_mean": step_s * 0.9, "step_seconds": {
+                         "wait_s": 0.2, "train_s": 0.45, "publish_s": 0.3 if mode == "async_noninterruptible" else 0.05}})
     results = tmp_path / "bench" / "results.json"
     results.write_text(json.dumps({"runs": runs}))
     return results
@@ -464,6 +473,7 @@ def test_calibration_with_engine_step_costs_fits_decode_from_them_and_solves_the
     assert sc.decode_attention == "grouped" and sc.prefix_cache is False  # what today's engine records
     old = {k: {"server0": {f: v for f, v in d["server0"].items() if f != "decode_attention"}} for k, d in costs.items()}
     (tmp_path / "old").mkdir()
+    (tmp_path / "more").mkdir()
     (tmp_path / "mixed").mkdir()
     assert sim.calibrate_from_run(_bench_run(tmp_path / "old", old), base)[0].decode_attention == "padded"
     mixed = {"rl_start": costs["rl_start"], "rl_end": {"server0": costs["rl_end"]["server0"],
@@ -485,6 +495,11 @@ def test_calibration_with_engine_step_costs_fits_decode_from_them_and_solves_the
     assert sc.batch_handoff_s_per_token == pytest.approx(0.2 / rep["trainer_beside_generation"]["tokens_per_step"])
     assert sc.overlap_train_factor == pytest.approx(1.0)  # the same train + publish seconds in both runs
     assert set(rep["ratios"]) == {"async-eta2"}
+    # a non-interruptible run's publish holds the drain the model simulates itself: not a slowdown of training
+    sc3, rep3 = sim.calibrate_from_run(_bench_run(tmp_path / "more", costs, more_modes=True), base)
+    assert sc3.overlap_train_factor == pytest.approx(1.0)
+    assert set(rep3["ratios"]) == {"async-eta2", "async_nointerrupt-eta2", "async_inplace-eta2"}
+    assert rep3["checks"]["03-async_in_place-r0"]["mode"] == "async_inplace"
     r = rep["ratios"]["async-eta2"]
     assert r["measured"] == pytest.approx(1.0 / 0.8) and r["rel_error"] == pytest.approx(r["simulated"] / r["measured"] - 1)
 

@@ -293,8 +293,9 @@ def calibrate_from_run(results_json: str | Path, base: Scenario | None = None, *
 
     The trainer beside generation, from the asynchronous runs of an ``areal bench throughput`` result: the
     smallest mean wait for a batch among them is the hand-off of a ready batch (``batch_handoff_s_per_token`` =
-    it / tokens per step; the servers were ahead there), and their mean training + publishing time over the
-    synchronous runs' is ``overlap_train_factor``. Both are 0 / 1 without such runs.
+    it / tokens per step; the servers were ahead there), and the mean training + publishing time of the
+    interruptible ones (all of them when none is: a non-interruptible publish includes the drain, which the model
+    simulates) over the synchronous runs' is ``overlap_train_factor``. Both are 0 / 1 without such runs.
 
     Args:
         results_json: ``metrics.jsonl`` of an ``areal train`` run with ``max_head_offpolicyness=0`` or a
@@ -368,7 +369,10 @@ def calibrate_from_run(results_json: str | Path, base: Scenario | None = None, *
         n_min = min(beside, key=lambda n: figs[n]["wait_s"])
         tok = float(runs[n_min].summary.get("tokens_per_step") or default_tokens)
         base_tp = f["train_s"] + f["sync_s"]
-        factor = float(np.mean([(figs[n]["train_s"] + figs[n]["sync_s"]) for n in beside])) / base_tp if base_tp > 0 else 1.0
+        # a non-interruptible run's publish includes waiting for the servers to drain, which the model simulates
+        # itself: the slowdown comes from the interruptible runs when there are any
+        inter = [n for n in beside if runs[n].summary.get("interruptible", True)] or beside
+        factor = float(np.mean([(figs[n]["train_s"] + figs[n]["sync_s"]) for n in inter])) / base_tp if base_tp > 0 else 1.0
         handoff = figs[n_min]["wait_s"] / tok
         overlap = {"handoff_run": n_min, "handoff_s": figs[n_min]["wait_s"], "tokens_per_step": tok,
                    "train_publish_factor": factor}
