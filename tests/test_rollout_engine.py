@@ -349,3 +349,19 @@ def test_every_step_records_its_shape_and_seconds_for_the_cost_fit(dirs):
     assert xtx[0][2] == exp_ctx
     assert d["xty"][0] > 0 and d["yy"] > 0
     assert xtx[1][1] == sum(len([m for m in budgets if m > k]) ** 2 for k in range(1, steps))
+
+
+def test_the_decode_groups_benchmark_runs_and_writes_its_figures(tmp_path, monkeypatch):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "decode_groups.py"
+    spec = importlib.util.spec_from_file_location("decode_groups_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    monkeypatch.setattr(bench, "MIXES", [[(3, 5), (1, 40)]])
+    assert bench.main(["--repeats", "1", "--steps", "2", "--out", str(tmp_path / "r.json")]) == 0
+    res = json.loads((tmp_path / "r.json").read_text())
+    row = res["rows"][0]
+    assert set(row["ms_per_step"]) == {"groups1_min0", "groups4_min256", "groups4_min1024", "groups4_min4096"}
+    assert all(v > 0 for v in row["ms_per_step"].values()) and row["one_call_over_grouped_1024"] > 0

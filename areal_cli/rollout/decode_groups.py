@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-#: Default ``min_saving``: a split must save more key slots than this (measured on this CPU with the tiny Qwen3
-#: of the CPU recipes: one more gather + attention call per layer costs about as much as reading this many slots).
+#: Default ``min_saving``: a split must save more key slots than this (a guard against splits whose extra gather
+#: and attention call per layer cost more than the padding they save; with the tiny Qwen3 of the CPU recipes the
+#: decode step times on mixed batches were the same within noise for thresholds of 256-4,096: benchmarks/README.md).
 MIN_SAVING = 1024
 #: Default ``max_groups``.
 MAX_GROUPS = 4

@@ -155,7 +155,8 @@ class InferenceEngine:
         self._ready: list[EngineResult] = []  # finished outside a step (max_new_tokens == 0)
         self._rids: set[str] = set()
         self.stats = {"steps": 0, "prefill_tokens": 0, "decode_tokens": 0, "max_running": 0}
-        self.step_costs = StepCostStats()  # seconds per step against its shape (least-squares sums)
+        # seconds per step against its shape (least-squares sums); one group = the whole batch padded
+        self.step_costs = StepCostStats("grouped" if self.decode_max_groups > 1 else "padded")
         self._step_shape = [0, 0, 0]  # decode sequences, key slots its attention read, padded prefill tokens
 
     # -- properties -----------------------------------------------------------------------------------------
