@@ -115,7 +115,8 @@ def weight_sync_spec(cfg: TrainConfig, client: RolloutClient):
     local = all(urlsplit(u).hostname in ("127.0.0.1", "localhost") for u in client.urls)
     return WeightSyncSpec(urls=tuple(client.urls), backend="nccl" if torch.cuda.is_available() else "gloo",
                           master_address="127.0.0.1" if local else "auto", chunk_mb=cfg.rollout.weight_update_chunk_mb, server_tp=cfg.rollout.sglang_tp_size if
-                          cfg.rollout.engine == "sglang" else 1, abort_all_requests=client.aborts_on_update)
+                          cfg.rollout.engine == "sglang" else 1, abort_all_requests=client.aborts_on_update,
+                          flush_cache=not client.keeps_requests_on_update)
 
 
 async def start_trainer(cfg: TrainConfig, engine_kwargs: dict, out: Path, cpus: frozenset[int],

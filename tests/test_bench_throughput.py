@@ -363,6 +363,8 @@ def test_client_records_generation_activity_and_update_windows(interruptible, pa
         assert next(b for p, b in fake.calls if p == "/pause_generation") == {"mode": pause_mode}
         # in place: nothing to abort, the paused server loads at once and its requests decode on
         assert update["abort_all_requests"] is (pause_mode == "abort")
+        # requests stay on the server: no post-load prefix-cache flush (SGLang asserts it succeeds)
+        assert update.get("flush_cache") is (False if pause_mode == "in_place" else None)
     else:  # no pause: the server finishes in-flight requests before it loads
         assert "/pause_generation" not in paths and "/continue_generation" not in paths
         assert update["abort_all_requests"] is False
@@ -406,6 +408,22 @@ def test_noninterruptible_update_lets_in_flight_samples_finish_with_old_weights(
                 after = (await http.get("/server_info")).json()["internal_states"][0]["prefill_tokens"]
             await c.aclose()
             return comp, before, after
+
+        async def in_place_with_flush():  # what a client that forgets flush_cache: false gets (SGLang: an assert)
+            async with httpx.AsyncClient(base_url=srv.url, timeout=30) as http:
+                gen = asyncio.create_task(http.post("/generate", json={"input_ids": [5, 6, 7], "sampling_params": {
+                    "max_new_tokens": 60, "min_new_tokens": 60}}))
+                await asyncio.sleep(0.2)
+                await http.post("/pause_generation", json={"mode": "in_place"})
+                refused = await http.post("/update_weights_from_disk", json={"model_path": str(model),
+                                                                            "weight_version": "12"})
+                version = (await http.get("/get_model_info")).json().get("weight_version")
+                await http.post("/continue_generation", json={})
+                return refused, version, (await gen).json()
+
+        refused, version, out = asyncio.run(in_place_with_flush())
+        assert refused.status_code == 400 and "flush_cache: false" in refused.json()["message"]
+        assert version == "7" and out["meta_info"]["finish_reason"]["type"] == "length"  # old weights, unharmed
 
         ip, before, after = asyncio.run(in_place())
         assert ip.n_interruptions == 0 and len(ip.output_ids) == 60
@@ -657,3 +675,18 @@ def test_steady_state_leaves_out_the_pipeline_fill_and_the_steps_after_an_evalua
     assert ss["ceiling"] == pytest.approx(0.95 / 0.6) and ss["async_fraction_of_ceiling"] > 1
     assert ss["ceiling_with_stragglers"] == pytest.approx(0.95 / 0.35) and ss["phases_s"]["straggler"] == 0.4
     assert ss["async_fraction_of_ceiling_with_stragglers"] == pytest.approx(2.0 / (0.95 / 0.35))
+
+
+@pytest.mark.parametrize("section,text,line", [
+    ("overrides", "overrides:\n  rollout.success_rate_lb: 0.0\n  rollout.pause_mode: in_place\n", 4),
+    ("overrides", "overrides: {interruptible: false}\n", 2),
+    ("sync_overrides", "sync_overrides:\n  rollout.interruptible: false\n", 3),
+])
+def test_a_scenario_may_not_set_the_update_mode_its_modes_set(tmp_path, section, text, line):
+    p = tmp_path / "sc.yaml"
+    p.write_text("name: x\n" + text)
+    with pytest.raises(UserError) as err:
+        tp.check_configs(tp.load_scenario(p), [])
+    msg = str(err.value)
+    assert msg.startswith(f"{p}:{line}: field '{section}.") and "the mode of the run" in msg and "\n" not in msg
+    assert "compare_in_place" in msg or "compare_interruptible" in msg

@@ -212,6 +212,8 @@ def test_pause_mode_is_checked_with_its_name():
     assert apply_overrides(TrainConfig(), ["rollout.pause_mode=in_place"]).rollout.pause_mode == "in_place"
     with pytest.raises(UserError, match="field 'rollout.pause_mode': must be one of abort, in_place"):
         apply_overrides(TrainConfig(), ["rollout.pause_mode=retract"])
+    with pytest.raises(UserError, match="pause_mode"):  # a new setting: no flat name of earlier releases
+        apply_overrides(TrainConfig(), ["pause_mode=in_place"])
     with pytest.raises(UserError, match="field 'rollout.pause_mode': in_place pauses an interruptible") as e:
         apply_overrides(TrainConfig(), ["rollout.pause_mode=in_place", "rollout.interruptible=false"])
     assert_one_line(str(e.value))

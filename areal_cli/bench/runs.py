@@ -59,8 +59,27 @@ PER_RUN = {"seed": "the repeat / seed of the plan", "model.path": "the shared wa
            "parallel.server_cpus": "the scenario's cpus", "parallel.controller_cpus": "the scenario's cpus"}
 
 #: What ``areal bench throughput`` sets per run on top of :data:`PER_RUN` (its modes).
-PER_RUN_THROUGHPUT = {**PER_RUN, "rollout.interruptible": "the mode of the run",
-                      "rollout.pause_mode": "the mode of the run"}
+PER_RUN_THROUGHPUT = {**PER_RUN,
+                      "rollout.interruptible": "the mode of the run (compare_interruptible, --no-interruptible-compare)",
+                      "rollout.pause_mode": "the mode of the run (compare_in_place, --in-place-compare)"}
+
+
+def refuse_per_run_scenario_overrides(scenario: Any, per_run: dict[str, str]) -> None:
+    """Refuse a scenario ``overrides`` / ``sync_overrides`` entry for a setting the benchmark sets for every run
+    (``per_run``): it would be replaced without a word.
+
+    Raises:
+        UserError: ``file:line: field 'overrides.KEY': set by ... for every run``.
+    """
+    from areal_cli.config import FLAT_NAMES, KEYS
+
+    for section in ("overrides", "sync_overrides"):
+        for written in getattr(scenario, section, None) or {}:
+            dotted = written if written in KEYS else FLAT_NAMES.get(written, written)
+            if dotted in per_run:
+                where = scenario.locations.get(f"{section}.{written}", scenario.source)
+                raise UserError(f"{where}: field '{section}.{written}': set by {per_run[dotted]} for every run; "
+                                f"remove it from the scenario")
 
 
 def refuse_per_run_overrides(extra: list[str], per_run: dict[str, str] = PER_RUN) -> None:

@@ -36,6 +36,10 @@ _RENAMED = {
 }
 
 
+#: Settings added after the flat names were deprecated: they never had one.
+_NO_FLAT_NAME = frozenset({"rollout.pause_mode"})
+
+
 @dataclass(frozen=True)
 class Key:
     """One setting: its dotted name, section (None for a top-level field), field name and declared type."""
@@ -54,6 +58,8 @@ def _table() -> tuple[dict[str, Key], dict[str, str]]:
         for f in fields(cls):
             dotted = f"{sec}.{f.name}"
             keys[dotted] = Key(dotted, sec, f.name, hints[f.name])
+            if dotted in _NO_FLAT_NAME:
+                continue
             old = _RENAMED.get(dotted) or (f"sft_{f.name}" if sec == "sft" else f.name)
             if old in flat:
                 raise AssertionError(f"flat name {old} for both {flat[old]} and {dotted}")

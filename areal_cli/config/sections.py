@@ -148,14 +148,19 @@ class RolloutSection:
     success_rate_ub: float = 1.0
     """Groups whose success rate is above this are dropped (counted)."""
     interruptible: bool = True
-    """Weight updates abort in-flight samples, which are resumed with the new weights; False: wait for them."""
+    """Weight updates interrupt in-flight samples (how: ``pause_mode``) and they go on with the new weights;
+    False: the update waits for them to finish on the old weights."""
     pause_mode: Literal["abort", "in_place"] = "abort"
     """How an interruptible weight update treats in-flight samples (SGLang's ``/pause_generation`` mode):
     ``abort`` (AReaL, boba² §4.1: they return partial and are resubmitted as prompt + tokens so far, so their
     KV cache is recomputed with the new weights) or ``in_place`` (PipelineRL's in-flight weight update, Piché et
     al. 2025: they keep their KV cache, computed with the old weights, and decode on with the new ones; no
     re-prefill). Either way every token's behaviour logprob is that of the distribution it was sampled from,
-    which is what the decoupled loss needs; in_place only changes what that distribution conditions on."""
+    which is what the decoupled loss needs; in_place only changes what that distribution conditions on. With
+    in_place the engine-vs-trainer logprob mismatch (``logprob_mismatch_*``) can only be measured on samples
+    generated entirely by the trainer's version, which a full pipeline rarely trains (its token count falls to 0
+    after the first steps): check the numerics with a short run in abort mode. With SGLang, in_place loads ask
+    for no prefix-cache flush (SGLang asserts the flush succeeds, and it fails while requests run)."""
     engine: Literal["embedded", "sglang", "external"] = "embedded"
     """``embedded`` (the kit's CPU server, n_servers of them), ``sglang`` (n_servers SGLang servers launched as
     children; GPUs) or ``external`` (servers already running: server_urls or $AREAL_LLM_SERVER_ADDRS)."""

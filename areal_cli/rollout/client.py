@@ -618,6 +618,13 @@ class RolloutClient:
         ``abort_all_requests`` of the load calls."""
         return self.interruptible and self.pause_mode == "abort"
 
+    @property
+    def keeps_requests_on_update(self) -> bool:
+        """True when in-flight requests stay on the servers across a weight update (interruptible, pause_mode
+        in_place): the loads then ask for no prefix-cache flush (SGLang asserts a flush succeeds, and it fails
+        while requests run)."""
+        return self.interruptible and self.pause_mode == "in_place"
+
     async def pause(self) -> None:
         """Stop resubmissions and pause every server in :attr:`pause_mode` (abort: in-flight requests return
         partial; in_place: they stay on the servers with their KV, not stepped until :meth:`resume`)."""
@@ -660,7 +667,8 @@ class RolloutClient:
         err: BaseException | None = None
         try:
             res = await self._all("/update_weights_from_disk", UpdateWeightsFromDiskRequest(
-                model_path, weight_version=str(int(version)), abort_all_requests=self.aborts_on_update).to_json())
+                model_path, weight_version=str(int(version)), abort_all_requests=self.aborts_on_update,
+                flush_cache=False if self.keeps_requests_on_update else None).to_json())
             for url, r in res.items():
                 if isinstance(r, dict) and r.get("success") is False:
                     raise ServerError(200, parse_error_message(r), url)

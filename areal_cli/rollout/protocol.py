@@ -333,19 +333,25 @@ class UpdateWeightsFromDiskRequest:
         weight_version: the version label after the load (sent only when not None).
         abort_all_requests: True aborts in-flight requests first; False (or None: not sent, SGLang's default)
             lets them finish while new ones wait.
+        flush_cache: False keeps SGLang from flushing its prefix cache after the load (None: not sent, SGLang's
+            default True). An in-place update must send False: SGLang asserts that the flush succeeds, and a
+            flush fails while requests are running (in place, they are).
     """
 
     model_path: str
     weight_version: str | None = None
     abort_all_requests: bool | None = None
+    flush_cache: bool | None = None
 
     def to_json(self) -> dict:
-        """``{model_path, weight_version?, abort_all_requests?}``."""
+        """``{model_path, weight_version?, abort_all_requests?, flush_cache?}``."""
         out: dict[str, Any] = {"model_path": str(self.model_path)}
         if self.weight_version is not None:
             out["weight_version"] = str(self.weight_version)
         if self.abort_all_requests is not None:
             out["abort_all_requests"] = bool(self.abort_all_requests)
+        if self.flush_cache is not None:
+            out["flush_cache"] = bool(self.flush_cache)
         return out
 
     @classmethod
@@ -357,8 +363,9 @@ class UpdateWeightsFromDiskRequest:
         """
         if not isinstance(obj, dict) or not isinstance(obj.get("model_path"), str):
             raise ProtocolError("model_path (a string) is required.")
-        wv, abort = obj.get("weight_version"), obj.get("abort_all_requests")
-        return cls(obj["model_path"], None if wv is None else str(wv), None if abort is None else bool(abort))
+        wv, abort, flush = obj.get("weight_version"), obj.get("abort_all_requests"), obj.get("flush_cache")
+        return cls(obj["model_path"], None if wv is None else str(wv), None if abort is None else bool(abort),
+                   None if flush is None else bool(flush))
 
 
 @dataclass

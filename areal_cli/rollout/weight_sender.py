@@ -280,7 +280,7 @@ class WeightSender:
                  self.backend, self.master_address, port)
 
     def send(self, named_tensors: Sequence[tuple[str, Any]] | dict[str, Any], version: int | str,
-             chunk_mb: float = DEFAULT_CHUNK_MB, abort_all_requests: bool = True) -> dict:
+             chunk_mb: float = DEFAULT_CHUNK_MB, abort_all_requests: bool = True, flush_cache: bool = True) -> dict:
         """Send HF-named tensors to every server; the last bucket sets ``weight_version = str(version)``.
 
         Per bucket: POST ``/update_weights_from_distributed`` to every server (threads) and broadcast each
@@ -293,6 +293,8 @@ class WeightSender:
             chunk_mb: bucket size cap (MiB).
             abort_all_requests: servers abort in-flight requests first (interruptible mode); False makes
                 them wait for in-flight requests to finish (SGLang semantics).
+            flush_cache: SGLang flushes its prefix cache after each bucket's load; False for in-place updates
+                (the flush fails, and SGLang asserts, while requests run).
         Returns:
             ``{"seconds", "bytes", "buckets", "tensors"}``.
         Raises:
@@ -316,7 +318,7 @@ class WeightSender:
             last = i == len(buckets) - 1
             payload = build_update_weights_from_distributed_payload(
                 bucket, self.group_name, weight_version=version if last else None,
-                abort_all_requests=abort_all_requests)
+                abort_all_requests=abort_all_requests, flush_cache=flush_cache)
             pg = self.pg
 
             def bcast(bucket=bucket, pg=pg):

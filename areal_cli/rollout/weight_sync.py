@@ -52,6 +52,8 @@ class WeightSyncSpec:
         servers see it. group_name, chunk_mb, server_tp, server_pp, timeout_s: see :class:`WeightSender`.
         abort_all_requests: interruptible mode with pause_mode abort (servers abort in-flight requests) vs
             not (in-place pauses keep them; non-interruptible servers wait for them).
+        flush_cache: False for in-place updates (SGLang asserts its post-load prefix-cache flush succeeds, and
+            it fails while requests run).
     """
 
     urls: tuple[str, ...]
@@ -63,6 +65,7 @@ class WeightSyncSpec:
     server_pp: int = 1
     timeout_s: float = 600.0
     abort_all_requests: bool = True
+    flush_cache: bool = True
 
 
 _SENDERS: dict[tuple, WeightSender] = {}
@@ -102,7 +105,7 @@ def sync_weights_from_engine(engine, spec: WeightSyncSpec, version: int) -> dict
                                   server_pp=spec.server_pp, timeout_s=spec.timeout_s)
             _SENDERS[key] = sender
     return sender.send(list(state.items()), version, chunk_mb=spec.chunk_mb,
-                       abort_all_requests=spec.abort_all_requests)
+                       abort_all_requests=spec.abort_all_requests, flush_cache=spec.flush_cache)
 
 
 def routable_address(url: str) -> str:

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Callable
 
 from areal_cli.bench.runs import (PER_RUN_THROUGHPUT, check_out_dir, cpu_overrides, located, machine_description,
-                                  output_to, override_items, refuse_per_run_overrides, shared_warm_start)
+                                  output_to, override_items, refuse_per_run_overrides,
+                                  refuse_per_run_scenario_overrides, shared_warm_start)
 from areal_cli.bench.throughput.analysis import (accuracy_comparison, aggregate_modes, decompose_ratio, overlap_ceiling,
                                                  paired_ratio, steady_state, summarize_run, time_to_accuracy)
 from areal_cli.bench.throughput.generation import compare_generation
@@ -25,6 +26,8 @@ from areal_cli.bench.throughput.scenario import MODES, PAUSE_MODE, Scenario, run
 from areal_cli.errors import UserError
 
 SCHEMA = "areal.bench.throughput/1"
+#: What a mode of the plan sets (``describe_plan``): a scenario's overrides may not.
+MODE_KEYS = ("rollout.interruptible", "rollout.pause_mode")
 TARGETS = {"async_over_sync": 1.8, "continuous_over_static": 1.5}
 
 
@@ -55,6 +58,8 @@ def check_configs(scenario: Scenario, extra: list[str], out: Path | None = None)
     if out is not None:
         check_out_dir(out)
     refuse_per_run_overrides(extra, PER_RUN_THROUGHPUT)
+    # (the scenario may set the other per-run keys for its warm start, e.g. sft.max_steps; not the update mode)
+    refuse_per_run_scenario_overrides(scenario, {k: PER_RUN_THROUGHPUT[k] for k in MODE_KEYS})
     cpu_items = cpu_overrides(scenario.cpus)
     base_cfg = _run_cfg(scenario, extra, cpu_items)
     _run_cfg(scenario, extra, cpu_items, sync=True)

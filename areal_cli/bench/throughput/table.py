@@ -14,14 +14,14 @@ def results_table(results: dict):
     cols = [m for m in MODES if m in modes]
     t = Table(title=f"areal bench throughput: {results['scenario']['name']} "
                     f"({results['scenario']['steps']} RL steps x {results['scenario']['repeats']} repeats)")
-    t.add_column("metric", style="cyan")
+    t.add_column("metric", style="cyan", overflow="fold")
     names = {"sync": f"sync (eta={results['scenario']['eta_sync']})",
              "async": f"async (eta={results['scenario']['eta_async']})",
              "async_noninterruptible": "async, non-interruptible",
              "async_in_place": "async, in-place updates"}
-    for m in cols:
-        t.add_column(names[m], justify="right")
-    t.add_column("async / sync", justify="right", style="bold")
+    for m in cols:  # fold, never cut, in a narrow terminal
+        t.add_column(names[m], justify="right", overflow="fold")
+    t.add_column("async / sync", justify="right", style="bold", overflow="fold")
 
     def ms(d: dict, fmt: str = "{:.0f}") -> str:
         return (fmt + " ± " + fmt).format(d["mean"], d["std"]) if d["n"] > 1 else fmt.format(d["mean"])

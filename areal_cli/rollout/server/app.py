@@ -12,8 +12,10 @@ Endpoints (shapes as recorded from SGLang 0.5.23, ``shared/fixtures/sglang`` of 
   finish_reason abort with partial tokens + logprobs), "retract" drops their KV and keeps them queued,
   "in_place" just stops stepping. New ``/generate`` requests wait until ``/continue_generation``.
 - ``POST /continue_generation``.
-- ``POST /update_weights_from_disk`` ``{model_path, weight_version?, abort_all_requests?}``: without
-  abort and while not paused it waits for in-flight requests to finish (new ones wait), like SGLang.
+- ``POST /update_weights_from_disk`` ``{model_path, weight_version?, abort_all_requests?, flush_cache?}``: without
+  abort and while not paused it waits for in-flight requests to finish (new ones wait), like SGLang. With
+  ``flush_cache`` (default true, as SGLang's) and requests still running (paused in place) it is refused with 400
+  and the old weights stay: SGLang asserts that its post-load flush succeeds, which it cannot then.
   Every output token records the version that produced it (``meta_info.weight_versions`` spans).
 - ``POST /update_weight_version`` ``{new_version}``: label only.
 - ``POST /init_weights_update_group`` ``{master_address, master_port, rank_offset, world_size, group_name,
@@ -58,6 +60,11 @@ log = logging.getLogger("areal.rollout.server")
 FLUSH_OK = ("Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting "
             "requests, the operation will not be performed.)\n")
 FLUSH_FAILED = "Flush cache failed.\n"
+#: A weight load that asks for SGLang's post-load prefix-cache flush (its default) while requests are running
+#: (paused in place) is refused before loading: SGLang asserts the flush succeeds, and it cannot with requests
+#: running, so a real server would die there.
+FLUSH_WITH_REQUESTS = ("Cache flush failed after updating weights: requests are running (paused in place); "
+                       "send flush_cache: false with an in-place update")
 
 
 def _error(status: int, message: str):
@@ -317,6 +324,8 @@ def build_app(state: ServerState):
             state.refresh_hold()
             try:
                 await quiesce(req.abort_all_requests)
+                if req.flush_cache is not False and state.worker.n_running > 0:
+                    return weight_reply(False, FLUSH_WITH_REQUESTS, 400, num_paused_requests=0)
 
                 def load(e, path=req.model_path, v=version):
                     e.load_weights(path, v)
@@ -410,6 +419,8 @@ def build_app(state: ServerState):
                     await asyncio.to_thread(destroy_process_group, pg)
                 if named is None:
                     return weight_reply(False, f"Failed to receive weights over group {name!r}: {error}", 400)
+                if req.flush_cache and state.worker.n_running > 0:
+                    return weight_reply(False, FLUSH_WITH_REQUESTS, 400)
 
                 def load(e, named=named, v=req.weight_version):
                     e.load_tensors(named, v, source="update_weights_from_distributed")
