@@ -221,6 +221,10 @@ def build_results(scenario: Scenario, runs: list[dict], *, warm: dict, generate:
                              "flight of N); G_full = G - S; overlap = (G_full+T+P)/max(G_full,T+P); straggler = "
                              "(G+T+P)/(G_full+T+P); ceiling = overlap x straggler; measured.step_rate = sync/async "
                              "RL seconds per step, measured.effective = async/sync effective throughput",
+            "in_place": "the mode async_in_place (interruptible updates that pause the servers in place: in-flight "
+                        "samples keep their KV cache) against sync (over_sync) and against aborting updates "
+                        "(over_abort), with its accuracy comparison, time to accuracy and decomposition; null when "
+                        "the mode did not run",
             "steady_state": "the overlap ceiling and sync/async step-time ratios (paired per repeat) over each run's "
                             "steady-state steps: the first step (it fills the pipeline) and the steps right after a "
                             "held-out evaluation (their batch was generated during it) left out; what a long run "
