@@ -29,6 +29,14 @@ except ImportError:  # pragma: no cover
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
 
+def pytest_configure(config):
+    """Stop at once, with one line, when ../shared is missing: many modules read its data and SGLang recordings
+    at import or collection time and would otherwise fail with raw FileNotFoundErrors."""
+    if not SHARED.is_dir():
+        raise pytest.UsageError(f"{SHARED} not found: the tests need the read-only ../shared folder beside the "
+                                f"repository (README, 'Two commands')")
+
+
 @pytest.fixture(autouse=True)
 def _sandbox_isolation_restored():
     """Jobs export their sandbox setting to ``AREAL_SANDBOX_ISOLATION`` for the grader processes they start
