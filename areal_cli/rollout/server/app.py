@@ -271,6 +271,10 @@ def build_app(state: ServerState):
         await asyncio.sleep(0)  # let the deliveries run before answering
         return len(results)
 
+    async def running_in_engine() -> int:
+        """Requests running in the engine now (asked on the engine thread, after any abort queued before)."""
+        return await asyncio.wrap_future(state.worker.call(lambda e: len(e.running)))
+
     async def quiesce(abort_all: bool) -> None:
         """Before a weight update: abort every request (``abort_all_requests``), or, unless paused, wait for the
         in-flight requests to finish, as SGLang's weight-update lock does."""
@@ -324,7 +328,7 @@ def build_app(state: ServerState):
             state.refresh_hold()
             try:
                 await quiesce(req.abort_all_requests)
-                if req.flush_cache is not False and state.worker.n_running > 0:
+                if req.flush_cache is not False and await running_in_engine():
                     return weight_reply(False, FLUSH_WITH_REQUESTS, 400, num_paused_requests=0)
 
                 def load(e, path=req.model_path, v=version):
@@ -419,7 +423,7 @@ def build_app(state: ServerState):
                     await asyncio.to_thread(destroy_process_group, pg)
                 if named is None:
                     return weight_reply(False, f"Failed to receive weights over group {name!r}: {error}", 400)
-                if req.flush_cache and state.worker.n_running > 0:
+                if req.flush_cache and await running_in_engine():
                     return weight_reply(False, FLUSH_WITH_REQUESTS, 400)
 
                 def load(e, named=named, v=req.weight_version):
