@@ -64,6 +64,14 @@ PER_RUN_THROUGHPUT = {**PER_RUN,
                       "rollout.pause_mode": "the mode of the run (compare_in_place, --in-place-compare)"}
 
 
+def _dotted(written: str) -> str:
+    """The dotted setting a scenario key names: itself, or the key of a flat name of earlier releases (unknown
+    keys unchanged: the recipe's validation reports them)."""
+    from areal_cli.config import FLAT_NAMES, KEYS
+
+    return written if written in KEYS else FLAT_NAMES.get(written, written)
+
+
 def refuse_per_run_scenario_overrides(scenario: Any, per_run: dict[str, str]) -> None:
     """Refuse a scenario ``overrides`` / ``sync_overrides`` entry for a setting the benchmark sets for every run
     (``per_run``): it would be replaced without a word.
@@ -71,11 +79,9 @@ def refuse_per_run_scenario_overrides(scenario: Any, per_run: dict[str, str]) ->
     Raises:
         UserError: ``file:line: field 'overrides.KEY': set by ... for every run``.
     """
-    from areal_cli.config import FLAT_NAMES, KEYS
-
     for section in ("overrides", "sync_overrides"):
         for written in getattr(scenario, section, None) or {}:
-            dotted = written if written in KEYS else FLAT_NAMES.get(written, written)
+            dotted = _dotted(written)
             if dotted in per_run:
                 where = scenario.locations.get(f"{section}.{written}", scenario.source)
                 raise UserError(f"{where}: field '{section}.{written}': set by {per_run[dotted]} for every run; "
@@ -115,15 +121,12 @@ def located(err: UserError, sections: dict[str, dict], locations: dict[str, str]
     """``err`` (a recipe-validation error naming ``field 'KEY'``, a dotted setting) pointed at the scenario line
     that set KEY (as a dotted key or a flat name of earlier releases) in one of ``sections``
     (``{"overrides": {...}}``), when ``locations`` knows it; else ``err`` unchanged."""
-    from areal_cli.config import FLAT_NAMES, KEYS
-
     m = re.search(r"field '([^']+)': (.*)$", str(err), re.S)
     if m:
         key, why = m.groups()
         for section, mapping in sections.items():
             for written in mapping:
-                dotted = written if written in KEYS else FLAT_NAMES.get(written, written)
-                if key in (written, dotted) and f"{section}.{written}" in locations:
+                if key in (written, _dotted(written)) and f"{section}.{written}" in locations:
                     return UserError(f"{locations[f'{section}.{written}']}: field '{section}.{written}': {why}")
     return err
 

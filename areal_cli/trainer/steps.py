@@ -106,7 +106,7 @@ def make_train_batch(groups: list[Group], cfg, pad_id: int) -> TrainBatch:
     ``rollout.pause_mode: in_place`` the batch's versions are :func:`kv_versions`.
     """
     samples = [s for g in groups for s in g.samples]
-    in_place = getattr(cfg.rollout, "pause_mode", "abort") == "in_place"
+    in_place = cfg.rollout.pause_mode == "in_place"
     batch = build_train_batch(
         [(s.prompt_ids, s.output_ids, s.behaviour_logprobs, kv_versions(s.versions) if in_place else s.versions,
           getattr(s, "loss_mask", None)) for s in samples], pad_id=pad_id

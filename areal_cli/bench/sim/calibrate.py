@@ -404,10 +404,9 @@ def calibrate_from_run(results_json: str | Path, base: Scenario | None = None, *
         eta = runs[name].eta
         if eta is None:
             eta = 0 if name == sync_run else sc.eta
-        inter = (runs[name].summary or {}).get("interruptible", True)
-        in_place = (runs[name].summary or {}).get("pause_mode") == "in_place"
-        mode = ("sync" if eta == 0 else "async_nointerrupt" if not inter else "async_inplace" if in_place
-                else "async")
+        summary = runs[name].summary or {}
+        mode = ("sync" if eta == 0 else "async_nointerrupt" if not summary.get("interruptible", True)
+                else "async_inplace" if summary.get("pause_mode") == "in_place" else "async")
         key = (mode, eta)
         if key not in sim_by_mode:
             sim_by_mode[key] = simulate(sc, mode, eta=None if eta == 0 else eta, scale=scale)

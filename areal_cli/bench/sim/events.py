@@ -133,7 +133,7 @@ class _Sim:
         self.rng = np.random.default_rng(seed)
         self.lengths = ResponseLengths(sc, self.rng, empirical)
         self.A, self.B, self.C = costs.decode_a, costs.decode_b, costs.decode_c
-        self.padded = sc.decode_attention in ("padded", "grouped")
+        self.padded = sc.decode_attention == "padded"
         self.grouped = sc.decode_attention == "grouped"
         self.overlap = sc.overlap_train_factor if spec.eta > 0 else 1.0  # training beside generation
         self.servers = [_Server(i) for i in range(sc.n_servers)]

@@ -113,15 +113,18 @@ def results_table(results: dict):
                   f"{g['hf_static_batch']['tokens_per_s']:.0f} tok/s", *["" for _ in cols],
                   f"{g['continuous_over_static']:.2f}x")
     load = results["machine"]["start"]["load_average"]
+    reached = results["targets"]["reached"]
+
+    def said(key: str) -> str:
+        return "reached" if reached.get(key) else "not reached"
+
+    in_place = (f"; in-place updates: {said('async_in_place_over_sync')}, in time to equal accuracy: "
+                f"{said('async_in_place_over_sync_time_to_equal_accuracy')}" if "async_in_place_over_sync" in reached
+                else "")
     t.caption = (f"{results['machine']['start']['cpu']}, {results['machine']['start']['cpu_count']} cpus, load "
                  f"{load} at start; targets: async/sync >= {results['targets']['async_over_sync']}x at equal accuracy "
-                 f"({'reached' if results['targets']['reached']['async_over_sync'] else 'not reached'}; in time "
-                 f"to equal accuracy: {'reached' if results['targets']['reached'].get('async_over_sync_time_to_equal_accuracy') else 'not reached'}"
-                 + ("; in-place updates: " + ("reached" if results['targets']['reached']['async_in_place_over_sync'] else
-                                               "not reached") + ", in time to equal accuracy: " +
-                    ("reached" if results['targets']['reached'].get('async_in_place_over_sync_time_to_equal_accuracy')
-                     else "not reached") if "async_in_place_over_sync" in results['targets']['reached'] else "")
-                 + "), "
+                 f"({said('async_over_sync')}; in time to equal accuracy: "
+                 f"{said('async_over_sync_time_to_equal_accuracy')}{in_place}), "
                  f"continuous/static >= {TARGETS['continuous_over_static']}x "
-                 f"({'not measured' if not results.get('generate') else 'reached' if results['targets']['reached']['continuous_over_static'] else 'not reached'})")
+                 f"({'not measured' if not results.get('generate') else said('continuous_over_static')})")
     return t
