@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-KEEP_RUN = ("label", "mode", "repeat", "eta", "interruptible", "seed", "step_s_mean", "step_seconds", "steady_step_s",
+KEEP_RUN = ("label", "mode", "repeat", "eta", "interruptible", "pause_mode", "seed", "step_s_mean", "step_seconds", "steady_step_s",
             "steady_step_seconds", "tokens_per_step", "effective_tokens_per_s", "rl_seconds")
 KEEP_METRIC = ("step", "phase", "elapsed_s", "train_s", "sync_s", "wait_s", "tokens_generated", "samples_generated",
                "groups_submitted", "groups_accepted", "truncated_frac", "staleness_mean")

@@ -583,23 +583,27 @@ def test_sync_stragglers_and_the_decomposition_by_hand():
     assert tp.decompose_ratio([asy]) is None
 
 
-def test_the_step_after_an_evaluation_can_count_the_runs_mean_step_time():
-    # steps of 1 s, 2 s, then an evaluation whose rollouts pre-generated step 3's batch (0.2 s), then 1.5 s
+def test_an_evaluation_in_the_loop_is_left_out_of_the_next_step_and_a_deferred_one_is_not_there():
+    # steps of 1 s, 2 s, then an evaluation of 4 s in the loop whose rollouts pre-generated step 3's batch (0.2 s)
     steps = [{"step": 1, "end": 1.0, "tokens": 10}, {"step": 2, "end": 3.0, "tokens": 10, "evaluated": True,
                                                       "eval_s": 4.0},
              {"step": 3, "end": 7.2, "tokens": 10}, {"step": 4, "end": 8.7, "tokens": 10}]
     assert tp.step_durations(steps, 0.0) == [1.0, 2.0, pytest.approx(0.2), pytest.approx(1.5)]
-    assert tp.step_durations(steps, 0.0, impute_after_eval=True) == [1.0, 2.0, pytest.approx(1.75),
-                                                                      pytest.approx(1.5)]
-    assert tp.effective_throughput(steps, 0.0, impute_after_eval=True)["seconds"] == pytest.approx(6.25)
+    assert tp.effective_throughput(steps, 0.0)["seconds"] == pytest.approx(4.7)
     assert tp.after_eval(steps) == [False, False, True, False]
+    # deferred (loop.eval_deferred): the evaluation ran after the loop; its eval_s is the step's own bookkeeping
+    deferred = [dict(s, eval_deferred=True) if s.get("evaluated") else s for s in steps]
+    deferred[1]["eval_s"] = 0.01
+    deferred[2]["end"] = 3.2
+    deferred[3]["end"] = 4.7
+    assert tp.step_durations(deferred, 0.0) == [1.0, 2.0, pytest.approx(0.2), pytest.approx(1.5)]
+    assert tp.after_eval(deferred) == [False] * 4
 
 
 def test_long_tail_scenario_file():
     sc = tp.load_scenario("throughput-tiny-longtail")  # a shipped scenario, by name
     assert sc.source.endswith("benchmarks/scenarios/throughput-tiny-longtail.yaml")
-    assert (sc.recipe, sc.eta_sync, sc.target_async_over_sync, sc.impute_post_eval_steps) == ("tiny-longtail", 0, 2.5,
-                                                                                              True)
+    assert (sc.recipe, sc.eta_sync, sc.target_async_over_sync) == ("tiny-longtail", 0, 2.5)
     assert sc.sync_overrides == {"ppo.recompute_proximal": False} and sc.compare_interruptible and sc.compare_in_place
     plan = tp.describe_plan(sc, 1)
     assert [r["mode"] for r in plan[:8]] == ["sync", "async", "async_noninterruptible", "async_in_place",
@@ -608,7 +612,7 @@ def test_long_tail_scenario_file():
                                                                           (True, "in_place")]
     apply_overrides(TrainConfig(), [f"{k}={v}" for k, v in {**sc.overrides, **sc.sync_overrides}.items()])
     builtin = tp.default_scenario()
-    assert (builtin.target_async_over_sync, builtin.sync_overrides, builtin.impute_post_eval_steps) == (1.8, {}, False)
+    assert (builtin.target_async_over_sync, builtin.sync_overrides) == (1.8, {})
 
 
 def test_bad_long_tail_keys_are_reported_with_file_and_line(tmp_path):
@@ -622,8 +626,8 @@ def test_bad_long_tail_keys_are_reported_with_file_and_line(tmp_path):
     p.write_text("compare_in_place: yes please\n")
     with pytest.raises(UserError, match=r"s\.yaml:1: field 'compare_in_place'"):
         tp.load_scenario(p)
-    p.write_text("impute_post_eval_steps: 1\n")
-    with pytest.raises(UserError, match=r"s\.yaml:1: field 'impute_post_eval_steps'"):
+    p.write_text("impute_post_eval_steps: true\n")  # an earlier release's key: evaluations are deferred now
+    with pytest.raises(UserError, match=r"s\.yaml:1: field 'impute_post_eval_steps': unknown key"):
         tp.load_scenario(p)
 
 

@@ -56,3 +56,31 @@ def test_a_run_stopped_by_its_time_limit_evaluates_and_keeps_its_last_policy(tmp
     assert [r["step"] for r in rows if r["evaluated"]] == [0, last["step"]]
     assert summary["final_version"] == last["step"] and summary["final_accuracy"] == last["accuracy"]
     assert (out / "weights" / f"v{last['step']}" / "model.safetensors").exists()
+
+
+@pytest.mark.slow
+def test_deferred_evaluations_run_after_the_loop_on_the_kept_weights(tmp_path):
+    """loop.eval_deferred: no evaluation inside the RL clock; the weights of each evaluation step are kept and
+    evaluated after the loop, and the accuracies land in metrics.jsonl and the timeline as if measured in the loop."""
+    cfg, _ = load_train_config("tiny-arith")
+    cfg = apply_overrides(cfg, ["loop.max_steps=5", "loop.eval_every=2", "sft.max_steps=0", "loop.target_accuracy=0",
+                                "rollout.success_rate_lb=0", "loop.eval_n_prompts=16", "loop.eval_deferred=true",
+                                "rollout.max_head_offpolicyness=2"])
+    out = tmp_path / "run"
+    summary = run_training(cfg, out, live=False, record_timeline=True)
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3, 4, 5]
+    evaluated = [r for r in rows[1:] if r["evaluated"]]
+    assert [r["step"] for r in evaluated] == [2, 4, 5] and all(r["eval_deferred"] for r in evaluated)
+    assert all(isinstance(r["accuracy"], float) and 0 <= r["accuracy"] <= 1 and r["deferred_eval_s"] > 0
+               for r in evaluated)
+    by_step = {r["step"]: r for r in rows}
+    assert by_step[1]["accuracy"] == rows[0]["accuracy"]  # before the first evaluation: the warm start's
+    assert by_step[3]["accuracy"] == by_step[2]["accuracy"]  # the latest measured, as lines of the loop carry
+    assert summary["final_accuracy"] == by_step[5]["accuracy"]
+    tl = json.loads((out / "timeline.json").read_text())
+    assert [s["step"] for s in tl["steps"] if s.get("eval_deferred")] == [2, 4, 5]
+    assert not [e for e in tl["events"] if e["lane"] == "trainer" and e["kind"] == "eval"]  # none in the RL clock
+    # the evaluated versions were kept; the others went as usual (two versions back)
+    assert all((out / "weights" / f"v{v}" / "model.safetensors").exists() for v in (2, 4, 5))
+    assert not (out / "weights" / "v1").exists() and not (out / "weights" / "v3").exists()

@@ -565,7 +565,7 @@ def test_the_tiny_longtail_machine_is_what_its_recorded_runs_calibrate_to():
     runs (measured-runs.json), to the 4 significant digits the files carry: nothing was tuned by hand."""
     fitted, rep = sim.calibrate_from_run(SIM_RESULTS / "cpu-tiny-longtail" / "measured-runs.json",
                                          sim.load_scenario("cpu-tiny-longtail"))
-    assert rep["engine_step_costs"]["steps"] > 100_000 and rep["engine_step_costs"]["r2"] > 0.8
+    assert rep["engine_step_costs"]["steps"] > 50_000 and rep["engine_step_costs"]["r2"] > 0.8
     # the per-sample overhead was solved so that the simulated sync step is the three sync runs' mean
     syncs = [c for c in rep["checks"].values() if c["mode"] == "sync"]
     mean = sum(c["measured_step_s"] for c in syncs) / len(syncs)
@@ -581,10 +581,11 @@ def test_tiny_arith_async_sync_ratio_is_predicted_within_10_percent_from_the_tin
     """Out of sample: costs measured on tiny-longtail runs (long, heavy-tailed answers, eta 4) predict tiny-arith
     (4-token answers, 48 x 3 samples, eta 2) against its measured ratios (3 seeds, `published` in the file)."""
     sc = sim.load_scenario("cpu-tiny-arith")
-    sync, asyn, nonint = (sim.simulate(sc, m) for m in ("sync", "async", "async_nointerrupt"))
+    sync, asyn, nonint, inplace = (sim.simulate(sc, m) for m in ("sync", "async", "async_nointerrupt", "async_inplace"))
     pub = sc.published  # steady-state ratios of step times
     assert sync["step_s"] / asyn["step_s"] == pytest.approx(pub["async_over_sync"], rel=0.10)
     assert sync["step_s"] / nonint["step_s"] == pytest.approx(pub["async_noninterruptible_over_sync"], rel=0.10)
+    assert sync["step_s"] / inplace["step_s"] == pytest.approx(pub["async_in_place_over_sync"], rel=0.10)
     assert sim.length_stats(sc)["p50"] == 4 and sim.length_stats(sc)["truncated_frac"] == 0  # the task's 4-5 tokens
 
 

@@ -259,3 +259,14 @@ def test_an_unknown_task_preset_names_its_line(tmp_path):
         with pytest.raises(UserError) as e:
             load_train_config(str(p))
         assert_one_line(str(e.value), f"{p}:{line}: field 'task.preset': unknown task 'nosuch' (known: tiny-arith")
+
+
+@pytest.mark.parametrize("other, field", [("loop.target_accuracy=0.5", "loop.target_accuracy"),
+                                          ("loop.checkpoint_every=2", "loop.checkpoint_every"),
+                                          ("loop.eval_benchmarks=[aime24]", "loop.eval_benchmarks")])
+def test_deferred_evaluations_refuse_what_needs_the_accuracy_during_the_loop(other, field):
+    base = apply_overrides(TrainConfig(), ["loop.target_accuracy=0", "parallel.rollout_process=false"])
+    apply_overrides(base, ["loop.eval_deferred=true"])  # alone: fine
+    with pytest.raises(UserError) as e:
+        apply_overrides(base, ["loop.eval_deferred=true", other])
+    assert_one_line(str(e.value), f"field '{field}': must be off with loop.eval_deferred")

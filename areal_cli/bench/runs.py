@@ -54,6 +54,7 @@ def override_items(overrides: dict[str, Any]) -> list[str]:
 PER_RUN = {"seed": "the repeat / seed of the plan", "model.path": "the shared warm start",
            "sft.max_steps": "the shared warm start", "loop.max_steps": "the scenario's steps",
            "loop.eval_every": "the scenario's accuracy_every", "loop.target_accuracy": "the benchmark (0: no early stop)",
+           "loop.eval_deferred": "the benchmark (true: evaluations after the RL loop)",
            "loop.time_limit_s": "the benchmark (0)", "rollout.max_head_offpolicyness": "the scenario's eta (etas, eta_sync / eta_async)",
            "parallel.trainer_cpus": "the scenario's cpus",
            "parallel.server_cpus": "the scenario's cpus", "parallel.controller_cpus": "the scenario's cpus"}

@@ -299,6 +299,10 @@ class LoopSection:
     """Samples per held-out prompt."""
     eval_temperature: float = 0.0
     """Sampling temperature of the evaluations; 0: greedy."""
+    eval_deferred: bool = False
+    """Run the held-out evaluations after the RL loop, from the weights kept at each evaluation step
+    (:mod:`areal_cli.train_loop.deferred_eval`): the RL clock then has no evaluation in it, which an in-loop
+    evaluation would hand to the rollout side as free generation time (``areal bench throughput`` sets it)."""
     eval_benchmarks: list[str] = field(default_factory=list)
     """``areal eval`` benchmarks evaluated in the loop (:mod:`areal_cli.eval.in_loop`), every
     eval_benchmark_every steps and after the warm start, with the held-out evaluation's sampling."""

@@ -90,6 +90,12 @@ def validate(cfg: Any, source: str = "config", lines: dict[str, int] | None = No
         raise bad("loop.target_accuracy", "must be in [0, 1] (0 disables early stopping)")
     if s.pack_row_tokens > s.max_tokens_per_mb:
         raise bad("sft.pack_row_tokens", f"must be <= sft.max_tokens_per_mb={s.max_tokens_per_mb}")
+    if loop.eval_deferred:
+        for name, on in (("loop.target_accuracy", loop.target_accuracy > 0), ("loop.checkpoint_every", loop.checkpoint_every),
+                         ("loop.eval_benchmarks", loop.eval_benchmarks)):
+            if on:
+                raise bad(name, "must be off with loop.eval_deferred (early stopping, checkpoints and in-loop "
+                                "benchmarks need the accuracy during the loop)")
     if loop.checkpoint_every and par.rollout_process:
         raise bad("loop.checkpoint_every", "checkpoints need the controller in this process "
                                            "(parallel.rollout_process: false)")

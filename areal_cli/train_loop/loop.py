@@ -25,7 +25,7 @@ from areal_cli.trainer.group import TorchrunTrainer
 from areal_cli.train_loop.context import STEPS, RunContext
 from areal_cli.train_loop.evaluation import evaluate
 from areal_cli.train_loop.resume import controller_state, restore_controller
-from areal_cli.train_loop.weights import load_version, sync_distributed
+from areal_cli.train_loop.weights import VersionLoader, sync_distributed
 
 
 def _rounded(key: str, value):
@@ -66,7 +66,10 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
     metrics line. With ``resume``, the loop continues after the checkpointed step: weights and optimizer are
     already restored (:func:`~areal_cli.train_loop.setup.run_job`); here the data position, staleness
     counters, controller counters and RNG states are, ``metrics.jsonl`` is cut back to the checkpointed step,
-    and the next line carries ``"resumed_from"`` (semantics: :mod:`areal_cli.checkpoint`).
+    and the next line carries ``"resumed_from"`` (semantics: :mod:`areal_cli.checkpoint`). Published versions load
+    on the servers in the background, the newest winning (:class:`~areal_cli.train_loop.weights.VersionLoader`);
+    the loop waits for them only before an evaluation, a checkpoint and at the end. With ``loop.eval_deferred`` the
+    held-out evaluations run after the loop (:mod:`areal_cli.train_loop.deferred_eval`).
 
     With a :class:`Timeline`, each step adds ``{"step", "start", "end"`` (end = new version published,
     before any eval), ``"tokens"`` (prompt + response tokens of the batch: what the trainer consumed,
@@ -130,7 +133,10 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
         controller.start()
         cs0 = controller.stats.as_dict()  # (a rollout process reports its counters with its first group)
         scored = (cs0.get("reward_sum_scored", 0.0), cs0.get("samples_scored", 0))  # before the group filter
-        loading: asyncio.Task | None = None  # the servers loading the latest version
+        loader = VersionLoader(ctx, controller)  # the servers load published versions in the background
+        next_delete = 1  # weights/v{k} below this were deleted
+        deferred = cfg.loop.eval_deferred
+        kept: list[tuple[int, int, Any]] = []  # loop.eval_deferred: (step, version, weights dir) to evaluate after
         mismatch_warned = False
         try:
             last_t = time.monotonic()
@@ -159,15 +165,15 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                 stale = [version - s.head_version for s in samples if s.head_version >= 0]  # -1: nothing generated
                 version += 1
                 t_sync = time.monotonic()
-                if loading is not None:  # the servers finish loading the previous version first
-                    await loading
-                    loading = None
                 path = ctx.out / "weights" / f"v{version}"
                 # the last step: max_steps, or the time limit (the final policy is then evaluated and kept too)
                 time_up = bool(cfg.loop.time_limit_s) and ctx.elapsed() > cfg.loop.time_limit_s
                 last = step == cfg.loop.max_steps or time_up
-                keep_copy = last or bool(cfg.loop.checkpoint_every and step % cfg.loop.checkpoint_every == 0)
+                eval_due = bool(cfg.loop.eval_every) and (step % cfg.loop.eval_every == 0 or last)
+                keep_copy = last or bool(cfg.loop.checkpoint_every and step % cfg.loop.checkpoint_every == 0) or (
+                    deferred and eval_due)
                 if cfg.rollout.weight_update_mode == "xccl":  # broadcast from the trainer; servers paused meanwhile
+                    await loader.wait()
                     await sync_distributed(ctx, version)
                     ctx.version = version
                     controller.notify_version(version)
@@ -177,17 +183,23 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                     await ctx.train("engine.save_hf", path)
                     # The servers load it while the trainer goes on with the next batch (already generated
                     # under the staleness bound); rollouts of the new version are admitted once it is loaded.
-                    loading = asyncio.create_task(load_version(ctx, controller, path, version))
-                eval_due = bool(cfg.loop.eval_every) and (step % cfg.loop.eval_every == 0 or last)
+                    loader.publish(path, version)
+                if deferred and eval_due:
+                    kept.append((step, version, path))
+                    eval_due = False  # evaluated after the loop (areal_cli.train_loop.deferred_eval)
                 bench_every = cfg.loop.eval_benchmark_every or cfg.loop.eval_every
                 bench_due = ctx.bench is not None and bool(bench_every) and (step % bench_every == 0
                                                                              or last)
-                if (eval_due or bench_due or last) and loading is not None:
-                    await loading
-                    loading = None
-                old = ctx.out / "weights" / f"v{version - 2}"
-                if old.exists():
-                    shutil.rmtree(old, ignore_errors=True)
+                if eval_due or bench_due or last:
+                    await loader.wait()
+                # weights no server needs any more (older than the served and the loading version, and the
+                # previous one), except those kept for a deferred evaluation
+                floor = loader.floor(version - 1)
+                for k in range(next_delete, floor):
+                    old = ctx.out / "weights" / f"v{k}"
+                    if old.exists() and not any(v == k for _, v, _ in kept):
+                        shutil.rmtree(old, ignore_errors=True)
+                next_delete = max(next_delete, floor)
                 t_published = time.monotonic()
                 sync_s = t_published - t_sync
                 cpu_now = _cpu_snapshot(ctx) if tl is not None else None
@@ -252,9 +264,7 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                     ctx.tracker.log(line)
                 ctx.status.step(line, cs)
                 if cfg.loop.checkpoint_every and step % cfg.loop.checkpoint_every == 0:
-                    if loading is not None:  # the servers must hold this version: the staleness counter is v
-                        await loading
-                        loading = None
+                    await loader.wait()  # the servers must hold this version: the staleness counter is v
                     engine_steps = await ctx.train("engine.steps")
                     state = {
                         "step": step, "version": version, "accuracy": acc, "elapsed_s": line["elapsed_s"],
@@ -274,13 +284,9 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                 if time_up:
                     ctx.status.log(f"time limit {cfg.loop.time_limit_s}s reached: the policy of step {step} is the final one")
                     break
-            if loading is not None:
-                await loading
-                loading = None
+            await loader.wait()
         finally:
-            if loading is not None:  # an error or Ctrl-C left a weight update running
-                loading.cancel()
-                await asyncio.gather(loading, return_exceptions=True)
+            await loader.cancel()  # after an error or Ctrl-C: a weight update may be running
             if tl is not None:
                 tl.marks["rl_end"] = tl.steps[-1]["end"] if tl.steps else time.monotonic()
                 tl.cpu["rl_end"] = tl.steps[-1]["cpu"] if tl.steps else _cpu_snapshot(ctx)
@@ -297,6 +303,16 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
             from areal_cli.plots import plot_learning_curve
 
             plot_learning_curve(metrics_path, ctx.out / "learning_curve.png", target=cfg.loop.target_accuracy)
+    if kept:  # loop.eval_deferred: the controller has stopped; evaluate the kept versions now
+        from areal_cli.plots import plot_learning_curve
+        from areal_cli.train_loop.deferred_eval import evaluate_kept, fill_accuracies, rewrite_metrics
+
+        measured = await evaluate_kept(ctx, kept)
+        rewrite_metrics(metrics_path, measured)
+        if tl is not None:
+            tl.steps = fill_accuracies(tl.steps, measured)
+        acc = measured[kept[-1][0]][0]
+        plot_learning_curve(metrics_path, ctx.out / "learning_curve.png", target=cfg.loop.target_accuracy)
     final = ctx.out / "weights" / f"v{version}"
     summary = {
         "recipe": cfg.recipe, "ok": True, "final_version": version, "final_accuracy": acc,

@@ -4,6 +4,7 @@ and loaded on every server, under the lock that keeps weight updates and server 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from pathlib import Path
 
@@ -13,12 +14,73 @@ from areal_cli.rollout.controller import RolloutController
 from areal_cli.train_loop.context import RunContext
 
 
-async def load_version(ctx: RunContext, controller: RolloutController, path: Path, version: int) -> None:
-    """Load published weights on every server, then let the controller admit rollouts of ``version``."""
-    async with fleet_lock(ctx):
-        await ctx.client.update_weights_from_disk(str(path.resolve()), version)
-        ctx.version, ctx.served = version, (path, version)
-    controller.notify_version(version)
+class VersionLoader:
+    """Loads published versions on every server in the background, the newest winning: the trainer never waits
+    for a load it does not need (AReaL boba's trainer does not wait for the servers either).
+
+    :meth:`publish` hands over a saved version. If no load runs, one starts; if one runs, the version waits as
+    the pending one, replacing an older pending version (which is then never loaded). When a load ends and a
+    newer version is pending, it is loaded at once, before the controller hears of the older one, so the
+    controller admits rollouts of the newest version only. Without this, the next step's publish waited for the
+    previous load: with non-interruptible updates a load waits for every in-flight sample to finish (the long
+    tail), which kept the trainer idle ~0.25 s per step on the long-tail benchmark.
+
+    :meth:`wait` returns once every handed-over version is loaded (before an evaluation, a checkpoint, the end);
+    :meth:`floor` is the oldest version a server may still need (serving or loading): weights below it may be
+    deleted. A failed load raises at the next :meth:`publish` or :meth:`wait`.
+    """
+
+    def __init__(self, ctx: RunContext, controller: RolloutController):
+        self.ctx, self.controller = ctx, controller
+        self._task: asyncio.Task | None = None
+        self._pending: tuple[Path, int] | None = None
+        self._loading: int | None = None
+
+    def publish(self, path: Path, version: int) -> None:
+        """Load ``version`` (weights in ``path``) when the servers are free of older loads (class docstring).
+        Raises: the error of a load that failed since the last call."""
+        self._reap()
+        self._pending = (path, version)
+        if self._task is None:
+            self._task = asyncio.create_task(self._run())
+
+    async def wait(self) -> None:
+        """Until every published version is loaded. Raises: a load's error."""
+        if self._task is not None:
+            task, self._task = self._task, None
+            await task
+
+    async def cancel(self) -> None:
+        """Stop a running load (an error or Ctrl-C ends the run)."""
+        self._pending = None
+        if self._task is not None:
+            task, self._task = self._task, None
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    def floor(self, default: int) -> int:
+        """The oldest version a server may need: the one being loaded or the one served, else ``default``."""
+        served = self.ctx.served[1] if self.ctx.served is not None else default
+        return min(x for x in (self._loading, served, default) if x is not None)
+
+    def _reap(self) -> None:
+        if self._task is not None and self._task.done():
+            task, self._task = self._task, None
+            task.result()
+
+    async def _run(self) -> None:
+        while self._pending is not None:
+            path, version = self._pending
+            self._pending = None
+            self._loading = version
+            try:
+                async with fleet_lock(self.ctx):
+                    await self.ctx.client.update_weights_from_disk(str(path.resolve()), version)
+                    self.ctx.version, self.ctx.served = version, (path, version)
+            finally:
+                self._loading = None
+            if self._pending is None:
+                self.controller.notify_version(version)
 
 
 def fleet_lock(ctx: RunContext):

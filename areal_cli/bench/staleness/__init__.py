@@ -8,8 +8,8 @@ samples really are about eta versions old) and reports, per variant and eta:
 
 - **final held-out accuracy** (greedy, the task's fixed held-out prompts) after the same number of RL steps,
   mean and spread over seeds;
-- **time to target**: RL seconds (held-out evaluations excluded; the step after an evaluation imputed, as in
-  ``areal bench throughput`` with ``impute_post_eval_steps``) until the seed-averaged accuracy curve first reaches
+- **time to target**: RL seconds (the runs evaluate after their RL loop, ``loop.eval_deferred``, from the
+  weights kept at each evaluation step, so no evaluation hands the rollout side free generation time) until the seed-averaged accuracy curve first reaches
   the target (the scenario's ``target_accuracy``, or by default the synchronous runs' mean final accuracy);
 - **realised staleness**: mean versions between a trained sample's first token and the step that trains it
   (AReaL's head off-policyness), and the off-policy statistics of the loss (``iw_capped_frac``, ``clip_frac``,

@@ -21,11 +21,11 @@ PUBLISHED_AIME24 = {0: (42.0, None), 1: (41.8, 42.1), 2: (40.0, 41.8), 4: (23.3,
 def summarize_run(timeline: dict, metrics: list[dict], summary: dict, *, label: str, variant: str, eta: int,
                   repeat: int, seed: int) -> dict:
     """One run's figures (a ``runs[]`` entry of results.json) from its timeline.json, metrics.jsonl lines and
-    summary.json: accuracy curve against RL seconds (:func:`areal_cli.bench.throughput.step_durations`, the step
-    after an evaluation imputed), final and best accuracy, realised staleness, off-policy statistics."""
+    summary.json: accuracy curve against RL seconds (:func:`areal_cli.bench.throughput.step_durations`; the runs
+    defer their evaluations to after the loop), final and best accuracy, realised staleness, off-policy statistics."""
     steps = timeline["steps"]
     rl_start = timeline["marks"]["rl_start"]
-    durations = step_durations(steps, rl_start, impute_after_eval=True)
+    durations = step_durations(steps, rl_start)
     curve, t = [], 0.0
     warm_acc = next((m.get("accuracy") for m in metrics if m.get("phase") == "warm_start_end"), None)
     if warm_acc is not None:
@@ -46,7 +46,7 @@ def summarize_run(timeline: dict, metrics: list[dict], summary: dict, *, label: 
         return statistics.fmean(vals) if vals else None
 
     accs = [c[2] for c in curve]
-    eff = effective_throughput(steps, rl_start, impute_after_eval=True)
+    eff = effective_throughput(steps, rl_start)
     return {
         "label": label, "variant": variant, "eta": eta, "repeat": repeat, "seed": seed, "steps": len(steps),
         "final_accuracy": summary.get("final_accuracy"), "max_accuracy": max(accs) if accs else None,
@@ -124,8 +124,8 @@ def build_results(scenario: Scenario, runs: list[dict], *, warm: dict, machine: 
         "recipe_config": dict(recipe_config),
         "definitions": {
             "final_accuracy": "held-out greedy accuracy after the last RL step (the task's fixed held-out prompts)",
-            "time_to_target_s": "RL seconds (evaluations excluded, the step after an evaluation imputed with the "
-                                "run's mean step time) at which the seed-averaged accuracy curve first reaches the "
+            "time_to_target_s": "RL seconds (the runs evaluate after their RL loop, "
+                                "loop.eval_deferred, from the weights kept at each evaluation step) at which the seed-averaged accuracy curve first reaches the "
                                 "target, interpolated between evaluations",
             "staleness_mean": "mean over trained samples of (training step's version - version of the sample's "
                               "first token)",

@@ -60,19 +60,17 @@ def activity(timeline: dict, window: tuple[float, float] | None = None) -> dict[
 
 
 def after_eval(steps: list[dict]) -> list[bool]:
-    """For each step: whether the step before it ended with a held-out evaluation."""
-    return [i > 0 and bool(steps[i - 1].get("evaluated")) for i in range(len(steps))]
+    """For each step: whether the step before it ended with a held-out evaluation in the loop (not deferred)."""
+    return [i > 0 and bool(steps[i - 1].get("evaluated")) and not steps[i - 1].get("eval_deferred")
+            for i in range(len(steps))]
 
 
-def step_durations(steps: list[dict], rl_start: float, *, impute_after_eval: bool = False) -> list[float]:
+def step_durations(steps: list[dict], rl_start: float) -> list[float]:
     """RL seconds of each step: from the previous step's end (or ``rl_start``) to its own, the time of an
-    evaluation after step i (``eval_s`` of a step with ``evaluated``) left out of step i+1's time.
-
-    ``impute_after_eval``: a step right after an evaluation gets instead the mean duration of the run's other
-    steps (the first step excluded, it carries start-up costs), when there are such steps. The rollout side keeps
-    generating during an evaluation, so that step finds its batch (partly) generated: a synchronous run generates
-    the whole next batch there, and its step then costs T + P instead of G + T + P, which would credit the
-    evaluation's time to the synchronous mode.
+    evaluation in the loop after step i (``eval_s`` of a step with ``evaluated``, not ``eval_deferred``) left out
+    of step i+1's time. (The benchmarks defer evaluations to after the loop, ``loop.eval_deferred``: the rollout
+    side keeps generating during an evaluation in the loop, so the steps after it find batches generated in
+    advance, up to eta of them, and leaving the evaluation's time out does not undo that.)
 
     Raises:
         ValueError: no steps, or step times that are not increasing.
@@ -85,22 +83,15 @@ def step_durations(steps: list[dict], rl_start: float, *, impute_after_eval: boo
         if dt <= 0:
             raise ValueError(f"step {s.get('step')}: end {s['end']} is not after {prev} (+{skip:.3f} s of eval)")
         out.append(dt)
-        prev, skip = s["end"], (s.get("eval_s", 0.0) if s.get("evaluated") else 0.0)
-    if impute_after_eval:
-        post = after_eval(steps)
-        normal = [d for i, (d, p) in enumerate(zip(out, post)) if i > 0 and not p]
-        if normal:
-            mean = statistics.fmean(normal)
-            out = [mean if p else d for d, p in zip(out, post)]
+        prev, skip = s["end"], (s.get("eval_s", 0.0) if s.get("evaluated") and not s.get("eval_deferred") else 0.0)
     return out
 
 
-def effective_throughput(steps: list[dict], rl_start: float, *, impute_after_eval: bool = False) -> dict[str, float]:
+def effective_throughput(steps: list[dict], rl_start: float) -> dict[str, float]:
     """Effective training throughput of one run (AReaL: tokens used by each step / time of the step).
 
     Held-out evaluations are bookkeeping, not training: the time of an evaluation after step i
-    (``eval_s`` of a step with ``evaluated``) is left out of step i+1's time (:func:`step_durations`, also for
-    ``impute_after_eval``).
+    (``eval_s`` of a step with ``evaluated``) is left out of step i+1's time (:func:`step_durations`).
 
     Args:
         steps: step records ``{"tokens", "end", ...}`` in order (``end``: new version published, before any
@@ -112,7 +103,7 @@ def effective_throughput(steps: list[dict], rl_start: float, *, impute_after_eva
     Raises:
         ValueError: no steps, or step times that are not increasing.
     """
-    durations = step_durations(steps, rl_start, impute_after_eval=impute_after_eval)
+    durations = step_durations(steps, rl_start)
     per_step = [s["tokens"] / dt for s, dt in zip(steps, durations)]
     tokens = sum(s["tokens"] for s in steps)
     seconds = sum(durations)

@@ -21,7 +21,8 @@ Long-tailed generation (scenario ``throughput-tiny-longtail``): the ratio is spl
 straggler term (:func:`decompose_ratio`) from the sync runs' step phases and their servers' occupancy over time (the
 client's ``request`` events: each ``/generate`` from submission to answer; :func:`sync_stragglers`), and drawn in
 ``decomposition.png``. Scenario keys for it: ``sync_overrides`` (the sync baseline is standard PPO, without the
-proximal pass), ``impute_post_eval_steps`` (:func:`step_durations`) and ``target_async_over_sync``.
+proximal pass) and ``target_async_over_sync``. Every run defers its held-out evaluations to after its RL loop
+(``loop.eval_deferred``), so that no evaluation hands the rollout side free generation time.
 """
 
 from __future__ import annotations
@@ -37,26 +38,24 @@ from areal_cli.bench.throughput.scenario import MODES
 
 
 def summarize_run(timeline: dict, summary: dict, *, label: str, mode: str, repeat: int, eta: int,
-                  interruptible: bool, eval_n_prompts: int, impute_after_eval: bool = False) -> dict:
+                  interruptible: bool, eval_n_prompts: int) -> dict:
     """One run's figures (a ``runs[]`` entry of results.json) from its timeline.json and summary.json.
 
-    ``impute_after_eval``: step times of steps right after an evaluation are imputed (:func:`step_durations`), and
-    those steps are left out of the mean step phases (``step_seconds``).
+    Steps right after an evaluation in the loop (runs of earlier versions; the benchmark now defers evaluations)
+    are left out of the mean step phases (``step_seconds``).
     """
     steps = timeline["steps"]
     rl_start = timeline["marks"]["rl_start"]
-    eff = effective_throughput(steps, rl_start, impute_after_eval=impute_after_eval)
+    eff = effective_throughput(steps, rl_start)
     generated = steps[-1].get("generated_tokens", 0)
     act = activity(timeline, (rl_start, steps[-1]["end"]))
     train_wall = sum(s["train_s"] for s in steps)
     curve, t = [], 0.0  # (step, RL seconds without evaluations, held-out accuracy) at each evaluation
-    for s, dt in zip(steps, step_durations(steps, rl_start, impute_after_eval=impute_after_eval)):
+    for s, dt in zip(steps, step_durations(steps, rl_start)):
         t += dt
         if s.get("evaluated"):
             curve.append([s["step"], round(t, 4), s["accuracy"]])
-    phase_steps = steps
-    if impute_after_eval:
-        phase_steps = [s for s, p in zip(steps, after_eval(steps)) if not p] or steps
+    phase_steps = [s for s, p in zip(steps, after_eval(steps)) if not p] or steps
     steady = steady_steps(steps, rl_start)
     reqs = request_intervals(timeline, (rl_start, steps[-1]["end"]))
     occ = None
@@ -84,7 +83,7 @@ def summarize_run(timeline: dict, summary: dict, *, label: str, mode: str, repea
         "interruptions": summary["controller"]["interruptions"],
         "groups_dropped_filter": summary["controller"]["groups_dropped_filter"],
         "groups_dropped_stale": summary["controller"].get("groups_dropped_stale", 0),
-        "impute_after_eval": impute_after_eval,
+        "eval_deferred": any(s.get("eval_deferred") for s in steps),
         "warm_start_s": summary["warm_start"]["seconds"],
     }
 
@@ -221,8 +220,8 @@ def overlap_ceiling(runs: list[dict], sync_mode: str = "sync") -> dict | None:
 def steady_steps(steps: list[dict], rl_start: float) -> list[tuple[dict, float]]:
     """The steady-state steps of a run with their durations: every step but the first (which fills the pipeline:
     an asynchronous run's first batch costs a whole generation) and those right after a held-out evaluation
-    (whose batch was (partly) generated during the evaluation). Durations are end to end, as
-    :func:`step_durations` without imputation."""
+    in the loop (whose batch was (partly) generated during the evaluation; none when evaluations are deferred).
+    Durations are end to end, as :func:`step_durations`."""
     if not steps:
         return []
     dur = step_durations(steps, rl_start)

@@ -115,7 +115,7 @@ def run_benchmark(scenario: Scenario, out: Path, *, extra_overrides: list[str] |
                                                                        "interruptible", "seed"))
         items = cpu_items + [f"seed={seed}", f"model.path={Path(warm['weights']).resolve()}", "sft.max_steps=0",
                              f"loop.max_steps={scenario.steps}", f"loop.eval_every={scenario.accuracy_every or scenario.steps}",
-                             "loop.target_accuracy=0",
+                             "loop.target_accuracy=0", "loop.eval_deferred=true",
                              "loop.time_limit_s=0", f"rollout.max_head_offpolicyness={eta}",
                              f"rollout.interruptible={'true' if interruptible else 'false'}",
                              f"rollout.pause_mode={run['pause_mode']}"]
@@ -125,7 +125,7 @@ def run_benchmark(scenario: Scenario, out: Path, *, extra_overrides: list[str] |
             summary = run_training(cfg, run_dir, live=False, record_timeline=True)
         tl = json.loads((run_dir / "timeline.json").read_text())
         r = summarize_run(tl, summary, label=label, mode=mode, repeat=rep, eta=eta, interruptible=interruptible,
-                          eval_n_prompts=cfg.loop.eval_n_prompts, impute_after_eval=scenario.impute_post_eval_steps)
+                          eval_n_prompts=cfg.loop.eval_n_prompts)
         r["seed"], r["dir"], r["pause_mode"] = seed, str(run_dir), run["pause_mode"]
         runs.append(r)
         timelines.setdefault(mode, tl)  # the first run of each mode is plotted

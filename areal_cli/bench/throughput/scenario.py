@@ -42,7 +42,6 @@ DEFAULT_SCENARIO: dict[str, Any] = {
                          "hf_per_prompt": True},
     "target_async_over_sync": 1.8,
     "sync_overrides": {},
-    "impute_post_eval_steps": False,
 }
 
 _GEN_KEYS = {"n_prompts": int, "min_new_tokens": int, "max_new_tokens": int, "seed": int, "hf_per_prompt": bool}
@@ -73,9 +72,6 @@ class Scenario:
         sync_overrides: recipe fields set for the sync runs only, after ``overrides`` (e.g. ``recompute_proximal:
             false``: with eta = 0 every token of a batch comes from the policy being trained, so the proximal pass
             of decoupled PPO recomputes the behaviour logprobs; AReaL's synchronous baseline is standard PPO).
-        impute_post_eval_steps: a step right after a held-out evaluation counts the mean step time of its run
-            (:func:`step_durations`): the rollout side keeps generating during an evaluation, which otherwise
-            gives a sync run one batch per evaluation for free.
     """
 
     name: str
@@ -92,7 +88,6 @@ class Scenario:
     generate_compare: dict[str, Any] | None
     target_async_over_sync: float = 1.8
     sync_overrides: dict[str, Any] = field(default_factory=dict)
-    impute_post_eval_steps: bool = False
     compare_in_place: bool = False
     source: str = "built-in"
     # "overrides.KEY" -> "file:line" of that override (errors the recipe's validation raises point there)
@@ -152,10 +147,9 @@ def scenario_from_dict(data: Any, where: Callable[[str], str]) -> Scenario:
         raise UserError(f"{where('target_async_over_sync')}: field 'target_async_over_sync': expected a number > 0, "
                         f"got {target!r}")
     sync_overrides = need("sync_overrides", dict)
-    impute = need("impute_post_eval_steps", bool)
     in_place = need("compare_in_place", bool)
     return Scenario(name, recipe, steps, repeats, eta_sync, eta_async, compare, acc_every, seed_per_repeat, cpus,
-                    dict(overrides), gen, float(target), dict(sync_overrides), impute, in_place)
+                    dict(overrides), gen, float(target), dict(sync_overrides), in_place)
 
 
 def resolve_scenario_path(path: str | Path) -> Path:

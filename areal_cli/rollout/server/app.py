@@ -275,13 +275,19 @@ def build_app(state: ServerState):
         """Requests running in the engine now (asked on the engine thread, after any abort queued before)."""
         return await asyncio.wrap_future(state.worker.call(lambda e: len(e.running)))
 
+    async def in_engine() -> int:
+        """Requests running or waiting in the engine now (asked on the engine thread)."""
+        return await asyncio.wrap_future(state.worker.call(lambda e: len(e.running) + len(e.waiting)))
+
     async def quiesce(abort_all: bool) -> None:
         """Before a weight update: abort every request (``abort_all_requests``), or, unless paused, wait for the
-        in-flight requests to finish, as SGLang's weight-update lock does."""
+        in-flight requests to finish, as SGLang's weight-update lock does. The worker's own counts are refreshed
+        by its steps only, so the wait ends when the engine thread itself reports no request (a request queued
+        right after a step that emptied the engine would otherwise be found running by the load)."""
         if abort_all:
             await abort_all_and_wait()
         elif not state.paused:
-            while state.worker.busy():
+            while state.worker.busy() or await in_engine():
                 await asyncio.sleep(0.005)
 
     @app.post("/pause_generation")
