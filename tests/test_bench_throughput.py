@@ -626,6 +626,14 @@ def test_bad_long_tail_keys_are_reported_with_file_and_line(tmp_path):
     p.write_text("compare_in_place: yes please\n")
     with pytest.raises(UserError, match=r"s\.yaml:1: field 'compare_in_place'"):
         tp.load_scenario(p)
+    # what conflicts with the runs' deferred evaluations fails before the warm start (also in --dry-run)
+    p.write_text("name: x\noverrides:\n  rollout.success_rate_lb: 0.0\n  loop.checkpoint_every: 2\n")
+    with pytest.raises(UserError, match=r"s\.yaml:4: field 'overrides\.loop\.checkpoint_every': must be off with "
+                                        r"loop\.eval_deferred"):
+        tp.check_configs(tp.load_scenario(p), [])
+    p.write_text("name: x\noverrides:\n  loop.eval_deferred: false\n")
+    with pytest.raises(UserError, match=r"s\.yaml:3: field 'overrides\.loop\.eval_deferred': set by the benchmark"):
+        tp.check_configs(tp.load_scenario(p), [])
     p.write_text("impute_post_eval_steps: true\n")  # an earlier release's key: evaluations are deferred now
     with pytest.raises(UserError, match=r"s\.yaml:1: field 'impute_post_eval_steps': unknown key"):
         tp.load_scenario(p)

@@ -81,6 +81,5 @@ def test_deferred_evaluations_run_after_the_loop_on_the_kept_weights(tmp_path):
     tl = json.loads((out / "timeline.json").read_text())
     assert [s["step"] for s in tl["steps"] if s.get("eval_deferred")] == [2, 4, 5]
     assert not [e for e in tl["events"] if e["lane"] == "trainer" and e["kind"] == "eval"]  # none in the RL clock
-    # the evaluated versions were kept; the others went as usual (two versions back)
-    assert all((out / "weights" / f"v{v}" / "model.safetensors").exists() for v in (2, 4, 5))
-    assert not (out / "weights" / "v1").exists() and not (out / "weights" / "v3").exists()
+    # the evaluated versions were kept until their evaluation; then, as without deferral, the last two remain
+    assert sorted(p.name for p in (out / "weights").glob("v*")) == ["v4", "v5"]

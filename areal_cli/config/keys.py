@@ -37,7 +37,7 @@ _RENAMED = {
 
 
 #: Settings added after the flat names were deprecated: they never had one.
-_NO_FLAT_NAME = frozenset({"rollout.pause_mode"})
+_NO_FLAT_NAME = frozenset({"rollout.pause_mode", "loop.eval_deferred"})
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,8 @@ def validate(cfg: Any, source: str = "config", lines: dict[str, int] | None = No
                          ("loop.eval_benchmarks", loop.eval_benchmarks)):
             if on:
                 raise bad(name, "must be off with loop.eval_deferred (early stopping, checkpoints and in-loop "
-                                "benchmarks need the accuracy during the loop)")
+                                f"benchmarks need the accuracy during the loop; set -o {name}="
+                                f"{'[]' if name == 'loop.eval_benchmarks' else 0})")
     if loop.checkpoint_every and par.rollout_process:
         raise bad("loop.checkpoint_every", "checkpoints need the controller in this process "
                                            "(parallel.rollout_process: false)")

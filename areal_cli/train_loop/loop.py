@@ -194,7 +194,8 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                     await loader.wait()
                 # weights no server needs any more (older than the served and the loading version, and the
                 # previous one), except those kept for a deferred evaluation
-                floor = loader.floor(version - 1)
+                # (xccl: the servers receive each version by broadcast; no weights folder of a version is read back)
+                floor = version - 1 if cfg.rollout.weight_update_mode == "xccl" else loader.floor(version - 1)
                 for k in range(next_delete, floor):
                     old = ctx.out / "weights" / f"v{k}"
                     if old.exists() and not any(v == k for _, v, _ in kept):
@@ -312,6 +313,9 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
         if tl is not None:
             tl.steps = fill_accuracies(tl.steps, measured)
         acc = measured[kept[-1][0]][0]
+        for _, v, path in kept:  # evaluated: keep only what a run without deferral keeps (the last two versions)
+            if v < version - 1:
+                shutil.rmtree(path, ignore_errors=True)
         plot_learning_curve(metrics_path, ctx.out / "learning_curve.png", target=cfg.loop.target_accuracy)
     final = ctx.out / "weights" / f"v{version}"
     summary = {

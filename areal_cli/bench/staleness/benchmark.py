@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from areal_cli.bench.runs import (check_out_dir, cpu_overrides, located, machine_description, output_to,
+from areal_cli.bench.runs import (RUN_CHECK_ITEMS, check_out_dir, cpu_overrides, located, machine_description, output_to,
                                   override_items, refuse_per_run_overrides, shared_warm_start)
 from areal_cli.bench.staleness.analysis import build_results, summarize_run
 from areal_cli.bench.staleness.report import plot_staleness, table_markdown
@@ -47,7 +47,7 @@ def check_configs(scenario: Scenario, extra: list[str], out: Path | None = None)
     check_cpus(base_cfg)  # cpus this process may use, before a warm start is written into --out
     for name, ov in [(SYNC, SYNC_OVERRIDES), *scenario.variants.items()]:
         try:
-            _run_cfg(scenario, extra, cpu_items + override_items(ov))
+            _run_cfg(scenario, extra, cpu_items + override_items(ov) + RUN_CHECK_ITEMS)
         except UserError as e:
             raise UserError(f"{scenario.source}: variant '{name}': {e}") from None
     return base_cfg

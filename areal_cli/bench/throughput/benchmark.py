@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from areal_cli.bench.runs import (PER_RUN_THROUGHPUT, check_out_dir, cpu_overrides, located, machine_description,
+from areal_cli.bench.runs import (PER_RUN_THROUGHPUT, RUN_CHECK_ITEMS, check_out_dir, cpu_overrides, located, machine_description,
                                   output_to, override_items, refuse_per_run_overrides,
                                   refuse_per_run_scenario_overrides, shared_warm_start)
 from areal_cli.bench.throughput.analysis import (accuracy_comparison, aggregate_modes, decompose_ratio, overlap_ceiling,
@@ -59,10 +59,11 @@ def check_configs(scenario: Scenario, extra: list[str], out: Path | None = None)
         check_out_dir(out)
     refuse_per_run_overrides(extra, PER_RUN_THROUGHPUT)
     # (the scenario may set the other per-run keys for its warm start, e.g. sft.max_steps; not the update mode)
-    refuse_per_run_scenario_overrides(scenario, {k: PER_RUN_THROUGHPUT[k] for k in MODE_KEYS})
+    refuse_per_run_scenario_overrides(scenario, {k: PER_RUN_THROUGHPUT[k] for k in (*MODE_KEYS, "loop.eval_deferred")})
     cpu_items = cpu_overrides(scenario.cpus)
     base_cfg = _run_cfg(scenario, extra, cpu_items)
-    _run_cfg(scenario, extra, cpu_items, sync=True)
+    for sync in (False, True):  # as every run is configured (what conflicts with deferred evaluations fails here)
+        _run_cfg(scenario, extra, cpu_items + RUN_CHECK_ITEMS, sync=sync)
     check_cpus(base_cfg)  # cpus this process may use, before a warm start is written into --out
     return base_cfg
 

@@ -52,7 +52,7 @@ def results_table(results: dict):
     ss = results.get("steady_state")
     if ss:
         ph = ss["phases_s"]
-        t.add_row(f"  steady state (first step and steps after an evaluation left out): sync step = "
+        t.add_row(f"  steady state (first step left out; and steps after an in-loop evaluation, in older runs): sync step = "
                   f"{ph['generate']:.3f} + {ph['train']:.3f} + {ph['publish']:.3f} s, ceiling {ss['ceiling']:.2f}x"
                   + (f" ({ss['ceiling_with_stragglers']:.2f}x with stragglers)" if "ceiling_with_stragglers" in ss
                      else ""),

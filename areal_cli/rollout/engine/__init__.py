@@ -9,7 +9,7 @@ Modules:
   Hugging Face's; the equations are in its docstring).
 - :mod:`~areal_cli.rollout.engine.scheduler`: :class:`InferenceEngine`, admission into the KV pool, prefill and
   decode steps, aborts and retractions; :class:`EngineResult`, :class:`EngineError`.
-- :mod:`~areal_cli.rollout.engine.sampling`: temperature / top-k / top-p sampling with per-request generators and
+- :mod:`~areal_cli.rollout.engine.sampling`: temperature / top-k / top-p sampling with counter-based per-request noise and
   the reported logprob.
 - :mod:`~areal_cli.rollout.engine.step_costs`: :class:`StepCostStats`, what each step cost against its shape
   (least-squares sums for the cluster simulator's calibration).

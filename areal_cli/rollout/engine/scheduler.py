@@ -91,7 +91,6 @@ class _Req:
     slots: torch.Tensor | None = None  # LongTensor [reserved] KV pool slots, position j -> slots[j]
     slot_list: list[int] | None = None
     kv_len: int = 0  # positions whose K/V is in the pool
-    generator: torch.Generator | None = None
     num_retractions: int = 0
     stop_ids: frozenset[int] = frozenset()
 
@@ -111,7 +110,7 @@ class InferenceEngine:
         max_total_tokens: KV-cache capacity in tokens (the memory cap: 2 * layers * kv_heads * head_dim *
             dtype bytes per token); a request reserves ``len(prompt) + max_new_tokens`` tokens.
         context_length: longest prompt + max_new_tokens; default ``max_position_embeddings``.
-        seed: seeds the per-request sampling generators of requests without their own seed.
+        seed: draws the sampling seeds of requests without their own seed (in submission order).
         weight_version: initial weight-version label.
         max_prefill_tokens: cap on padded tokens (batch x length) of one prefill forward.
         dtype: compute dtype.
