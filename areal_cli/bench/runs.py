@@ -59,8 +59,8 @@ PER_RUN = {"seed": "the repeat / seed of the plan", "model.path": "the shared wa
            "parallel.trainer_cpus": "the scenario's cpus",
            "parallel.server_cpus": "the scenario's cpus", "parallel.controller_cpus": "the scenario's cpus"}
 
-#: What every run of a benchmark is validated with before any work (what the runs set that other settings may
-#: conflict with: deferred evaluations refuse early stopping, checkpoints and in-loop benchmarks).
+#: What every run of a benchmark sets (no early stop, no time limit, evaluations after the loop), and what it is
+#: validated with before any work: deferred evaluations refuse early stopping, checkpoints and in-loop benchmarks.
 RUN_CHECK_ITEMS = ["loop.target_accuracy=0", "loop.eval_deferred=true", "loop.time_limit_s=0"]
 
 #: What ``areal bench throughput`` sets per run on top of :data:`PER_RUN` (its modes).

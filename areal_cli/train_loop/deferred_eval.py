@@ -22,7 +22,7 @@ from pathlib import Path
 from areal_cli.atomic import write_atomic_many
 from areal_cli.train_loop.context import RunContext
 from areal_cli.train_loop.evaluation import evaluate
-from areal_cli.train_loop.weights import fleet_lock
+from areal_cli.train_loop.weights import load_on_servers
 
 
 async def evaluate_kept(ctx: RunContext, kept: list[tuple[int, int, Path]]) -> dict[int, tuple[float | None, float]]:
@@ -35,9 +35,7 @@ async def evaluate_kept(ctx: RunContext, kept: list[tuple[int, int, Path]]) -> d
     """
     out: dict[int, tuple[float | None, float]] = {}
     for step, version, path in kept:
-        async with fleet_lock(ctx):
-            await ctx.client.update_weights_from_disk(str(path.resolve()), version)
-            ctx.version, ctx.served = version, (path, version)
+        await load_on_servers(ctx, path, version)
         t = time.monotonic()
         acc = await evaluate(ctx)
         out[step] = (acc, time.monotonic() - t)

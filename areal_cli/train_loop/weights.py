@@ -74,13 +74,19 @@ class VersionLoader:
             self._pending = None
             self._loading = version
             try:
-                async with fleet_lock(self.ctx):
-                    await self.ctx.client.update_weights_from_disk(str(path.resolve()), version)
-                    self.ctx.version, self.ctx.served = version, (path, version)
+                await load_on_servers(self.ctx, path, version)
             finally:
                 self._loading = None
             if self._pending is None:
                 self.controller.notify_version(version)
+
+
+async def load_on_servers(ctx: RunContext, path: Path, version: int) -> None:
+    """Load the weights in ``path`` on every server as ``version``, under :func:`fleet_lock`; the run context then
+    says the servers hold it (``ctx.version``, ``ctx.served``). Raises: what the client's load raises."""
+    async with fleet_lock(ctx):
+        await ctx.client.update_weights_from_disk(str(path.resolve()), version)
+        ctx.version, ctx.served = version, (path, version)
 
 
 def fleet_lock(ctx: RunContext):
@@ -104,7 +110,5 @@ async def sync_distributed(ctx: RunContext, version: int) -> None:
 async def publish(ctx: RunContext, version: int, tag: str) -> Path:
     """Write the trainer's weights in HF format and load them on every server as ``version``."""
     path = await ctx.train("engine.save_hf", ctx.out / "weights" / tag)
-    async with fleet_lock(ctx):
-        await ctx.client.update_weights_from_disk(str(path.resolve()), version)
-        ctx.version, ctx.served = version, (path, version)
+    await load_on_servers(ctx, path, version)
     return path

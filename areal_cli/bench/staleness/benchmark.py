@@ -80,7 +80,7 @@ def run_ablation(scenario: Scenario, out: Path, *, extra_overrides: list[str] | 
         ov = SYNC_OVERRIDES if variant == SYNC else scenario.variants[variant]
         items = cpu_items + override_items(ov) + [
             f"seed={seed}", f"model.path={Path(warm['weights']).resolve()}", "sft.max_steps=0", f"loop.max_steps={scenario.steps}",
-            f"loop.eval_every={scenario.accuracy_every}", "loop.target_accuracy=0", "loop.eval_deferred=true", "loop.time_limit_s=0",
+            f"loop.eval_every={scenario.accuracy_every}", *RUN_CHECK_ITEMS,
             f"rollout.max_head_offpolicyness={eta}"]
         cfg = _run_cfg(scenario, extra, items)
         run_dir = out / "runs" / label

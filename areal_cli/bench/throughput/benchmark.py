@@ -116,8 +116,7 @@ def run_benchmark(scenario: Scenario, out: Path, *, extra_overrides: list[str] |
                                                                        "interruptible", "seed"))
         items = cpu_items + [f"seed={seed}", f"model.path={Path(warm['weights']).resolve()}", "sft.max_steps=0",
                              f"loop.max_steps={scenario.steps}", f"loop.eval_every={scenario.accuracy_every or scenario.steps}",
-                             "loop.target_accuracy=0", "loop.eval_deferred=true",
-                             "loop.time_limit_s=0", f"rollout.max_head_offpolicyness={eta}",
+                             *RUN_CHECK_ITEMS, f"rollout.max_head_offpolicyness={eta}",
                              f"rollout.interruptible={'true' if interruptible else 'false'}",
                              f"rollout.pause_mode={run['pause_mode']}"]
         cfg = _run_cfg(scenario, extra, items, sync=mode == "sync")
