@@ -1,10 +1,11 @@
-"""A PPO trainer step with megatron's DotProductAttention vs the fused SdpaDotProductAttention, side by side.
+"""A PPO trainer step with megatron's DotProductAttention vs the fused SdpaDotProductAttention, side by side; and the
+fused one with the packed micro-batch split into width classes (the default) vs one width for all sequences.
 
 One batch of the tiny-longtail task as the recipe trains it: the first stratified block of the task's training
 stream (16 prompts, one per length stratum of its lognormal, rendered with the recipe's tokenizer and template) x
 4 samples, each answer the exact expected answer plus eos; the recipe's model shape (hidden 128, 2 layers, GQA 4/2
 heads), packed into micro-batches as the recipe trains, one thread. The two attention classes alternate (ABAB...) on
-the same engine and batch; prints seconds per step and their ratio and writes JSON. Run: ``.venv/bin/python benchmarks/trainer_attention.py [--repeats 5] [--out FILE]``.
+the same engine and batch; prints seconds per step and their ratio and writes JSON. Run: ``.venv/bin/python benchmarks/trainer_attention.py [--repeats 9] [--out FILE]``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--repeats", type=int, default=5, help="timed steps per attention class (default 5)")
+    ap.add_argument("--repeats", type=int, default=9, help="timed steps per variant (default 9)")
     ap.add_argument("--out", default="benchmarks/results/trainer_attention.json", help="JSON result file")
     args = ap.parse_args()
 
@@ -31,6 +32,7 @@ def main() -> None:
     from areal_cli.recipes import load_train_config
     from areal_cli.tasks.task import Task
     from areal_cli.tasks.tiny_longtail import STRATA
+    from areal_cli.trainer import micro_batches
     from areal_cli.trainer.advantages import broadcast_to_tokens
     from areal_cli.trainer.batch import build_train_batch
     from areal_cli.trainer.megatron_engine import MegatronEngine
@@ -59,27 +61,35 @@ def main() -> None:
     batch.advantages = broadcast_to_tokens(torch.randn(len(samples), generator=g), batch.loss_mask)
     cores = [layer.self_attention.core_attention for layer in eng.model.decoder.layers]
 
-    def step(cls) -> float:
+    real_cost = micro_batches.attention_cost
+
+    def step(cls, width_classes: bool = True) -> float:
         for c in cores:
             c.__class__ = cls
+        micro_batches.attention_cost = real_cost if width_classes else (lambda hf_config: 0.0)
         b = copy.deepcopy(batch)
         t = time.perf_counter()
-        ppo_update(eng, b, cfg, trainer_version=0)
+        try:
+            ppo_update(eng, b, cfg, trainer_version=0)
+        finally:
+            micro_batches.attention_cost = real_cost
         return time.perf_counter() - t
 
-    classes = {"megatron": DotProductAttention, "fused": SdpaDotProductAttention}
-    for cls in classes.values():  # warm-up
-        step(cls)
+    classes = {"megatron": (DotProductAttention, True), "fused": (SdpaDotProductAttention, True),
+               "fused_one_width": (SdpaDotProductAttention, False)}
+    for cls, wc in classes.values():  # warm-up
+        step(cls, wc)
     times: dict[str, list[float]] = {k: [] for k in classes}
     for _ in range(args.repeats):
-        for name, cls in classes.items():
-            times[name].append(step(cls))
+        for name, (cls, wc) in classes.items():
+            times[name].append(step(cls, wc))
     med = {k: statistics.median(v) for k, v in times.items()}
     res = {"tokens": int(batch.attention_mask.sum()), "answer_lengths": lengths,
            "s_per_step": times, "median_s": med, "megatron_over_fused": med["megatron"] / med["fused"],
-           "torch": torch.__version__}
+           "one_width_over_width_classes": med["fused_one_width"] / med["fused"], "torch": torch.__version__}
     print(f"PPO step, {res['tokens']} tokens: megatron attention {med['megatron']:.3f} s, fused "
-          f"{med['fused']:.3f} s, ratio {res['megatron_over_fused']:.2f}x")
+          f"{med['fused']:.3f} s, ratio {res['megatron_over_fused']:.2f}x; fused with one packing width "
+          f"{med['fused_one_width']:.3f} s, {res['one_width_over_width_classes']:.2f}x the width classes'")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
 

@@ -11,7 +11,7 @@ from areal_cli.config import TrainConfig
 from areal_cli.errors import UserError
 from areal_cli.trainer.batch import build_train_batch
 from areal_cli.trainer.megatron_engine import MegatronEngine
-from areal_cli.trainer.micro_batches import ffd_allocate, pack_rows, split_by_tokens
+from areal_cli.trainer.micro_batches import attention_cost, ffd_allocate, pack_rows, split_by_tokens, width_classes
 from areal_cli.trainer.steps import ppo_update
 from helpers.perturbed_models import make_model_dir
 
@@ -74,10 +74,13 @@ def test_split_respects_the_budget_and_refuses_a_longer_sequence():
         split_by_tokens(b, 13)
 
 
-@pytest.mark.parametrize("n_minibatches", [1, 2])
-def test_split_and_packed_update_equals_the_unsplit_one(engine, n_minibatches, monkeypatch):
+@pytest.mark.parametrize("n_minibatches,classes", [(1, False), (2, False), (1, True)])
+def test_split_and_packed_update_equals_the_unsplit_one(engine, n_minibatches, classes, monkeypatch):
     """Loss, gradients (before each optimiser step), grad norm, clip fractions and the updated weights:
-    micro-batches of <= 20 tokens (packed) vs one right-padded batch, from the same weights and optimizer state."""
+    micro-batches of <= 20 tokens (packed) vs one right-padded batch, from the same weights and optimizer state;
+    ``classes``: an attention cost so high that every budget group is split into width classes too."""
+    if classes:
+        monkeypatch.setattr("areal_cli.trainer.micro_batches.attention_cost", lambda cfg: 1.0)
     base = TrainConfig().with_values({"ppo.n_minibatches": n_minibatches, "rollout.batch_size": 8, "ppo.eps_clip": 0.2,
                                        "ppo.behav_imp_weight_cap": 5.0})
     start = {k: v.clone() for k, v in engine.model.state_dict().items() if "_extra_state" not in k}
@@ -101,6 +104,8 @@ def test_split_and_packed_update_equals_the_unsplit_one(engine, n_minibatches, m
     engine.optimizer.state.clear()
     one, split = results[0], results[20]
     assert split["n_micro_batches"] >= 4 and one["n_micro_batches"] == n_minibatches
+    if classes:  # more micro-batches than the budget alone makes
+        assert split["n_micro_batches"] > len(split_by_tokens(rl_batch(engine.vocab_size), 20))
     assert split["loss"] == pytest.approx(one["loss"], abs=1e-6)
     assert split["grad_norm"] == pytest.approx(one["grad_norm"], rel=1e-5)
     assert (split["clip_frac"], split["iw_capped_frac"]) == pytest.approx((one["clip_frac"], one["iw_capped_frac"]))
@@ -115,3 +120,40 @@ def test_split_and_packed_update_equals_the_unsplit_one(engine, n_minibatches, m
     print(f"minibatches {n_minibatches}: loss {one['loss']:.9f} vs {split['loss']:.9f}, grad norm rel diff "
           f"{abs(split['grad_norm'] / one['grad_norm'] - 1):.2e}, gradient max rel diff {g_diff:.2e}, weights max "
           f"diff {diff:.2e} (step {moved:.2e})")
+
+
+def test_attention_cost_is_the_flop_ratio_by_hand():
+    """2 x heads x head_dim x layers / dense weights (every matrix but the embedding; the output layer counts)."""
+    cfg = {"model_type": "qwen3", "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "head_dim": 32, "intermediate_size": 384, "vocab_size": 500,
+           "tie_word_embeddings": False}
+    dense = 2 * (128 * 128 + 2 * 64 * 128 + 128 * 128 + 3 * 384 * 128) + 500 * 128
+    assert attention_cost(cfg) == pytest.approx(2 * 4 * 32 * 2 / dense)
+    assert attention_cost({**cfg, "tie_word_embeddings": True}) == pytest.approx(2 * 4 * 32 * 2 / dense)
+
+
+def test_width_classes_pack_a_long_tail_apart():
+    # the tiny-longtail block: 4 samples each of 16 answers (6-294 tokens) after a 12-token prompt
+    lengths = [12 + a for a in (6, 6, 6, 6, 6, 12, 12, 18, 18, 24, 30, 42, 60, 84, 132, 294) for _ in range(4)]
+    parts = width_classes(lengths, 1.2e-3)
+    assert sorted(i for p in parts for i in p) == list(range(64))
+    assert [lengths[i] for i in parts[0]] == [306] * 4 and max(lengths[i] for i in parts[1]) == 144
+    # the estimated cost (tokens + c x rows x width^2) falls by the saving the split was taken for
+    def cost(p):
+        total, w = sum(lengths[i] for i in p), max(lengths[i] for i in p)
+        return total + 1.2e-3 * -(-total // w) * w * w
+    assert sum(cost(p) for p in parts) < 0.97 * cost(range(64))
+    assert width_classes(lengths, 0.0) == [sorted(range(64), key=lambda i: (-lengths[i], i))]
+    assert len(width_classes([50] * 10, 1.0)) == 1  # equal lengths: nothing to gain
+    assert len(width_classes(lengths, 1.0, max_parts=3)) <= 3
+
+
+def test_width_classes_keep_every_token_and_its_logprob(engine):
+    b = rl_batch(engine.vocab_size)
+    ref = engine.logprobs(b)
+    mbs = split_by_tokens(b, 4096, attention_cost=1.0)
+    assert len(mbs) > 1 and all(m.packed for m in mbs)
+    assert all(m.seq_len == int(m.attention_mask.sum(dim=1).max()) for m in mbs)  # each at its own width
+    got = sorted(x for m in mbs for x in engine.logprobs(m)[m.loss_mask > 0].tolist())
+    want = sorted(ref[b.loss_mask > 0].tolist())
+    assert len(got) == len(want) and max(abs(x - y) for x, y in zip(got, want)) < 2e-6

@@ -221,7 +221,7 @@ def ppo_update(engine, batch: TrainBatch, cfg, trainer_version: int | None = Non
     Raises:
         UserError: a sequence longer than ``ppo.max_tokens_per_mb``.
     """
-    from areal_cli.trainer.micro_batches import split_by_tokens
+    from areal_cli.trainer.micro_batches import attention_cost, split_by_tokens
 
     cpu0 = time.thread_time()
     budget = int(cfg.ppo.max_tokens_per_mb or 0)
@@ -236,7 +236,10 @@ def ppo_update(engine, batch: TrainBatch, cfg, trainer_version: int | None = Non
 
     if budget:
         minibatches = batch.split(cfg.ppo.n_minibatches)
-        plan = [(mb, split_by_tokens(mb, budget, pack=getattr(engine, "pp", 1) == 1)) for mb in minibatches]
+        pack = getattr(engine, "pp", 1) == 1
+        hf_config = getattr(engine, "hf_config", None)
+        cost = attention_cost(hf_config) if pack and hf_config is not None else 0.0
+        plan = [(mb, split_by_tokens(mb, budget, pack=pack, attention_cost=cost)) for mb in minibatches]
         for _, micro in plan:  # all proximal logprobs before the first update
             for m in micro:
                 proximal(m)

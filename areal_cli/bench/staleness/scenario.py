@@ -45,7 +45,7 @@ DEFAULT_SCENARIO: dict[str, Any] = {
     "target_accuracy": None,
     "cpus": {"trainer": "0", "server": "1", "controller": "1"},
     "overrides": {"rollout.success_rate_lb": 0.0, "rollout.success_rate_ub": 1.0, "parallel.rollout_process": True,
-                  "rollout.stale_groups": "train", "ppo.n_minibatches": 4},
+                  "rollout.stale_groups": "train", "ppo.n_minibatches": 4, "rollout.pause_mode": "in_place"},
 }
 
 

@@ -27,26 +27,38 @@ def sample(reqs: list, logits: torch.Tensor) -> tuple[list[int], list[float]]:
     masked to -inf in place first.
     """
     B, V = logits.shape
+    temps = [1.0] * B
+    rows: list[int] = []  # rows that sample (temperature > 0); the others stay greedy
+    seeds: list[int] = []
+    positions: list[int] = []
+    need_filter = False
     for i, r in enumerate(reqs):
-        if len(r.output_ids) < r.params.min_new_tokens and r.stop_ids:
-            ban = [t for t in r.stop_ids if 0 <= t < V]
-            logits[i, ban] = float("-inf")
-    temps = torch.tensor([r.params.temperature if r.params.temperature > 0 else 1.0 for r in reqs],
-                         dtype=logits.dtype)
-    logp = torch.log_softmax(logits / temps[:, None], dim=-1)  # [B, V]
+        p = r.params
+        n_out = len(r.output_ids)
+        if n_out < p.min_new_tokens and r.stop_ids:
+            logits[i, [t for t in r.stop_ids if 0 <= t < V]] = float("-inf")
+        if p.temperature > 0:
+            temps[i] = p.temperature
+            rows.append(i)
+            seeds.append(r.seed)
+            positions.append(n_out)
+            need_filter = need_filter or p.top_k > 0 or p.top_p < 1.0
+    scaled = logits if all(t == 1.0 for t in temps) else logits / torch.tensor(temps, dtype=logits.dtype)[:, None]
+    logp = torch.log_softmax(scaled, dim=-1)  # [B, V]
     tokens = logits.argmax(dim=-1)  # greedy rows keep this
-    sample_rows = [i for i, r in enumerate(reqs) if r.params.temperature > 0]
-    if sample_rows:
-        rows = torch.tensor(sample_rows)
-        probs = logp[rows].exp()
-        need_filter = any(reqs[i].params.top_k > 0 or reqs[i].params.top_p < 1.0 for i in sample_rows)
+    if rows:
+        every = len(rows) == B
+        probs = (logp if every else logp[torch.tensor(rows)]).exp()
         if need_filter:
-            probs = top_k_top_p(probs, [reqs[i].params for i in sample_rows])
-        u = seeded_uniform([reqs[i].seed for i in sample_rows], [len(reqs[i].output_ids) for i in sample_rows], V)
-        q = (-torch.log(u)).to(probs.dtype).clamp_(min=1e-20)  # Exp(1)
-        tokens[rows] = torch.argmax(probs / q, dim=-1)  # exponential race: P(i) = p_i / sum p
+            probs = top_k_top_p(probs, [reqs[i].params for i in rows])
+        q = (-torch.log(seeded_uniform(seeds, positions, V))).to(probs.dtype).clamp_(min=1e-20)  # Exp(1)
+        drawn = torch.argmax(probs / q, dim=-1)  # exponential race: P(i) = p_i / sum p
+        if every:
+            tokens = drawn
+        else:
+            tokens[torch.tensor(rows)] = drawn
     lps = logp.gather(1, tokens[:, None])[:, 0]
-    return [int(t) for t in tokens], [float(x) for x in lps]
+    return tokens.tolist(), lps.tolist()
 
 
 _M32 = 0xFFFFFFFF

@@ -90,6 +90,7 @@ class _Req:
     input_logprobs: list[tuple[float | None, int]] | None = None
     slots: torch.Tensor | None = None  # LongTensor [reserved] KV pool slots, position j -> slots[j]
     slot_list: list[int] | None = None
+    row: int = -1  # its row of the engine's slot table while it holds slots
     kv_len: int = 0  # positions whose K/V is in the pool
     num_retractions: int = 0
     stop_ids: frozenset[int] = frozenset()
@@ -148,6 +149,11 @@ class InferenceEngine:
                                   dtype=dtype, device=self.model.device)
         self.v_pool = torch.zeros_like(self.k_pool)
         self._free: list[int] = list(range(self.max_total_tokens, 0, -1))
+        # slot table: row i = the KV slots of the running request holding row i (position j -> slot), 0 beyond its
+        # reservation; a decode step reads its [B, Lk] slot indices with one index_select instead of B copies
+        width = min(self.context_length, self.max_total_tokens)
+        self._table = torch.zeros(self.max_running_requests, width, dtype=torch.long)
+        self._rows: list[int] = list(range(self.max_running_requests - 1, -1, -1))
         self._seed_rng = random.Random(seed)
         self.waiting: deque[_Req] = deque()
         self.running: list[_Req] = []
@@ -366,6 +372,8 @@ class InferenceEngine:
             r.slot_list = self._free[-r.need:]
             del self._free[-r.need:]
             r.slots = torch.tensor(r.slot_list, dtype=torch.long)
+            r.row = self._rows.pop()
+            self._table[r.row, :r.need] = r.slots
             r.kv_len = 0
             self.running.append(r)
             new.append(r)
@@ -375,7 +383,9 @@ class InferenceEngine:
     def _release(self, r: _Req) -> None:
         if r.slot_list is not None:
             self._free.extend(r.slot_list)
-        r.slot_list, r.slots, r.kv_len = None, None, 0
+            self._table[r.row, :r.need] = 0
+            self._rows.append(r.row)
+        r.slot_list, r.slots, r.kv_len, r.row = None, None, 0, -1
 
     def _finish(self, r: _Req, reason: str, matched: int | None, message: str | None = None) -> EngineResult:
         self._rids.discard(r.rid)
@@ -450,9 +460,9 @@ class InferenceEngine:
         groups = decode_groups(lens, self.decode_group_min_saving, self.decode_max_groups)
         ids = torch.tensor([[r.output_ids[-1]] for r in srt], dtype=torch.long)
         pos = torch.tensor([[r.kv_len] for r in srt], dtype=torch.long)
-        ridx = torch.zeros(B, Lk, dtype=torch.long)
-        for i, r in enumerate(srt):
-            ridx[i, :lens[i]] = r.slots[:lens[i]]
+        # key j of row i -> its slot (j < lens[i]), else the scratch slot 0
+        ridx = self._table[:, :Lk].index_select(0, torch.tensor([r.row for r in srt]))
+        ridx.masked_fill_(torch.arange(Lk)[None, :] >= torch.tensor(lens)[:, None], 0)
         widx = ridx[torch.arange(B), pos[:, 0]].unsqueeze(1)
         hid = self.model.forward(ids, pos, self.k_pool, self.v_pool, widx, ridx,
                                  groups=[(a, b, lens[b - 1]) for a, b in groups])
