@@ -4,8 +4,8 @@ fused one with the packed micro-batch split into width classes (the default) vs 
 One batch of the tiny-longtail task as the recipe trains it: the first stratified block of the task's training
 stream (16 prompts, one per length stratum of its lognormal, rendered with the recipe's tokenizer and template) x
 4 samples, each answer the exact expected answer plus eos; the recipe's model shape (hidden 128, 2 layers, GQA 4/2
-heads), packed into micro-batches as the recipe trains, one thread. The two attention classes alternate (ABAB...) on
-the same engine and batch; prints seconds per step and their ratio and writes JSON. Run: ``.venv/bin/python benchmarks/trainer_attention.py [--repeats 9] [--out FILE]``.
+heads), packed into micro-batches as the recipe trains, one thread. The three variants (megatron's attention, the fused
+one, the fused one with ``ppo.pack_width_classes: false``) alternate on the same engine and batch; prints seconds per step and their ratio and writes JSON. Run: ``.venv/bin/python benchmarks/trainer_attention.py [--repeats 9] [--out FILE]``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ def main() -> None:
     from areal_cli.recipes import load_train_config
     from areal_cli.tasks.task import Task
     from areal_cli.tasks.tiny_longtail import STRATA
-    from areal_cli.trainer import micro_batches
     from areal_cli.trainer.advantages import broadcast_to_tokens
     from areal_cli.trainer.batch import build_train_batch
     from areal_cli.trainer.megatron_engine import MegatronEngine
@@ -61,18 +60,14 @@ def main() -> None:
     batch.advantages = broadcast_to_tokens(torch.randn(len(samples), generator=g), batch.loss_mask)
     cores = [layer.self_attention.core_attention for layer in eng.model.decoder.layers]
 
-    real_cost = micro_batches.attention_cost
+    one_width = cfg.with_values({"ppo.pack_width_classes": False})
 
     def step(cls, width_classes: bool = True) -> float:
         for c in cores:
             c.__class__ = cls
-        micro_batches.attention_cost = real_cost if width_classes else (lambda hf_config: 0.0)
         b = copy.deepcopy(batch)
         t = time.perf_counter()
-        try:
-            ppo_update(eng, b, cfg, trainer_version=0)
-        finally:
-            micro_batches.attention_cost = real_cost
+        ppo_update(eng, b, cfg if width_classes else one_width, trainer_version=0)
         return time.perf_counter() - t
 
     classes = {"megatron": (DotProductAttention, True), "fused": (SdpaDotProductAttention, True),

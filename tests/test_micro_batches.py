@@ -133,7 +133,7 @@ def test_attention_cost_is_the_flop_ratio_by_hand():
 
 
 def test_width_classes_pack_a_long_tail_apart():
-    # the tiny-longtail block: 4 samples each of 16 answers (6-294 tokens) after a 12-token prompt
+    # a tiny-longtail-like block: 4 samples each of 16 answers (6-294 tokens) after a 12-token prompt
     lengths = [12 + a for a in (6, 6, 6, 6, 6, 12, 12, 18, 18, 24, 30, 42, 60, 84, 132, 294) for _ in range(4)]
     parts = width_classes(lengths, 1.2e-3)
     assert sorted(i for p in parts for i in p) == list(range(64))

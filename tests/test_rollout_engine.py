@@ -191,6 +191,9 @@ def test_memory_cap_queues_requests_and_all_complete(dirs):
     for i, ref in enumerate(alone):
         assert by[f"r{i}"].output_ids == ref.output_ids
     assert eng.k_pool.shape[1] == cap + 1  # the pool itself is capped (one scratch slot)
+    # the decode step's slot table holds what requests reserved (<= 2x the largest), not rows x context length
+    largest = max(len(p) + m for p, m in zip(PROMPTS, BUDGETS))
+    assert largest <= eng._table.shape[1] <= 2 * largest and not eng._table.any()  # every row cleared at release
 
 
 def test_requests_that_can_never_fit_or_bad_ids_are_rejected(dirs):
@@ -365,3 +368,17 @@ def test_the_decode_groups_benchmark_runs_and_writes_its_figures(tmp_path, monke
     row = res["rows"][0]
     assert set(row["ms_per_step"]) == {"groups1_min0", "groups4_min256", "groups4_min1024", "groups4_min4096"}
     assert all(v > 0 for v in row["ms_per_step"].values()) and row["one_call_over_grouped_1024"] > 0
+
+
+def test_the_engine_churn_benchmark_runs_and_writes_its_figures(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "engine_decode_churn.py"
+    spec = importlib.util.spec_from_file_location("engine_decode_churn", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "r.json"
+    assert bench.main(["--running", "4", "--warm-steps", "2", "--steps", "3", "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["running"] == 4 and res["decoded_tokens"] > 0 and res["us_per_decoded_token"] > 0

@@ -241,6 +241,9 @@ class PPOSection:
     max_tokens_per_mb: int = 0
     """Micro-batches of at most this many tokens per forward/backward (first fit decreasing, sequences packed;
     :mod:`areal_cli.trainer.micro_batches`); 0: one micro-batch per minibatch, right-padded."""
+    pack_width_classes: bool = True
+    """With max_tokens_per_mb: split each packed micro-batch into classes of similar length, each packed at its own
+    width, when the estimated attention saved pays for the extra passes (``micro_batches.width_classes``)."""
     recompute_proximal: bool = True
     """Decoupled PPO (boba² Eq. 5); False: proximal := behaviour (standard PPO)."""
     prox_logp_method: Literal["auto", "recompute", "reuse"] = "auto"

@@ -212,8 +212,10 @@ def ppo_update(engine, batch: TrainBatch, cfg, trainer_version: int | None = Non
     split into micro-batches of at most that many tokens and packed (:func:`~areal_cli.trainer.micro_batches.
     split_by_tokens`; right-padded instead under pipeline parallelism); proximal logprobs are recomputed per
     micro-batch with the weights from before the step, and gradients accumulate over the micro-batches of a
-    minibatch. The loss of each micro-batch is normalised by the minibatch's number of loss tokens, so the
-    step equals the unsplit one up to float summation order (tests/test_micro_batches.py).
+    minibatch; packed, a micro-batch is further split into width classes (``ppo.pack_width_classes``,
+    :func:`~areal_cli.trainer.micro_batches.width_classes`). The loss of each micro-batch is normalised by the
+    minibatch's number of loss tokens, so the step equals the unsplit one up to float summation order
+    (tests/test_micro_batches.py).
 
     Returns loss, grad_norm, clip_frac, iw_capped_frac (loss tokens the off-policy correction masked out),
     iw_truncated_frac, the :func:`off_policy_diagnostics`, ``n_micro_batches`` and ``cpu_s``: CPU seconds of
@@ -238,7 +240,8 @@ def ppo_update(engine, batch: TrainBatch, cfg, trainer_version: int | None = Non
         minibatches = batch.split(cfg.ppo.n_minibatches)
         pack = getattr(engine, "pp", 1) == 1
         hf_config = getattr(engine, "hf_config", None)
-        cost = attention_cost(hf_config) if pack and hf_config is not None else 0.0
+        classes = pack and cfg.ppo.pack_width_classes and hf_config is not None
+        cost = attention_cost(hf_config) if classes else 0.0
         plan = [(mb, split_by_tokens(mb, budget, pack=pack, attention_cost=cost)) for mb in minibatches]
         for _, micro in plan:  # all proximal logprobs before the first update
             for m in micro:

@@ -39,7 +39,6 @@ class EngineError(ValueError):
     """
 
 
-
 @dataclass
 class EngineResult:
     """A finished (or aborted) request.
@@ -149,10 +148,9 @@ class InferenceEngine:
                                   dtype=dtype, device=self.model.device)
         self.v_pool = torch.zeros_like(self.k_pool)
         self._free: list[int] = list(range(self.max_total_tokens, 0, -1))
-        # slot table: row i = the KV slots of the running request holding row i (position j -> slot), 0 beyond its
-        # reservation; a decode step reads its [B, Lk] slot indices with one index_select instead of B copies
-        width = min(self.context_length, self.max_total_tokens)
-        self._table = torch.zeros(self.max_running_requests, width, dtype=torch.long)
+        # slot table: row i = the KV slots of the request holding row i (position j -> slot), 0 beyond; a decode step
+        # reads its [B, Lk] indices by one index_select. Width: the largest reservation so far (grows by doubling)
+        self._table = torch.zeros(self.max_running_requests, 0, dtype=torch.long)
         self._rows: list[int] = list(range(self.max_running_requests - 1, -1, -1))
         self._seed_rng = random.Random(seed)
         self.waiting: deque[_Req] = deque()
@@ -372,6 +370,10 @@ class InferenceEngine:
             r.slot_list = self._free[-r.need:]
             del self._free[-r.need:]
             r.slots = torch.tensor(r.slot_list, dtype=torch.long)
+            if r.need > self._table.shape[1]:
+                with torch.inference_mode(False):  # a normal tensor: _release writes it outside inference mode too
+                    self._table = torch.cat([self._table, torch.zeros(self.max_running_requests, max(
+                        r.need - self._table.shape[1], self._table.shape[1]), dtype=torch.long)], dim=1)
             r.row = self._rows.pop()
             self._table[r.row, :r.need] = r.slots
             r.kv_len = 0
