@@ -157,3 +157,14 @@ def test_width_classes_keep_every_token_and_its_logprob(engine):
     got = sorted(x for m in mbs for x in engine.logprobs(m)[m.loss_mask > 0].tolist())
     want = sorted(ref[b.loss_mask > 0].tolist())
     assert len(got) == len(want) and max(abs(x - y) for x, y in zip(got, want)) < 2e-6
+
+
+def test_small_groups_do_not_split_and_the_switch_turns_classes_off(engine, monkeypatch):
+    # the fixed cost of one more pass (CLASS_OVERHEAD token-equivalents) outweighs a small group's saving
+    assert len(width_classes([50, 7, 7], 1.2e-3)) == 1 and width_classes([], 1.0) == []
+    assert width_classes([5, 0], 1.0) == [[0, 1]]  # no division by a zero width
+    monkeypatch.setattr("areal_cli.trainer.micro_batches.attention_cost", lambda cfg: 1.0)
+    cfg = TrainConfig().with_values({"rollout.batch_size": 8, "ppo.max_tokens_per_mb": 20,
+                                     "ppo.pack_width_classes": False})
+    out = ppo_update(engine, rl_batch(engine.vocab_size), cfg)
+    assert out["n_micro_batches"] == len(split_by_tokens(rl_batch(engine.vocab_size), 20))

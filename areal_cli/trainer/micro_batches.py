@@ -22,6 +22,10 @@ micro-batches, a step 1.33x slower). On a tiny-longtail batch (the benchmark's b
 answers 6-210 tokens; the 13 longest go apart at width 225, the other 51 pack at width 75), one core,
 ``benchmarks/trainer_attention.py --repeats 20``: a PPO step's median 0.378 -> 0.313 s (1.21x; median of the
 paired ratios 1.17x, 19 of 20 pairs faster; 1.02x and 1.11x in shorter runs: this machine's noise is of that order).
+
+Losses are unchanged by the split: the decoupled PPO loss of a micro-batch is its token sum divided by the
+number of loss tokens of the whole minibatch, and gradients accumulate over micro-batches before one
+optimiser step (:meth:`areal_cli.trainer.megatron_engine.MegatronEngine.train_step`).
 """
 
 from __future__ import annotations
