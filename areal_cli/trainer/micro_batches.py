@@ -111,26 +111,24 @@ def pack_rows(batch: "TrainBatch", rows: Sequence[int]) -> "TrainBatch":
     return TrainBatch(input_ids=ids, attention_mask=am, position_ids=pos, segment_ids=seg, **per_token)
 
 
-def _field(cfg: Any, key: str, default: Any = None) -> Any:
-    return cfg.get(key, default) if isinstance(cfg, dict) else getattr(cfg, key, default)
-
-
 def attention_cost(hf_config: Any) -> float:
     """Forward cost of one attention score (all layers: q.k and the weighted sum of v, 4 x heads x head_dim FLOPs
     each) in units of one token's dense forward (2 FLOPs per weight of every matrix but the embedding lookup; the
-    output layer counts): ``2 * heads * head_dim * layers / dense weights``. Backward passes scale both alike.
+    output layer counts): ``2 * heads * head_dim * layers / dense weights``, all read from the model's weight shapes
+    (:func:`areal_cli.models.families.weight_shapes`; with tied embeddings the embedding matrix is the output layer).
+    Backward passes scale both alike.
 
     Raises:
         UnsupportedModel: a config :func:`areal_cli.models.families.weight_shapes` does not know.
     """
-    from areal_cli.models.families import head_dim_of, weight_shapes
+    from areal_cli.models.families import weight_shapes
 
     shapes = weight_shapes(hf_config)
-    dense = sum(math.prod(v) for k, v in shapes.items() if len(v) == 2 and k != "model.embed_tokens.weight")
-    if _field(hf_config, "tie_word_embeddings", False):
-        dense += math.prod(shapes["model.embed_tokens.weight"])
-    heads, layers = int(_field(hf_config, "num_attention_heads")), int(_field(hf_config, "num_hidden_layers"))
-    return 2.0 * heads * head_dim_of(hf_config) * layers / max(dense, 1)
+    tied = "lm_head.weight" not in shapes
+    dense = sum(math.prod(v) for k, v in shapes.items()
+                if len(v) == 2 and (tied or k != "model.embed_tokens.weight"))
+    q_rows = [v[0] for k, v in shapes.items() if k.endswith("self_attn.q_proj.weight")]  # heads x head_dim per layer
+    return 2.0 * sum(q_rows) / max(dense, 1)
 
 
 #: Fixed cost of one more micro-batch (a forward and a backward pass) in token-equivalents (module docstring).
