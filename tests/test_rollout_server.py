@@ -241,6 +241,13 @@ def test_launch_failure_raises_with_the_log_tail(tmp_path, dirs):
     assert "exited with code" in str(ei.value)
 
 
+def test_bad_sizes_exit_with_one_line_and_no_traceback(dirs):
+    proc = subprocess.run([sys.executable, "-m", "areal_cli.rollout.server", "--model-path", str(dirs[0]),
+                           "--port", "1", "--max-total-tokens", "0"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "must be >= 1" in proc.stderr.strip().splitlines()[-1]
+
+
 def test_server_child_exits_when_its_launcher_is_killed(dirs, tmp_path):
     # The launcher is SIGKILLed right after spawning (no atexit, no stop()): the child's parent watchdog,
     # started before its slow imports, must take it down.

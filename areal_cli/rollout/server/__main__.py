@@ -77,13 +77,18 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(max(1, args.num_threads))
     import uvicorn
 
+    from areal_cli.errors import UserError
     from areal_cli.rollout.engine import InferenceEngine
 
     t0 = time.time()
-    engine = InferenceEngine(args.model_path, max_running_requests=args.max_running_requests,
-                             max_total_tokens=args.max_total_tokens, context_length=args.context_length,
-                             seed=args.seed, weight_version=args.weight_version,
-                             max_prefill_tokens=args.max_prefill_tokens)
+    try:
+        engine = InferenceEngine(args.model_path, max_running_requests=args.max_running_requests,
+                                 max_total_tokens=args.max_total_tokens, context_length=args.context_length,
+                                 seed=args.seed, weight_version=args.weight_version,
+                                 max_prefill_tokens=args.max_prefill_tokens)
+    except (UserError, ValueError) as e:  # bad model directory or sizes: one line, no traceback
+        log.error("%s", e)
+        sys.exit(2)
     tokenizer = None
     tok_path = Path(args.model_path) / "tokenizer.json"
     if tok_path.is_file():
