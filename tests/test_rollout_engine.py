@@ -173,6 +173,34 @@ def test_decode_split_into_length_groups_gives_the_tokens_and_logprobs_of_one_pa
     assert slots_split < 0.7 * slots_one  # the step costs count the key slots read, fewer when split
 
 
+def test_a_groups_samples_share_one_prefill_and_sample_as_if_alone(dirs, hf):
+    """Requests with the same prompt admitted together (a GRPO group) run one prefill forward; the others get a copy of
+    its K/V and logits: each sample's tokens, logprobs and prompt logprobs equal those of the request run alone."""
+    sp = [SamplingParams(max_new_tokens=20, temperature=1.0, seed=s, ignore_eos=True) for s in (11, 12, 13, 14)]
+    prompts = [PROMPTS[1]] * 4 + [PROMPTS[2]] * 2 + [PROMPTS[1][:-1]]  # two groups and a prefix of the first
+    params = sp + [SamplingParams(max_new_tokens=20, temperature=1.0, seed=s, ignore_eos=True) for s in (21, 22, 23)]
+    eng = InferenceEngine(dirs[0], max_total_tokens=1024)
+    for i, (p, q) in enumerate(zip(prompts, params)):
+        eng.add_request(f"r{i}", p, q, logprob_start_len=0)
+    by = {r.rid: r for r in eng.run_until_done()}
+    assert eng.stats["prefill_tokens"] == 11 + 6 + 10  # each distinct prompt once
+    alone = InferenceEngine(dirs[0], max_total_tokens=1024)
+    outs = set()
+    for i, (p, q) in enumerate(zip(prompts, params)):
+        alone.add_request(f"a{i}", p, q, logprob_start_len=0)
+        ref = alone.run_until_done()[0]
+        got = by[f"r{i}"]
+        assert got.output_ids == ref.output_ids, i
+        assert max(abs(a - b) for a, b in zip(got.output_logprobs, ref.output_logprobs)) <= 1e-5, i
+        assert [t for _, t in got.input_logprobs] == p
+        assert max(abs((a or 0.0) - (b or 0.0)) for (a, _), (b, _) in zip(got.input_logprobs, ref.input_logprobs)) <= 1e-5
+        outs.add(tuple(got.output_ids))
+    assert len(outs) == len(prompts)  # the seeds drew different samples from the shared prefill
+    ref = hf_logprobs(hf, prompts[3], by["r3"].output_ids, 1.0)  # a copied K/V decodes like the computed one
+    assert max(abs(a - b) for a, b in zip(ref, by["r3"].output_logprobs)) <= 1e-4
+    assert eng.free_tokens == eng.max_total_tokens
+
+
 def test_memory_cap_queues_requests_and_all_complete(dirs):
     alone = _alone(dirs[0])
     cap = 64  # the largest request needs 45 tokens: at most one or two fit at a time

@@ -8,7 +8,8 @@ in a FIFO queue; a request that can never fit is rejected (:class:`EngineError`)
 
 Scheduling (one :meth:`InferenceEngine.step`): admit waiting requests into free slots (up to
 ``max_running_requests``) and prefill them (right-padded batch, positions 0..L-1 per request, so no
-left-padding position bug), sample their first token; then one decode step for every request that was
+left-padding position bug; requests with the same sequence, a group's samples, computed once), sample their first
+token; then one decode step for every request that was
 already running. Finished requests leave the batch at once and free their KV slots.
 
 Sampling is :mod:`areal_cli.rollout.engine.sampling`; the forward is :mod:`areal_cli.rollout.engine.model`.
@@ -430,25 +431,40 @@ class InferenceEngine:
         return finished
 
     def _prefill_group(self, reqs: list[_Req]) -> list[EngineResult]:
+        """Prefill ``reqs`` in one right-padded forward and sample their first tokens. Requests with the same
+        sequence (a GRPO group's samples arrive together with one prompt) are computed once: the forward runs each
+        distinct sequence, its K/V is copied to the other requests' slots and its logits are sampled by each of
+        them with its own seed (SGLang shares such a prefix through its radix cache)."""
         seqs = [r.prompt + r.output_ids for r in reqs]
         lens = [len(s) for s in seqs]
-        B, S = len(reqs), max(lens)
-        ids = torch.zeros(B, S, dtype=torch.long)
-        widx = torch.zeros(B, S, dtype=torch.long)
-        for i, (r, seq) in enumerate(zip(reqs, seqs)):
-            ids[i, :lens[i]] = torch.tensor(seq)
-            widx[i, :lens[i]] = r.slots[:lens[i]]
-        pos = torch.arange(S).expand(B, S)
+        first: dict[tuple[int, ...], int] = {}
+        src = [first.setdefault(tuple(seq), i) for i, seq in enumerate(seqs)]  # request -> the one computed
+        uniq = sorted(first.values())
+        row = {i: j for j, i in enumerate(uniq)}  # computed request -> its row of the forward
+        B, U, S = len(reqs), len(uniq), max(lens)
+        ids = torch.zeros(U, S, dtype=torch.long)
+        widx = torch.zeros(U, S, dtype=torch.long)
+        for j, i in enumerate(uniq):
+            ids[j, :lens[i]] = torch.tensor(seqs[i])
+            widx[j, :lens[i]] = reqs[i].slots[:lens[i]]
+        pos = torch.arange(S).expand(U, S)
         hid = self.model.forward(ids, pos, self.k_pool, self.v_pool, widx, widx)
-        last = hid[torch.arange(B), torch.tensor(lens) - 1]  # [B, H]
+        last = hid[torch.arange(U), torch.tensor([lens[i] for i in uniq]) - 1]  # [U, H]
         logits = self.model.logits(last)
+        if U < B:
+            dup = [i for i in range(B) if src[i] != i]
+            dst = torch.cat([reqs[i].slots[:lens[i]] for i in dup])
+            from_ = torch.cat([reqs[src[i]].slots[:lens[i]] for i in dup])
+            self.k_pool[:, dst] = self.k_pool[:, from_]
+            self.v_pool[:, dst] = self.v_pool[:, from_]
+            logits = logits[torch.tensor([row[src[i]] for i in range(B)])]  # a copy: the sampler masks rows in place
         for i, r in enumerate(reqs):
             r.kv_len = lens[i]
             if r.logprob_start_len >= 0 and r.input_logprobs is None:
                 P = len(r.prompt)
-                r.input_logprobs = self._prompt_logprobs_from(r, self.model.logits(hid[i, :P]))
-        self.stats["prefill_tokens"] += sum(lens)
-        self._step_shape[2] += B * S
+                r.input_logprobs = self._prompt_logprobs_from(r, self.model.logits(hid[row[src[i]], :P]))
+        self.stats["prefill_tokens"] += sum(lens[i] for i in uniq)
+        self._step_shape[2] += U * S
         return self._sample_and_append(reqs, logits)
 
     def _decode(self, reqs: list[_Req]) -> list[EngineResult]:
