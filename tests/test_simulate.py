@@ -470,16 +470,23 @@ def test_calibration_with_engine_step_costs_fits_decode_from_them_and_solves_the
     sc, rep = sim.calibrate_from_run(_bench_run(tmp_path, costs), base)
     assert rep["engine_step_costs"]["steps"] == 2 * (len(rows) - 6)  # both runs' RL windows
     assert sc.decode_step_fixed_s == pytest.approx(a, rel=1e-6) and sc.decode_step_per_seq_s == pytest.approx(b, rel=1e-6)
-    assert sc.decode_attention == "grouped" and sc.prefix_cache is False  # what today's engine records
-    old = {k: {"server0": {f: v for f, v in d["server0"].items() if f != "decode_attention"}} for k, d in costs.items()}
-    (tmp_path / "old").mkdir()
-    (tmp_path / "more").mkdir()
-    (tmp_path / "mixed").mkdir()
-    assert sim.calibrate_from_run(_bench_run(tmp_path / "old", old), base)[0].decode_attention == "padded"
+    # what today's engine records: grouped decode attention, a group's samples prefilled once (the model's prompt cache)
+    assert sc.decode_attention == "grouped" and sc.prefix_cache is True
+    old = {k: {"server0": {f: v for f, v in d["server0"].items() if f not in ("decode_attention", "prefill_sharing")}}
+           for k, d in costs.items()}
+    for d in ("old", "more", "mixed", "mixed2"):
+        (tmp_path / d).mkdir()
+    sc_old = sim.calibrate_from_run(_bench_run(tmp_path / "old", old), base)[0]
+    assert sc_old.decode_attention == "padded" and sc_old.prefix_cache is False  # engines before either field
     mixed = {"rl_start": costs["rl_start"], "rl_end": {"server0": costs["rl_end"]["server0"],
                                                        "server1": old["rl_end"]["server0"]}}
     with pytest.raises(UserError, match="grouped and padded"):
         sim.calibrate_from_run(_bench_run(tmp_path / "mixed", mixed), base)
+    unshared = {k: {"server0": {**d["server0"], "prefill_sharing": "none"}} for k, d in costs.items()}
+    mixed2 = {"rl_start": costs["rl_start"], "rl_end": {"server0": costs["rl_end"]["server0"],
+                                                        "server1": unshared["rl_end"]["server0"]}}
+    with pytest.raises(UserError, match="shared group prefills"):
+        sim.calibrate_from_run(_bench_run(tmp_path / "mixed2", mixed2), base)
     # the benchmark's own step phases (evaluations excluded): 0.9 s per sync step, publishing 0.05 s
     assert rep["measured"]["00-sync-r0"]["step_s"] == pytest.approx(0.9) and sc.sync_save_s == pytest.approx(0.05)
     assert sc.trainer_overhead_s == 0.0

@@ -286,7 +286,8 @@ def calibrate_from_run(results_json: str | Path, base: Scenario | None = None, *
     ``marks.step_costs``, :mod:`areal_cli.rollout.engine.step_costs`), the decode and prefill constants are
     fitted to every engine step of every run in the file (:func:`~areal_cli.bench.sim.engine_costs.
     fit_step_costs`; ``decode_attention`` as the recording engine read its KV cache, ``grouped`` or, for runs of
-    engines before the length groups, ``padded``; ``prefix_cache: false``, as the embedded engine works) and
+    engines before the length groups, ``padded``; ``prefix_cache`` true when the recording engine prefilled a group's
+    samples once, ``prefill_sharing: batch``, else false: each sample prefilled its prompt) and
     ``request_overhead_s`` (server-core time per request outside the engine) is solved so that the simulated
     synchronous step equals the measured one. Without step costs (older runs), ``decode_step_fixed_s`` (one
     batch-independent decode step) is solved instead.
@@ -396,8 +397,8 @@ def calibrate_from_run(results_json: str | Path, base: Scenario | None = None, *
     except (ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
         raise UserError(f"{path}: timeline field 'marks.step_costs': {type(e).__name__}: {e}") from None
     if engine is not None:
-        sc = dataclasses.replace(sc, **engine["coef"], decode_attention=engine["decode_attention"], prefix_cache=False,
-                                 request_overhead_s=0.0)
+        sc = dataclasses.replace(sc, **engine["coef"], decode_attention=engine["decode_attention"],
+                                 prefix_cache=engine["prefill_sharing"] == "batch", request_overhead_s=0.0)
 
         def sync_step(r: float) -> float:
             return simulate(dataclasses.replace(sc, request_overhead_s=r), "sync", scale=scale)["step_s"]

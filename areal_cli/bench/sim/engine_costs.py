@@ -45,6 +45,19 @@ def decode_attention_of(sums: dict) -> str:
     return mode
 
 
+def prefill_sharing_of(sums: dict) -> str:
+    """Whether the engine that recorded ``sums`` prefilled the requests of one prefill batch with the same sequence
+    (a group's samples) once (``"batch"``) or each its own (``"none"``; snapshots of engines before session 33 carry
+    no field).
+
+    Raises:
+        ValueError: another value."""
+    mode = sums.get("prefill_sharing", "none")
+    if mode not in ("batch", "none"):
+        raise ValueError(f"'prefill_sharing' must be batch or none, got {mode!r}")
+    return mode
+
+
 def window_sums(start: dict | None, end: dict) -> dict:
     """The sums of the steps between two snapshots of one server (``start`` None: since the server started).
 
@@ -53,14 +66,15 @@ def window_sums(start: dict | None, end: dict) -> dict:
     """
     n1, a1, b1, y1 = _arrays(end)
     mode = decode_attention_of(end)
+    sharing = prefill_sharing_of(end)
     if start is None:
         return {"features": list(FEATURES), "n": n1, "xtx": a1.tolist(), "xty": b1.tolist(), "yy": y1,
-                "decode_attention": mode}
+                "decode_attention": mode, "prefill_sharing": sharing}
     n0, a0, b0, y0 = _arrays(start)
     if n1 < n0:
         raise ValueError("the end snapshot has fewer steps than the start snapshot")
-    return {"features": list(FEATURES), "decode_attention": mode, "n": n1 - n0, "xtx": (a1 - a0).tolist(),
-            "xty": (b1 - b0).tolist(), "yy": y1 - y0}
+    return {"features": list(FEATURES), "decode_attention": mode, "prefill_sharing": sharing, "n": n1 - n0,
+            "xtx": (a1 - a0).tolist(), "xty": (b1 - b0).tolist(), "yy": y1 - y0}
 
 
 def fit_step_costs(sums: list[dict]) -> dict:
@@ -70,16 +84,20 @@ def fit_step_costs(sums: list[dict]) -> dict:
         sums: step-cost sums (one per server, or per window), as :func:`window_sums` returns; they are added.
     Returns:
         ``{"steps": n, "coef": {scenario field: seconds}, "rmse_s": ..., "mean_step_s": ..., "r2": ...,
-        "decode_attention": "grouped" | "padded"}`` (what the context feature counted, :func:`decode_attention_of`);
+        "decode_attention": "grouped" | "padded", "prefill_sharing": "batch" | "none"}`` (what the context feature
+        counted, :func:`decode_attention_of`; whether a group's samples shared their prefill, :func:`prefill_sharing_of`);
         a feature never seen (e.g. no prefill) or whose unconstrained coefficient is negative gets 0 (active set:
         the most negative one is dropped and the rest refitted).
     Raises:
-        ValueError: fewer steps than features, sums of other features, or of engines that read the KV cache
-            differently.
+        ValueError: fewer steps than features, sums of other features, or of engines that read the KV cache or
+            prefilled a group differently.
     """
     modes = {decode_attention_of(d) for d in sums}
     if len(modes) > 1:
         raise ValueError("step-cost sums of grouped and padded decode attention cannot be fitted together")
+    sharing = {prefill_sharing_of(d) for d in sums}
+    if len(sharing) > 1:
+        raise ValueError("step-cost sums of engines with and without shared group prefills cannot be fitted together")
     k = len(FEATURES)
     n, xtx, xty, yy = 0, np.zeros((k, k)), np.zeros(k), 0.0
     for d in sums:
@@ -103,7 +121,8 @@ def fit_step_costs(sums: list[dict]) -> dict:
     sst = float(yy - n * mean * mean)
     return {"steps": n, "coef": {f: float(v) for f, v in zip(SCENARIO_FIELDS, coef)},
             "rmse_s": math.sqrt(max(sse, 0.0) / n), "mean_step_s": mean,
-            "r2": 1.0 - max(sse, 0.0) / sst if sst > 0 else 1.0, "decode_attention": modes.pop() if modes else "padded"}
+            "r2": 1.0 - max(sse, 0.0) / sst if sst > 0 else 1.0, "decode_attention": modes.pop() if modes else "padded",
+            "prefill_sharing": sharing.pop() if sharing else "none"}
 
 
 def step_costs_of_timeline(timeline: dict) -> list[dict] | None:

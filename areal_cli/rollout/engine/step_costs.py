@@ -10,6 +10,9 @@ Each :meth:`InferenceEngine.step` records its wall seconds ``y`` and four featur
   grouped``; engines before the groups padded the whole batch to its longest context, ``B * L_max``:
   ``padded``, which is what a snapshot without ``decode_attention`` means),
 * ``prefill_tokens``: padded tokens of the step's prefill forwards (batch x longest prompt + prefix, per group).
+  Since session 33 the engine computes the requests of one prefill batch that have the same sequence (a group's
+  samples, admitted together) once, so the rows counted are the distinct sequences (``prefill_sharing: batch``;
+  a snapshot without the field: every request prefilled its own prompt, ``none``).
 
 Only the sums ``X^T X``, ``X^T y``, ``y^T y`` and the count are kept (21 numbers, constant memory, additive: the
 difference of two snapshots is the statistics of the steps between them), so a run's cost model is fitted from
@@ -26,8 +29,9 @@ FEATURES = ("step", "decode_seqs", "decode_ctx_tokens", "prefill_tokens")
 class StepCostStats:
     """Running sums for the linear model ``seconds = x . theta`` over engine steps (see the module docstring)."""
 
-    def __init__(self, decode_attention: str = "grouped") -> None:
+    def __init__(self, decode_attention: str = "grouped", prefill_sharing: str = "batch") -> None:
         self.decode_attention = decode_attention
+        self.prefill_sharing = prefill_sharing
         k = len(FEATURES)
         self.n = 0
         self.xtx = [[0.0] * k for _ in range(k)]
@@ -49,6 +53,7 @@ class StepCostStats:
 
     def to_dict(self) -> dict:
         """JSON form: ``{"features": [...], "n": steps, "xtx": k x k, "xty": k, "yy": float,
-        "decode_attention": "grouped" | "padded"}``."""
+        "decode_attention": "grouped" | "padded", "prefill_sharing": "batch" | "none"}``."""
         return {"features": list(FEATURES), "n": self.n, "xtx": [list(r) for r in self.xtx],
-                "xty": list(self.xty), "yy": self.yy, "decode_attention": self.decode_attention}
+                "xty": list(self.xty), "yy": self.yy, "decode_attention": self.decode_attention,
+                "prefill_sharing": self.prefill_sharing}
