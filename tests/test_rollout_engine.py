@@ -201,6 +201,30 @@ def test_a_groups_samples_share_one_prefill_and_sample_as_if_alone(dirs, hf):
     assert eng.free_tokens == eng.max_total_tokens
 
 
+def test_a_groups_samples_do_not_split_a_prefill_forward(dirs):
+    """The max_prefill_tokens budget counts each distinct sequence once: 6 samples of an 11-token prompt and 3 of a
+    6-token prompt fit one forward of 2 x 11 padded tokens (<= 25), instead of three forwards that each recompute
+    the 11-token prompt."""
+    prompts = [PROMPTS[1]] * 6 + [PROMPTS[2]] * 3
+    params = [SamplingParams(max_new_tokens=4, temperature=1.0, seed=s, ignore_eos=True) for s in range(9)]
+    eng = InferenceEngine(dirs[0], max_total_tokens=1024, max_prefill_tokens=25)
+    for i, (p, q) in enumerate(zip(prompts, params)):
+        eng.add_request(f"r{i}", p, q)
+    by = {r.rid: r for r in eng.run_until_done()}
+    assert eng.stats["prefill_tokens"] == 11 + 6
+    alone = InferenceEngine(dirs[0], max_total_tokens=1024)
+    for i, (p, q) in enumerate(zip(prompts, params)):
+        assert by[f"r{i}"].output_ids == alone.generate([p], q)[0].output_ids, i
+
+
+def test_engine_sizes_are_checked(dirs):
+    with pytest.raises(ValueError, match="context_length must be >= 1"):
+        InferenceEngine(dirs[0], context_length=0)
+    with pytest.raises(ValueError, match="more than this machine's"):
+        InferenceEngine(dirs[0], max_total_tokens=10**12)
+    assert InferenceEngine(dirs[0], max_total_tokens=64, max_running_requests=10**9).max_running_requests == 64
+
+
 def test_memory_cap_queues_requests_and_all_complete(dirs):
     alone = _alone(dirs[0])
     cap = 64  # the largest request needs 45 tokens: at most one or two fit at a time

@@ -241,11 +241,18 @@ def test_launch_failure_raises_with_the_log_tail(tmp_path, dirs):
     assert "exited with code" in str(ei.value)
 
 
-def test_bad_sizes_exit_with_one_line_and_no_traceback(dirs):
-    proc = subprocess.run([sys.executable, "-m", "areal_cli.rollout.server", "--model-path", str(dirs[0]),
-                           "--port", "1", "--max-total-tokens", "0"], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "must be >= 1" in proc.stderr.strip().splitlines()[-1]
+def test_bad_sizes_or_weights_exit_with_one_line_and_no_traceback(dirs, tmp_path):
+    bad = tmp_path / "corrupt"
+    bad.mkdir()
+    (bad / "config.json").write_text((dirs[0] / "config.json").read_text())
+    (bad / "model.safetensors").write_bytes(b"\x01" * 1000)
+    for model, args, says in [(dirs[0], ["--max-total-tokens", "0"], "must be >= 1"),
+                              (dirs[0], ["--context-length", "-5"], "context_length must be >= 1"),
+                              (bad, [], "cannot start the engine")]:
+        proc = subprocess.run([sys.executable, "-m", "areal_cli.rollout.server", "--model-path", str(model),
+                               "--port", "1", *args], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, args
+        assert says in proc.stderr.strip().splitlines()[-1], args
 
 
 def test_server_child_exits_when_its_launcher_is_killed(dirs, tmp_path):

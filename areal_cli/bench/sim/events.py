@@ -17,9 +17,10 @@ What is simulated (one event loop, ``heapq``; pure Python + numpy):
   contexts, sorted, are split as the engine splits them (:func:`areal_cli.rollout.decode_groups.decode_groups`)
   and ``S`` is the sum over groups of size x longest context (it too grows by ``n`` per step).
   ``prefix_cache: false``: every sample prefills its own prompt. (The embedded CPU engine shares a prompt's prefill
-  only among the samples admitted in one step, ``prefill_sharing: batch`` in its step costs; a group's samples
-  arrive in one request and are admitted together, so the two differ only for a group split across steps by a full
-  server, and for samples resumed after an aborting update, which the engine prefills each with its own prefix.)
+  only among the samples prefilled in one forward, ``prefill_sharing: batch`` in its step costs; a group's samples
+  arrive in one request and are admitted and prefilled together, so the two differ only for a group split across
+  steps by a full server, and for samples resumed after an aborting update, which the engine prefills each with its
+  own prefix.)
   ``request_overhead_s`` per sample (HTTP, reward, the controller: work on the server's core outside the engine
   step), paid at its first admission (not again when it resumes after an interruption), blocks the server like a
   prefill and is counted with it. On the trainer's side, ``batch_handoff_s_per_token`` (receiving the batch

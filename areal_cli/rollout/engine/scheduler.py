@@ -18,6 +18,7 @@ Every output token records the weight version that produced it.
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections import deque
@@ -133,14 +134,23 @@ class InferenceEngine:
                              "must be >= 1")
         self.decode_group_min_saving = int(decode_group_min_saving)
         self.decode_max_groups = int(decode_max_groups)
+        if context_length is not None and context_length < 1:
+            raise ValueError(f"context_length must be >= 1 (or None: the model's), got {context_length}")
         self.model = CausalLM(model_path, dtype=dtype, device=device)
         s = self.model.spec
         self.context_length = int(context_length or s.max_position_embeddings)
         if self.context_length > s.max_position_embeddings:
             raise ValueError(f"context_length {self.context_length} exceeds the model's "
                              f"max_position_embeddings {s.max_position_embeddings}")
-        self.max_running_requests = int(max_running_requests)
         self.max_total_tokens = int(max_total_tokens)
+        # a running request holds at least one KV slot: more rows than slots could never be used
+        self.max_running_requests = min(int(max_running_requests), self.max_total_tokens)
+        pool_bytes = 2 * s.num_layers * (self.max_total_tokens + 1) * s.num_kv_heads * s.head_dim * dtype.itemsize
+        if self.model.device.type == "cpu" and hasattr(os, "sysconf"):
+            ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+            if pool_bytes > ram:
+                raise ValueError(f"max_total_tokens {self.max_total_tokens}: its KV cache needs "
+                                 f"{pool_bytes / 2**30:.1f} GiB, more than this machine's {ram / 2**30:.1f} GiB")
         self.max_prefill_tokens = int(max_prefill_tokens)
         self.weight_version = str(weight_version)
         self.model_path = str(model_path)
@@ -416,16 +426,21 @@ class InferenceEngine:
         return out
 
     def _prefill(self, reqs: list[_Req]) -> list[EngineResult]:
+        """Prefill ``reqs`` in forwards of at most ``max_prefill_tokens`` padded tokens, counting each distinct
+        sequence once (:meth:`_prefill_group` computes a group's samples once, so they never split a forward)."""
         finished: list[EngineResult] = []
         group: list[_Req] = []
+        seen: set[tuple[int, ...]] = set()
         longest = 0
         for r in reqs:
-            L = len(r.prompt) + len(r.output_ids)
-            if group and (len(group) + 1) * max(L, longest) > self.max_prefill_tokens:
-                finished += self._prefill_group(group)
-                group, longest = [], 0
+            key = tuple(r.prompt + r.output_ids)
+            if key not in seen:
+                if group and (len(seen) + 1) * max(len(key), longest) > self.max_prefill_tokens:
+                    finished += self._prefill_group(group)
+                    group, seen, longest = [], set(), 0
+                seen.add(key)
+                longest = max(longest, len(key))
             group.append(r)
-            longest = max(longest, L)
         if group:
             finished += self._prefill_group(group)
         return finished

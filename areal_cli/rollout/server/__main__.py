@@ -89,6 +89,10 @@ def main(argv: list[str] | None = None) -> None:
     except (UserError, ValueError) as e:  # bad model directory or sizes: one line, no traceback
         log.error("%s", e)
         sys.exit(2)
+    except Exception as e:  # noqa: BLE001 - e.g. unreadable weights, out of memory: one line, no traceback
+        first = (str(e).strip().splitlines() or [""])[0]
+        log.error("cannot start the engine on %s: %s: %s", args.model_path, type(e).__name__, first)
+        sys.exit(2)
     tokenizer = None
     tok_path = Path(args.model_path) / "tokenizer.json"
     if tok_path.is_file():
