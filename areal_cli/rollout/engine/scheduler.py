@@ -108,20 +108,21 @@ class InferenceEngine:
 
     Args:
         model_path: Hugging Face model directory (Qwen3 / Qwen2 / Llama, safetensors).
-        max_running_requests: most requests in the running batch.
+        max_running_requests: most requests in the running batch (at most ``max_total_tokens``: each holds a slot).
         max_total_tokens: KV-cache capacity in tokens (the memory cap: 2 * layers * kv_heads * head_dim *
             dtype bytes per token); a request reserves ``len(prompt) + max_new_tokens`` tokens.
         context_length: longest prompt + max_new_tokens; default ``max_position_embeddings``.
         seed: draws the sampling seeds of requests without their own seed (in submission order).
         weight_version: initial weight-version label.
-        max_prefill_tokens: cap on padded tokens (batch x length) of one prefill forward.
+        max_prefill_tokens: cap on padded tokens (distinct sequences x longest length) of one prefill forward.
         dtype: compute dtype.
         device: the weights' and the KV pool's device (default CPU; sampling stays on the CPU).
         decode_group_min_saving, decode_max_groups: how a decode step splits its attention over groups of
             similar context lengths (:func:`~areal_cli.rollout.decode_groups.decode_groups`); max_groups 1: one
             call padded to the longest context.
     Raises:
-        UserError: bad model directory. ValueError: non-positive sizes, context beyond the model's positions.
+        UserError: bad model directory. ValueError: non-positive sizes, context beyond the model's positions, a KV
+            cache (CPU) larger than the machine's memory.
     """
 
     def __init__(self, model_path: str | Path, *, max_running_requests: int = 64,
