@@ -32,6 +32,19 @@ def _arrays(d: dict) -> tuple[int, np.ndarray, np.ndarray, float]:
     return n, xtx, xty, yy
 
 
+#: Fields of step-cost sums that say how the recording engine worked: name -> (its two values, the value of a snapshot
+#: without the field, i.e. of an engine from before it).
+_TAGS = {"decode_attention": (("grouped", "padded"), "padded"), "prefill_sharing": (("batch", "none"), "none")}
+
+
+def _tag(sums: dict, field: str) -> str:
+    (a, b), absent = _TAGS[field]
+    mode = sums.get(field, absent)
+    if mode not in (a, b):
+        raise ValueError(f"'{field}' must be {a} or {b}, got {mode!r}")
+    return mode
+
+
 def decode_attention_of(sums: dict) -> str:
     """How the engine that recorded ``sums`` read the KV cache in a decode step (the meaning of its
     ``decode_ctx_tokens``): ``"grouped"`` (one padded block per group of similar context lengths) or ``"padded"``
@@ -39,10 +52,7 @@ def decode_attention_of(sums: dict) -> str:
 
     Raises:
         ValueError: another value."""
-    mode = sums.get("decode_attention", "padded")
-    if mode not in ("grouped", "padded"):
-        raise ValueError(f"'decode_attention' must be grouped or padded, got {mode!r}")
-    return mode
+    return _tag(sums, "decode_attention")
 
 
 def prefill_sharing_of(sums: dict) -> str:
@@ -52,10 +62,7 @@ def prefill_sharing_of(sums: dict) -> str:
 
     Raises:
         ValueError: another value."""
-    mode = sums.get("prefill_sharing", "none")
-    if mode not in ("batch", "none"):
-        raise ValueError(f"'prefill_sharing' must be batch or none, got {mode!r}")
-    return mode
+    return _tag(sums, "prefill_sharing")
 
 
 def window_sums(start: dict | None, end: dict) -> dict:
@@ -65,16 +72,14 @@ def window_sums(start: dict | None, end: dict) -> dict:
         ValueError: snapshots of different features, or ``end`` older than ``start``.
     """
     n1, a1, b1, y1 = _arrays(end)
-    mode = decode_attention_of(end)
-    sharing = prefill_sharing_of(end)
+    tags = {f: _tag(end, f) for f in _TAGS}
     if start is None:
-        return {"features": list(FEATURES), "n": n1, "xtx": a1.tolist(), "xty": b1.tolist(), "yy": y1,
-                "decode_attention": mode, "prefill_sharing": sharing}
+        return {"features": list(FEATURES), "n": n1, "xtx": a1.tolist(), "xty": b1.tolist(), "yy": y1, **tags}
     n0, a0, b0, y0 = _arrays(start)
     if n1 < n0:
         raise ValueError("the end snapshot has fewer steps than the start snapshot")
-    return {"features": list(FEATURES), "decode_attention": mode, "prefill_sharing": sharing, "n": n1 - n0,
-            "xtx": (a1 - a0).tolist(), "xty": (b1 - b0).tolist(), "yy": y1 - y0}
+    return {"features": list(FEATURES), **tags, "n": n1 - n0, "xtx": (a1 - a0).tolist(), "xty": (b1 - b0).tolist(),
+            "yy": y1 - y0}
 
 
 def fit_step_costs(sums: list[dict]) -> dict:
