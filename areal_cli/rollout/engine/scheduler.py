@@ -431,30 +431,31 @@ class InferenceEngine:
         sequence once (:meth:`_prefill_group` computes a group's samples once, so they never split a forward)."""
         finished: list[EngineResult] = []
         group: list[_Req] = []
+        seqs: list[tuple[int, ...]] = []
         seen: set[tuple[int, ...]] = set()
         longest = 0
         for r in reqs:
-            key = tuple(r.prompt + r.output_ids)
-            if key not in seen:
-                if group and (len(seen) + 1) * max(len(key), longest) > self.max_prefill_tokens:
-                    finished += self._prefill_group(group)
-                    group, seen, longest = [], set(), 0
-                seen.add(key)
-                longest = max(longest, len(key))
+            seq = tuple(r.prompt + r.output_ids)
+            if seq not in seen:
+                if group and (len(seen) + 1) * max(len(seq), longest) > self.max_prefill_tokens:
+                    finished += self._prefill_group(group, seqs)
+                    group, seqs, seen, longest = [], [], set(), 0
+                seen.add(seq)
+                longest = max(longest, len(seq))
             group.append(r)
+            seqs.append(seq)
         if group:
-            finished += self._prefill_group(group)
+            finished += self._prefill_group(group, seqs)
         return finished
 
-    def _prefill_group(self, reqs: list[_Req]) -> list[EngineResult]:
-        """Prefill ``reqs`` in one right-padded forward and sample their first tokens. Requests with the same
-        sequence (a GRPO group's samples arrive together with one prompt) are computed once: the forward runs each
-        distinct sequence, its K/V is copied to the other requests' slots and its logits are sampled by each of
-        them with its own seed (SGLang shares such a prefix through its radix cache)."""
-        seqs = [r.prompt + r.output_ids for r in reqs]
+    def _prefill_group(self, reqs: list[_Req], seqs: list[tuple[int, ...]]) -> list[EngineResult]:
+        """Prefill ``reqs`` (``seqs``: each one's prompt + output ids) in one right-padded forward and sample their
+        first tokens. Requests with the same sequence (a GRPO group's samples arrive together with one prompt) are
+        computed once: the forward runs each distinct sequence, its K/V is copied to the other requests' slots and its
+        logits are sampled by each of them with its own seed (SGLang shares such a prefix through its radix cache)."""
         lens = [len(s) for s in seqs]
         first: dict[tuple[int, ...], int] = {}
-        src = [first.setdefault(tuple(seq), i) for i, seq in enumerate(seqs)]  # request -> the one computed
+        src = [first.setdefault(seq, i) for i, seq in enumerate(seqs)]  # request -> the one computed
         uniq = sorted(first.values())
         row = {i: j for j, i in enumerate(uniq)}  # computed request -> its row of the forward
         B, U, S = len(reqs), len(uniq), max(lens)
