@@ -22,83 +22,16 @@ import os
 import random
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from areal_cli.rollout.decode_groups import MAX_GROUPS, MIN_SAVING, decode_groups, padded_slots
 from areal_cli.rollout.engine.model import CausalLM, ModelSpec
+from areal_cli.rollout.engine.requests import EngineError, EngineResult, Request
 from areal_cli.rollout.engine.sampling import sample
 from areal_cli.rollout.engine.step_costs import StepCostStats
 from areal_cli.rollout.protocol import SamplingParams
-
-
-class EngineError(ValueError):
-    """A request the engine cannot serve (bad ids, too long, can never fit in the KV cache, duplicate id).
-
-    The message is one line; the server returns it as a 400 ``{"error": {"message": ...}}``.
-    """
-
-
-@dataclass
-class EngineResult:
-    """A finished (or aborted) request.
-
-    Attributes:
-        rid: request id.
-        prompt_ids: the prompt as submitted.
-        output_ids: generated ids; a matched stop/EOS token is the last one.
-        output_logprobs: per output token, natural log (see module docstring for the definition).
-        output_versions: weight-version label of each output token (the weights that produced it).
-        finish_reason: "stop" | "length" | "abort".
-        matched_stop: the matched stop/EOS id for "stop", else None.
-        max_new_tokens: the request's budget (SGLang reports it as ``finish_reason.length``).
-        weight_version: engine weight version when the request finished.
-        input_logprobs: ``(logprob | None, id)`` per prompt position from ``logprob_start_len``
-            (position 0 has None), or None when not requested. Computed with T = 1 (raw logits).
-        num_retractions: times the request was retracted (KV dropped and recomputed).
-        e2e_latency: seconds from submission to finish.
-        abort_message: reason for "abort" ("Aborted" by default), else None.
-    """
-
-    rid: str
-    prompt_ids: list[int]
-    output_ids: list[int]
-    output_logprobs: list[float]
-    output_versions: list[str]
-    finish_reason: str
-    matched_stop: int | None
-    max_new_tokens: int
-    weight_version: str
-    input_logprobs: list[tuple[float | None, int]] | None = None
-    num_retractions: int = 0
-    e2e_latency: float = 0.0
-    abort_message: str | None = None
-
-
-@dataclass(eq=False)  # identity semantics: requests are compared/removed by object, never field-wise
-class _Req:
-    rid: str
-    prompt: list[int]
-    params: SamplingParams
-    logprob_start_len: int
-    seed: int
-    t_arrival: float
-    output_ids: list[int] = field(default_factory=list)
-    output_logprobs: list[float] = field(default_factory=list)
-    output_versions: list[str] = field(default_factory=list)
-    input_logprobs: list[tuple[float | None, int]] | None = None
-    slots: torch.Tensor | None = None  # LongTensor [reserved] KV pool slots, position j -> slots[j]
-    slot_list: list[int] | None = None
-    row: int = -1  # its row of the engine's slot table while it holds slots
-    kv_len: int = 0  # positions whose K/V is in the pool
-    num_retractions: int = 0
-    stop_ids: frozenset[int] = frozenset()
-
-    @property
-    def need(self) -> int:
-        return len(self.prompt) + self.params.max_new_tokens
 
 
 class InferenceEngine:
@@ -165,8 +98,8 @@ class InferenceEngine:
         self._table = torch.zeros(self.max_running_requests, 0, dtype=torch.long)
         self._rows: list[int] = list(range(self.max_running_requests - 1, -1, -1))
         self._seed_rng = random.Random(seed)
-        self.waiting: deque[_Req] = deque()
-        self.running: list[_Req] = []
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
         self._ready: list[EngineResult] = []  # finished outside a step (max_new_tokens == 0)
         self._rids: set[str] = set()
         self.stats = {"steps": 0, "prefill_tokens": 0, "decode_tokens": 0, "max_running": 0}
@@ -248,7 +181,7 @@ class InferenceEngine:
         stop = set(params.stop_token_ids or [])
         if not params.ignore_eos:
             stop |= set(self.eos_token_ids)
-        r = _Req(rid=rid, prompt=list(input_ids), params=params, logprob_start_len=int(logprob_start_len),
+        r = Request(rid=rid, prompt=list(input_ids), params=params, logprob_start_len=int(logprob_start_len),
                  seed=int(seed), t_arrival=time.monotonic(), stop_ids=frozenset(stop))
         self._rids.add(rid)
         if params.max_new_tokens == 0:
@@ -372,7 +305,7 @@ class InferenceEngine:
 
     # -- internals ------------------------------------------------------------------------------------------
 
-    def _admit(self) -> list[_Req]:
+    def _admit(self) -> list[Request]:
         new = []
         while self.waiting and len(self.running) < self.max_running_requests:
             r = self.waiting[0]
@@ -394,14 +327,14 @@ class InferenceEngine:
         self.stats["max_running"] = max(self.stats["max_running"], len(self.running))
         return new
 
-    def _release(self, r: _Req) -> None:
+    def _release(self, r: Request) -> None:
         if r.slot_list is not None:
             self._free.extend(r.slot_list)
             self._table[r.row, :r.need] = 0
             self._rows.append(r.row)
         r.slot_list, r.slots, r.kv_len, r.row = None, None, 0, -1
 
-    def _finish(self, r: _Req, reason: str, matched: int | None, message: str | None = None) -> EngineResult:
+    def _finish(self, r: Request, reason: str, matched: int | None, message: str | None = None) -> EngineResult:
         self._rids.discard(r.rid)
         return EngineResult(
             rid=r.rid, prompt_ids=r.prompt, output_ids=list(r.output_ids),
@@ -412,12 +345,12 @@ class InferenceEngine:
             abort_message=(message or "Aborted") if reason == "abort" else None,
         )
 
-    def _prompt_logprobs_standalone(self, r: _Req) -> None:
+    def _prompt_logprobs_standalone(self, r: Request) -> None:
         logits = self.model.full_logits(r.prompt)
         r.input_logprobs = self._prompt_logprobs_from(r, logits)
 
     @staticmethod
-    def _prompt_logprobs_from(r: _Req, logits: torch.Tensor) -> list[tuple[float | None, int]]:
+    def _prompt_logprobs_from(r: Request, logits: torch.Tensor) -> list[tuple[float | None, int]]:
         # logits: [P, V] for prompt positions; logprob of prompt[t] comes from logits[t - 1].
         start = max(0, min(r.logprob_start_len, len(r.prompt) - 1))
         lp = torch.log_softmax(logits.float(), dim=-1)
@@ -426,11 +359,11 @@ class InferenceEngine:
             out.append((None if t == 0 else float(lp[t - 1, r.prompt[t]]), r.prompt[t]))
         return out
 
-    def _prefill(self, reqs: list[_Req]) -> list[EngineResult]:
+    def _prefill(self, reqs: list[Request]) -> list[EngineResult]:
         """Prefill ``reqs`` in forwards of at most ``max_prefill_tokens`` padded tokens, counting each distinct
         sequence once (:meth:`_prefill_group` computes a group's samples once, so they never split a forward)."""
         finished: list[EngineResult] = []
-        group: list[_Req] = []
+        group: list[Request] = []
         seqs: list[tuple[int, ...]] = []
         seen: set[tuple[int, ...]] = set()
         longest = 0
@@ -448,7 +381,7 @@ class InferenceEngine:
             finished += self._prefill_group(group, seqs)
         return finished
 
-    def _prefill_group(self, reqs: list[_Req], seqs: list[tuple[int, ...]]) -> list[EngineResult]:
+    def _prefill_group(self, reqs: list[Request], seqs: list[tuple[int, ...]]) -> list[EngineResult]:
         """Prefill ``reqs`` (``seqs``: each one's prompt + output ids) in one right-padded forward and sample their
         first tokens. Requests with the same sequence (a GRPO group's samples arrive together with one prompt) are
         computed once: the forward runs each distinct sequence, its K/V is copied to the other requests' slots and its
@@ -484,7 +417,7 @@ class InferenceEngine:
         self._step_shape[2] += U * S
         return self._sample_and_append(reqs, logits)
 
-    def _decode(self, reqs: list[_Req]) -> list[EngineResult]:
+    def _decode(self, reqs: list[Request]) -> list[EngineResult]:
         """One decode step for ``reqs``: the batch runs sorted by context length, its attention split into
         groups of similar lengths (:func:`decode_groups`), and is sampled in the order of ``reqs``."""
         B = len(reqs)
@@ -511,7 +444,7 @@ class InferenceEngine:
         self._step_shape[1] += padded_slots(lens, groups)
         return self._sample_and_append(reqs, self.model.logits(hid[back, 0]))
 
-    def _sample_and_append(self, reqs: list[_Req], logits: torch.Tensor) -> list[EngineResult]:
+    def _sample_and_append(self, reqs: list[Request], logits: torch.Tensor) -> list[EngineResult]:
         tokens, logprobs = sample(reqs, logits)
         finished = []
         for r, t, lp in zip(reqs, tokens, logprobs):
