@@ -217,6 +217,45 @@ def test_a_groups_samples_do_not_split_a_prefill_forward(dirs):
         assert by[f"r{i}"].output_ids == alone.generate([p], q)[0].output_ids, i
 
 
+def test_a_step_prefills_new_requests_and_decodes_the_running_ones_in_one_forward(dirs, hf):
+    """Requests admitted while others decode (an asynchronous rollout's steady state) share the step's forward: one
+    forward per step, with a prefill split by max_prefill_tokens the decode rides in the last one; every request's
+    tokens, logprobs and prompt logprobs equal those of the request run alone, and HF's."""
+    params = [SamplingParams(max_new_tokens=12, temperature=1.0, seed=30 + i, ignore_eos=True) for i in range(6)]
+    eng = InferenceEngine(dirs[0], max_total_tokens=1024, max_prefill_tokens=12)
+    calls = []
+    forward = eng.model.forward_packed
+    eng.model.forward_packed = lambda *a, **k: calls.append(a[3]) or forward(*a, **k)
+    eng.add_request("r0", PROMPTS[1], params[0], logprob_start_len=0)
+    eng.add_request("r1", PROMPTS[2], params[1])
+    eng.step()  # budget 12: r0's 11 tokens, then r1's 6 in a second forward
+    eng.step()  # r0 and r1 decode alone
+    assert len(calls) == 3
+    for i, p in ((2, PROMPTS[0]), (3, PROMPTS[0]), (4, PROMPTS[2][:-1]), (5, PROMPTS[1])):
+        eng.add_request(f"r{i}", p, params[i], logprob_start_len=0)
+    n_steps = eng.stats["steps"]
+    eng.step()  # prefill budget 12: [PROMPTS[0] (shared by r2, r3), r4's prompt] in one forward, r5's in a second,
+    # which also carries the decode of r0 and r1
+    assert len(calls) == 5 and eng.stats["steps"] == n_steps + 1
+    assert calls[-1][0].pos.shape == (1, len(PROMPTS[1]))  # the second prefill forward ...
+    assert sum(part.pos.shape[0] for part in calls[-1][1:]) == 2  # ... with the two decoding rows after it
+    by = {r.rid: r for r in eng.run_until_done()}
+    alone = InferenceEngine(dirs[0], max_total_tokens=1024)
+    prompts = [PROMPTS[1], PROMPTS[2], PROMPTS[0], PROMPTS[0], PROMPTS[2][:-1], PROMPTS[1]]
+    for i, (p, q) in enumerate(zip(prompts, params)):
+        alone.add_request(f"a{i}", p, q, logprob_start_len=0)
+        ref = alone.run_until_done()[0]
+        got = by[f"r{i}"]
+        assert got.output_ids == ref.output_ids, i
+        assert max(abs(a - b) for a, b in zip(got.output_logprobs, ref.output_logprobs)) <= 1e-5, i
+        if got.input_logprobs is not None:
+            assert max(abs((a or 0.0) - (b or 0.0))
+                       for (a, _), (b, _) in zip(got.input_logprobs, ref.input_logprobs)) <= 1e-5, i
+    ref = hf_logprobs(hf, prompts[5], by["r5"].output_ids, 1.0)
+    assert max(abs(a - b) for a, b in zip(ref, by["r5"].output_logprobs)) <= 1e-4
+    assert eng.free_tokens == eng.max_total_tokens
+
+
 def test_engine_sizes_are_checked(dirs):
     with pytest.raises(ValueError, match="context_length must be >= 1"):
         InferenceEngine(dirs[0], context_length=0)

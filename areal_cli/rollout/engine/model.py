@@ -139,6 +139,21 @@ def load_safetensors_state(model_dir: str | Path) -> dict[str, torch.Tensor]:
     return state
 
 
+@dataclass(frozen=True)
+class AttentionPart:
+    """One attention call of :meth:`CausalLM.forward_packed`: ``rows`` sequences with ``S`` new tokens each.
+
+    Attributes:
+        read_idx: LongTensor [rows, lk]: pool slot of key position j of each row (j = position; entries a row
+            cannot see, beyond its query positions, must point at an initialised slot, e.g. scratch 0).
+        pos: LongTensor [rows, S]: position of each new token; key j is visible to a query at position p iff
+            j <= p (causal).
+    """
+
+    read_idx: torch.Tensor
+    pos: torch.Tensor
+
+
 def _rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     # HF Qwen3RMSNorm: x * rsqrt(mean(x^2) + eps), then weight * (.)
     var = x.pow(2).mean(-1, keepdim=True)
@@ -291,48 +306,75 @@ class CausalLM:
         Returns:
             FloatTensor [B, S, hidden] final-normed hidden states (apply :meth:`logits` to the rows needed).
         """
-        s = self.spec
-        dev = self.device
-        ids, pos, write_idx, read_idx = ids.to(dev), pos.to(dev), write_idx.to(dev), read_idx.to(dev)
         B, S = ids.shape
         Lk = read_idx.shape[1]
+        spans = groups if groups is not None and len(groups) > 1 else [(0, B, Lk)]
+        parts = [AttentionPart(read_idx[a:b, :lk], pos[a:b]) for a, b, lk in spans]
+        hid = self.forward_packed(ids.reshape(-1), pos.reshape(-1), write_idx.reshape(-1), parts, k_pool, v_pool)
+        return hid.view(B, S, -1)
+
+    @torch.inference_mode()
+    def forward_packed(self, ids: torch.Tensor, pos: torch.Tensor, write_idx: torch.Tensor,
+                       parts: list["AttentionPart"], k_pool: torch.Tensor, v_pool: torch.Tensor) -> torch.Tensor:
+        """Run the layers over the tokens of several batches at once (a mixed prefill + decode step: SGLang's
+        mixed chunked prefill), each batch attending in a call of its own.
+
+        The per-token layers (norms, projections, MLP) run once over all T tokens; attention runs per part.
+
+        Args:
+            ids, pos, write_idx: LongTensor [T]: the tokens, their positions and the pool slots their K/V is
+                written to (pads -> scratch slot 0), part after part; a part of ``rows`` rows and ``S`` tokens
+                per row holds ``rows * S`` consecutive tokens, row-major.
+            parts: :class:`AttentionPart` list covering the T tokens in order.
+            k_pool, v_pool: [layers, slots, kv_heads, head_dim] KV pool (modified in place).
+        Returns:
+            FloatTensor [T, hidden] final-normed hidden states.
+        Raises:
+            ValueError: the parts do not cover the T tokens.
+        """
+        s = self.spec
+        dev = self.device
+        ids, pos, write_idx = ids.to(dev), pos.to(dev), write_idx.to(dev)
+        T = ids.shape[0]
+        if sum(p.pos.numel() for p in parts) != T:
+            raise ValueError(f"attention parts cover {sum(p.pos.numel() for p in parts)} tokens, the batch has {T}")
         nh, nkv, D = s.num_heads, s.num_kv_heads, s.head_dim
-        x = self.embed[ids]  # [B, S, H]
-        cos = self.cos[pos].unsqueeze(2)  # [B, S, 1, D]
-        sin = self.sin[pos].unsqueeze(2)
-        mask = (torch.arange(Lk, device=dev)[None, None, :] <= pos[:, :, None]).unsqueeze(1)  # [B, 1, S, Lk]
-        w_flat = write_idx.reshape(-1)
-        r_flat = read_idx.reshape(-1)
-        if groups is not None and len(groups) > 1:  # per group: (rows, keys read, flat slots, mask)
-            parts = []
-            for a, b, lk in groups:
-                parts.append((a, b, lk, read_idx[a:b, :lk].reshape(-1), mask[a:b, :, :, :lk]))
-        else:
-            parts = [(0, B, Lk, r_flat, mask)]
+        x = self.embed[ids]  # [T, H]
+        cos = self.cos[pos].unsqueeze(1)  # [T, 1, D]
+        sin = self.sin[pos].unsqueeze(1)
+        # per part: (first token, rows, tokens per row, keys read, flat slots, mask [rows, 1, S, lk])
+        plan = []
+        t0 = 0
+        for p in parts:
+            n, S = p.pos.shape
+            r_idx = p.read_idx.to(dev)
+            lk = r_idx.shape[1]
+            mask = (torch.arange(lk, device=dev)[None, None, :] <= p.pos.to(dev)[:, :, None]).unsqueeze(1)
+            plan.append((t0, n, S, lk, r_idx.reshape(-1), mask))
+            t0 += n * S
         eps = s.rms_norm_eps
         for li, w in enumerate(self.layers):
             h = _rms_norm(x, w["ln1"], eps)
-            q = F.linear(h, w["q"], w["q_b"]).view(B, S, nh, D)
-            k = F.linear(h, w["k"], w["k_b"]).view(B, S, nkv, D)
-            v = F.linear(h, w["v"], w["v_b"]).view(B, S, nkv, D)
+            q = F.linear(h, w["q"], w["q_b"]).view(T, nh, D)
+            k = F.linear(h, w["k"], w["k_b"]).view(T, nkv, D)
+            v = F.linear(h, w["v"], w["v_b"]).view(T, nkv, D)
             if w["qn"] is not None:  # Qwen3's per-head q/k norms (families.Family.qk_norm)
                 q = _rms_norm(q, w["qn"], eps)
                 k = _rms_norm(k, w["kn"], eps)
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
             kp, vp = k_pool[li], v_pool[li]
-            kp.index_copy_(0, w_flat, k.reshape(B * S, nkv, D))
-            vp.index_copy_(0, w_flat, v.reshape(B * S, nkv, D))
+            kp.index_copy_(0, write_idx, k)
+            vp.index_copy_(0, write_idx, v)
             outs = []
-            for a, b, lk, r_idx, m in parts:
-                n = b - a
+            for a, n, S, lk, r_idx, m in plan:
                 K = kp.index_select(0, r_idx).view(n, lk, nkv, D).transpose(1, 2)  # [n, nkv, lk, D]
                 V = vp.index_select(0, r_idx).view(n, lk, nkv, D).transpose(1, 2)
+                qp = q[a:a + n * S].view(n, S, nh, D).transpose(1, 2)  # [n, nh, S, D]
                 # GQA: query head h uses kv head h // (nh // nkv) (HF repeat_kv), without copying K/V
-                outs.append(F.scaled_dot_product_attention(q[a:b].transpose(1, 2), K, V, attn_mask=m,
-                                                           scale=D ** -0.5, enable_gqa=nkv != nh))  # [n, nh, S, D]
+                o = F.scaled_dot_product_attention(qp, K, V, attn_mask=m, scale=D ** -0.5, enable_gqa=nkv != nh)
+                outs.append(o.transpose(1, 2).reshape(n * S, nh * D))
             o = outs[0] if len(outs) == 1 else torch.cat(outs)
-            o = o.transpose(1, 2).reshape(B, S, nh * D)
             x = x + F.linear(o, w["o"], w["o_b"])
             h = _rms_norm(x, w["ln2"], eps)
             x = x + F.linear(F.silu(F.linear(h, w["gate"])) * F.linear(h, w["up"]), w["down"])

@@ -9,8 +9,9 @@ in a FIFO queue; a request that can never fit is rejected (:class:`EngineError`)
 Scheduling (one :meth:`InferenceEngine.step`): admit waiting requests into free slots (up to
 ``max_running_requests``) and prefill them (right-padded batch, positions 0..L-1 per request, so no
 left-padding position bug; requests with the same sequence, a group's samples, computed once), sample their first
-token; then one decode step for every request that was
-already running. Finished requests leave the batch at once and free their KV slots.
+token; and one decode step for every request that was already running, in the same forward as the (last) prefill
+(SGLang's mixed chunked prefill: the per-token layers run once over both, attention per batch), so a step costs one
+forward's fixed overheads. Finished requests leave the batch at once and free their KV slots.
 
 Sampling is :mod:`areal_cli.rollout.engine.sampling`; the forward is :mod:`areal_cli.rollout.engine.model`.
 Every output token records the weight version that produced it.
@@ -27,7 +28,7 @@ from pathlib import Path
 import torch
 
 from areal_cli.rollout.decode_groups import MAX_GROUPS, MIN_SAVING, decode_groups, padded_slots
-from areal_cli.rollout.engine.model import CausalLM, ModelSpec
+from areal_cli.rollout.engine.model import AttentionPart, CausalLM, ModelSpec
 from areal_cli.rollout.engine.requests import EngineError, EngineResult, Request
 from areal_cli.rollout.engine.sampling import sample
 from areal_cli.rollout.engine.step_costs import StepCostStats
@@ -256,7 +257,8 @@ class InferenceEngine:
     # -- stepping -------------------------------------------------------------------------------------------
 
     def step(self) -> list[EngineResult]:
-        """Admit + prefill waiting requests that fit, then one decode step for the running batch.
+        """Admit + prefill waiting requests that fit, and one decode step for the requests already running, in one
+        forward (the last prefill forward when the prefill needs several: SGLang's mixed chunked prefill).
 
         Returns:
             the requests that finished in this step (stop / length).
@@ -267,9 +269,9 @@ class InferenceEngine:
         with torch.inference_mode():
             new = self._admit()
             before = [r for r in self.running if r not in new] if new else list(self.running)
-            if new:
-                finished += self._prefill(new)
-            if before:
+            if new:  # the decode batch rides in the last prefill forward (one forward for the step)
+                finished += self._prefill(new, before)
+            elif before:
                 finished += self._decode(before)
         if new or before:
             self.step_costs.record(*self._step_shape, time.perf_counter() - t0)
@@ -359,9 +361,10 @@ class InferenceEngine:
             out.append((None if t == 0 else float(lp[t - 1, r.prompt[t]]), r.prompt[t]))
         return out
 
-    def _prefill(self, reqs: list[Request]) -> list[EngineResult]:
+    def _prefill(self, reqs: list[Request], decode: list[Request] | None = None) -> list[EngineResult]:
         """Prefill ``reqs`` in forwards of at most ``max_prefill_tokens`` padded tokens, counting each distinct
-        sequence once (:meth:`_prefill_group` computes a group's samples once, so they never split a forward)."""
+        sequence once (:meth:`_prefill_group` computes a group's samples once, so they never split a forward);
+        ``decode`` (the requests already running) takes its decode step in the last of these forwards."""
         finished: list[EngineResult] = []
         group: list[Request] = []
         seqs: list[tuple[int, ...]] = []
@@ -378,14 +381,16 @@ class InferenceEngine:
             group.append(r)
             seqs.append(seq)
         if group:
-            finished += self._prefill_group(group, seqs)
+            finished += self._prefill_group(group, seqs, decode)
         return finished
 
-    def _prefill_group(self, reqs: list[Request], seqs: list[tuple[int, ...]]) -> list[EngineResult]:
+    def _prefill_group(self, reqs: list[Request], seqs: list[tuple[int, ...]],
+                       decode: list[Request] | None = None) -> list[EngineResult]:
         """Prefill ``reqs`` (``seqs``: each one's prompt + output ids) in one right-padded forward and sample their
         first tokens. Requests with the same sequence (a GRPO group's samples arrive together with one prompt) are
         computed once: the forward runs each distinct sequence, its K/V is copied to the other requests' slots and its
-        logits are sampled by each of them with its own seed (SGLang shares such a prefix through its radix cache)."""
+        logits are sampled by each of them with its own seed (SGLang shares such a prefix through its radix cache).
+        ``decode``: running requests whose decode step joins the same forward (its tokens after the prefill's)."""
         lens = [len(s) for s in seqs]
         first: dict[tuple[int, ...], int] = {}
         src = [first.setdefault(seq, i) for i, seq in enumerate(seqs)]  # request -> the one computed
@@ -398,7 +403,15 @@ class InferenceEngine:
             ids[j, :lens[i]] = torch.tensor(seqs[i])
             widx[j, :lens[i]] = reqs[i].slots[:lens[i]]
         pos = torch.arange(S).expand(U, S)
-        hid = self.model.forward(ids, pos, self.k_pool, self.v_pool, widx, widx)
+        parts = [AttentionPart(widx, pos)]
+        flat = [ids.reshape(-1)], [pos.reshape(-1)], [widx.reshape(-1)]
+        if decode:
+            d_ids, d_pos, d_widx, d_parts, back = self._decode_inputs(decode)
+            for acc, x in zip(flat, (d_ids, d_pos, d_widx)):
+                acc.append(x)
+            parts += d_parts
+        hid_all = self.model.forward_packed(*(torch.cat(x) for x in flat), parts, self.k_pool, self.v_pool)
+        hid = hid_all[:U * S].view(U, S, -1)
         last = hid[torch.arange(U), torch.tensor([lens[i] for i in uniq]) - 1]  # [U, H]
         logits = self.model.logits(last)
         if U < B:
@@ -415,34 +428,52 @@ class InferenceEngine:
                 r.input_logprobs = self._prompt_logprobs_from(r, self.model.logits(hid[row[src[i]], :P]))
         self.stats["prefill_tokens"] += sum(lens[i] for i in uniq)
         self._step_shape[2] += U * S
+        if decode:
+            logits = torch.cat([logits, self._decoded(decode, hid_all[U * S:], back)])
+            reqs = reqs + decode
         return self._sample_and_append(reqs, logits)
 
     def _decode(self, reqs: list[Request]) -> list[EngineResult]:
-        """One decode step for ``reqs``: the batch runs sorted by context length, its attention split into
-        groups of similar lengths (:func:`decode_groups`), and is sampled in the order of ``reqs``."""
+        """One decode step for ``reqs`` (a forward of their last tokens), sampled in the order of ``reqs``."""
+        ids, pos, widx, parts, back = self._decode_inputs(reqs)
+        hid = self.model.forward_packed(ids, pos, widx, parts, self.k_pool, self.v_pool)
+        return self._sample_and_append(reqs, self._decoded(reqs, hid, back))
+
+    def _decode_inputs(self, reqs: list[Request]):
+        """The tokens of one decode step for ``reqs``: the batch runs sorted by context length, its attention split
+        into groups of similar lengths (:func:`decode_groups`).
+
+        Returns:
+            ``(ids, pos, write_idx, parts, back)``: LongTensors [B] of the sorted rows' last tokens, their positions
+            and KV slots; their :class:`AttentionPart` list; ``back[i]`` = the sorted row of ``reqs[i]``.
+        """
         B = len(reqs)
         order = sorted(range(B), key=lambda i: reqs[i].kv_len)
         srt = [reqs[i] for i in order]
         lens = [r.kv_len + 1 for r in srt]  # key positions each attends to (its context and the new token)
         Lk = lens[-1]
         groups = decode_groups(lens, self.decode_group_min_saving, self.decode_max_groups)
-        ids = torch.tensor([[r.output_ids[-1]] for r in srt], dtype=torch.long)
-        pos = torch.tensor([[r.kv_len] for r in srt], dtype=torch.long)
+        ids = torch.tensor([r.output_ids[-1] for r in srt], dtype=torch.long)
+        pos = torch.tensor([r.kv_len for r in srt], dtype=torch.long)
         # key j of row i -> its slot (j < lens[i]), else the scratch slot 0
         ridx = self._table[:, :Lk].index_select(0, torch.tensor([r.row for r in srt]))
         ridx.masked_fill_(torch.arange(Lk)[None, :] >= torch.tensor(lens)[:, None], 0)
-        widx = ridx[torch.arange(B), pos[:, 0]].unsqueeze(1)
-        hid = self.model.forward(ids, pos, self.k_pool, self.v_pool, widx, ridx,
-                                 groups=[(a, b, lens[b - 1]) for a, b in groups])
+        widx = ridx[torch.arange(B), pos]
+        parts = [AttentionPart(ridx[a:b, :lens[b - 1]], pos[a:b, None]) for a, b in groups]
         back = [0] * B
         for j, i in enumerate(order):
             back[i] = j
-        for r in reqs:
-            r.kv_len += 1
-        self.stats["decode_tokens"] += B
         self._step_shape[0] += B
         self._step_shape[1] += padded_slots(lens, groups)
-        return self._sample_and_append(reqs, self.model.logits(hid[back, 0]))
+        return ids, pos, widx, parts, back
+
+    def _decoded(self, reqs: list[Request], hid: torch.Tensor, back: list[int]) -> torch.Tensor:
+        """After the decode forward (``hid`` [B, H], sorted rows): advance ``reqs`` and return their logits [B, V]
+        in the order of ``reqs``."""
+        for r in reqs:
+            r.kv_len += 1
+        self.stats["decode_tokens"] += len(reqs)
+        return self.model.logits(hid[back])
 
     def _sample_and_append(self, reqs: list[Request], logits: torch.Tensor) -> list[EngineResult]:
         tokens, logprobs = sample(reqs, logits)
