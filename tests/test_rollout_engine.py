@@ -237,8 +237,10 @@ def test_a_step_prefills_new_requests_and_decodes_the_running_ones_in_one_forwar
     eng.step()  # prefill budget 12: [PROMPTS[0] (shared by r2, r3), r4's prompt] in one forward, r5's in a second,
     # which also carries the decode of r0 and r1
     assert len(calls) == 5 and eng.stats["steps"] == n_steps + 1
-    assert calls[-1][0].pos.shape == (1, len(PROMPTS[1]))  # the second prefill forward ...
-    assert sum(part.pos.shape[0] for part in calls[-1][1:]) == 2  # ... with the two decoding rows after it
+    first = calls[-1][0]  # the second prefill forward ...
+    assert (first.read_idx.shape[0], first.q_len) == (1, len(PROMPTS[1]))
+    assert [p.q_len for p in calls[-1][1:]] == [1] * (len(calls[-1]) - 1)  # ... with the two decoding rows after it
+    assert sum(p.read_idx.shape[0] for p in calls[-1][1:]) == 2
     by = {r.rid: r for r in eng.run_until_done()}
     alone = InferenceEngine(dirs[0], max_total_tokens=1024)
     prompts = [PROMPTS[1], PROMPTS[2], PROMPTS[0], PROMPTS[0], PROMPTS[2][:-1], PROMPTS[1]]

@@ -472,7 +472,7 @@ def test_calibration_with_engine_step_costs_fits_decode_from_them_and_solves_the
     assert sc.decode_step_fixed_s == pytest.approx(a, rel=1e-6) and sc.decode_step_per_seq_s == pytest.approx(b, rel=1e-6)
     # what today's engine records: grouped decode attention, a group's samples prefilled once (the model's prompt cache)
     assert sc.decode_attention == "grouped" and sc.prefix_cache is True
-    old = {k: {"server0": {f: v for f, v in d["server0"].items() if f not in ("decode_attention", "prefill_sharing")}}
+    old = {k: {"server0": {f: v for f, v in d["server0"].items() if f not in ("decode_attention", "prefill_sharing", "step_forwards")}}
            for k, d in costs.items()}
     for d in ("old", "more", "mixed", "mixed2"):
         (tmp_path / d).mkdir()
@@ -487,6 +487,14 @@ def test_calibration_with_engine_step_costs_fits_decode_from_them_and_solves_the
                                                         "server1": unshared["rl_end"]["server0"]}}
     with pytest.raises(UserError, match="shared group prefills"):
         sim.calibrate_from_run(_bench_run(tmp_path / "mixed2", mixed2), base)
+    (tmp_path / "mixed3").mkdir()  # session-33 engines: a prefill forward and a decode forward per step
+    separate = {k: {"server0": {f: v for f, v in d["server0"].items() if f != "step_forwards"}} for k, d in costs.items()}
+    assert sim.calibrate_from_run(_bench_run(tmp_path / "mixed3", separate), base)[0].decode_attention == "grouped"
+    (tmp_path / "mixed4").mkdir()
+    mixed3 = {"rl_start": costs["rl_start"], "rl_end": {"server0": costs["rl_end"]["server0"],
+                                                        "server1": separate["rl_end"]["server0"]}}
+    with pytest.raises(UserError, match="one forward per step"):
+        sim.calibrate_from_run(_bench_run(tmp_path / "mixed4", mixed3), base)
     # the benchmark's own step phases (evaluations excluded): 0.9 s per sync step, publishing 0.05 s
     assert rep["measured"]["00-sync-r0"]["step_s"] == pytest.approx(0.9) and sc.sync_save_s == pytest.approx(0.05)
     assert sc.trainer_overhead_s == 0.0

@@ -34,7 +34,8 @@ def _arrays(d: dict) -> tuple[int, np.ndarray, np.ndarray, float]:
 
 #: Fields of step-cost sums that say how the recording engine worked: name -> (its two values, the value of a snapshot
 #: without the field, i.e. of an engine from before it).
-_TAGS = {"decode_attention": (("grouped", "padded"), "padded"), "prefill_sharing": (("batch", "none"), "none")}
+_TAGS = {"decode_attention": (("grouped", "padded"), "padded"), "prefill_sharing": (("batch", "none"), "none"),
+         "step_forwards": (("mixed", "separate"), "separate")}
 
 
 def _tag(sums: dict, field: str) -> str:
@@ -89,13 +90,14 @@ def fit_step_costs(sums: list[dict]) -> dict:
         sums: step-cost sums (one per server, or per window), as :func:`window_sums` returns; they are added.
     Returns:
         ``{"steps": n, "coef": {scenario field: seconds}, "rmse_s": ..., "mean_step_s": ..., "r2": ...,
-        "decode_attention": "grouped" | "padded", "prefill_sharing": "batch" | "none"}`` (what the context feature
-        counted, :func:`decode_attention_of`; whether a group's samples shared their prefill, :func:`prefill_sharing_of`);
+        "decode_attention": "grouped" | "padded", "prefill_sharing": "batch" | "none", "step_forwards": "mixed" |
+        "separate"}`` (what the context feature counted, :func:`decode_attention_of`; whether a group's samples shared
+        their prefill, :func:`prefill_sharing_of`; whether a step's prefill and decode shared one forward);
         a feature never seen (e.g. no prefill) or whose unconstrained coefficient is negative gets 0 (active set:
         the most negative one is dropped and the rest refitted).
     Raises:
-        ValueError: fewer steps than features, sums of other features, or of engines that read the KV cache or
-            prefilled a group differently.
+        ValueError: fewer steps than features, sums of other features, or of engines that read the KV cache,
+            prefilled a group or split a step into forwards differently.
     """
     modes = {decode_attention_of(d) for d in sums}
     if len(modes) > 1:
@@ -103,6 +105,10 @@ def fit_step_costs(sums: list[dict]) -> dict:
     sharing = {prefill_sharing_of(d) for d in sums}
     if len(sharing) > 1:
         raise ValueError("step-cost sums of engines with and without shared group prefills cannot be fitted together")
+    forwards = {_tag(d, "step_forwards") for d in sums}
+    if len(forwards) > 1:  # a step's fixed cost: one forward (mixed) or two
+        raise ValueError("step-cost sums of engines with one forward per step and with separate prefill and decode "
+                         "forwards cannot be fitted together")
     k = len(FEATURES)
     n, xtx, xty, yy = 0, np.zeros((k, k)), np.zeros(k), 0.0
     for d in sums:
@@ -127,7 +133,7 @@ def fit_step_costs(sums: list[dict]) -> dict:
     return {"steps": n, "coef": {f: float(v) for f, v in zip(SCENARIO_FIELDS, coef)},
             "rmse_s": math.sqrt(max(sse, 0.0) / n), "mean_step_s": mean,
             "r2": 1.0 - max(sse, 0.0) / sst if sst > 0 else 1.0, "decode_attention": modes.pop() if modes else "padded",
-            "prefill_sharing": sharing.pop() if sharing else "none"}
+            "prefill_sharing": sharing.pop() if sharing else "none", "step_forwards": forwards.pop() if forwards else "separate"}
 
 
 def step_costs_of_timeline(timeline: dict) -> list[dict] | None:

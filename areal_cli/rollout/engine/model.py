@@ -141,17 +141,18 @@ def load_safetensors_state(model_dir: str | Path) -> dict[str, torch.Tensor]:
 
 @dataclass(frozen=True)
 class AttentionPart:
-    """One attention call of :meth:`CausalLM.forward_packed`: ``rows`` sequences with ``S`` new tokens each.
+    """One attention call of :meth:`CausalLM.forward_packed`: ``rows`` sequences with ``q_len`` new tokens each.
 
     Attributes:
-        read_idx: LongTensor [rows, lk]: pool slot of key position j of each row (j = position; entries a row
-            cannot see, beyond its query positions, must point at an initialised slot, e.g. scratch 0).
-        pos: LongTensor [rows, S]: position of each new token; key j is visible to a query at position p iff
-            j <= p (causal).
+        read_idx: LongTensor [rows, lk]: pool slot of key position j of each row (j = position); key j is visible to
+            a new token at position p iff j <= p (causal), so entries beyond a row's last position must point at an
+            initialised slot (e.g. scratch 0) and are masked.
+        q_len: new tokens per row (1 for a decode step, the padded length for a prefill); the positions are the
+            forward's own ``pos`` of the part's ``rows * q_len`` tokens.
     """
 
     read_idx: torch.Tensor
-    pos: torch.Tensor
+    q_len: int
 
 
 def _rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -309,22 +310,22 @@ class CausalLM:
         B, S = ids.shape
         Lk = read_idx.shape[1]
         spans = groups if groups is not None and len(groups) > 1 else [(0, B, Lk)]
-        parts = [AttentionPart(read_idx[a:b, :lk], pos[a:b]) for a, b, lk in spans]
+        parts = [AttentionPart(read_idx[a:b, :lk], S) for a, b, lk in spans]
         hid = self.forward_packed(ids.reshape(-1), pos.reshape(-1), write_idx.reshape(-1), parts, k_pool, v_pool)
         return hid.view(B, S, -1)
 
     @torch.inference_mode()
     def forward_packed(self, ids: torch.Tensor, pos: torch.Tensor, write_idx: torch.Tensor,
-                       parts: list["AttentionPart"], k_pool: torch.Tensor, v_pool: torch.Tensor) -> torch.Tensor:
+                       parts: list[AttentionPart], k_pool: torch.Tensor, v_pool: torch.Tensor) -> torch.Tensor:
         """Run the layers over the tokens of several batches at once (a mixed prefill + decode step: SGLang's
         mixed chunked prefill), each batch attending in a call of its own.
 
         The per-token layers (norms, projections, MLP) run once over all T tokens; attention runs per part.
 
         Args:
-            ids, pos, write_idx: LongTensor [T]: the tokens, their positions and the pool slots their K/V is
-                written to (pads -> scratch slot 0), part after part; a part of ``rows`` rows and ``S`` tokens
-                per row holds ``rows * S`` consecutive tokens, row-major.
+            ids, pos, write_idx: LongTensor [T]: the tokens, their positions (RoPE and the causal mask) and the pool
+                slots their K/V is written to (pads -> scratch slot 0), part after part; a part of ``rows`` rows and
+                ``q_len`` tokens per row holds ``rows * q_len`` consecutive tokens, row-major.
             parts: :class:`AttentionPart` list covering the T tokens in order.
             k_pool, v_pool: [layers, slots, kv_heads, head_dim] KV pool (modified in place).
         Returns:
@@ -336,8 +337,9 @@ class CausalLM:
         dev = self.device
         ids, pos, write_idx = ids.to(dev), pos.to(dev), write_idx.to(dev)
         T = ids.shape[0]
-        if sum(p.pos.numel() for p in parts) != T:
-            raise ValueError(f"attention parts cover {sum(p.pos.numel() for p in parts)} tokens, the batch has {T}")
+        covered = sum(p.read_idx.shape[0] * p.q_len for p in parts)
+        if covered != T:
+            raise ValueError(f"attention parts cover {covered} tokens, the batch has {T}")
         nh, nkv, D = s.num_heads, s.num_kv_heads, s.head_dim
         x = self.embed[ids]  # [T, H]
         cos = self.cos[pos].unsqueeze(1)  # [T, 1, D]
@@ -346,10 +348,10 @@ class CausalLM:
         plan = []
         t0 = 0
         for p in parts:
-            n, S = p.pos.shape
             r_idx = p.read_idx.to(dev)
-            lk = r_idx.shape[1]
-            mask = (torch.arange(lk, device=dev)[None, None, :] <= p.pos.to(dev)[:, :, None]).unsqueeze(1)
+            (n, lk), S = r_idx.shape, p.q_len
+            part_pos = pos[t0:t0 + n * S].view(n, S)
+            mask = (torch.arange(lk, device=dev)[None, None, :] <= part_pos[:, :, None]).unsqueeze(1)
             plan.append((t0, n, S, lk, r_idx.reshape(-1), mask))
             t0 += n * S
         eps = s.rms_norm_eps

@@ -10,8 +10,8 @@ Scheduling (one :meth:`InferenceEngine.step`): admit waiting requests into free 
 ``max_running_requests``) and prefill them (right-padded batch, positions 0..L-1 per request, so no
 left-padding position bug; requests with the same sequence, a group's samples, computed once), sample their first
 token; and one decode step for every request that was already running, in the same forward as the (last) prefill
-(SGLang's mixed chunked prefill: the per-token layers run once over both, attention per batch), so a step costs one
-forward's fixed overheads. Finished requests leave the batch at once and free their KV slots.
+(SGLang's mixed chunked prefill: the per-token layers run once over both, attention per batch), so a step is one
+forward unless ``max_prefill_tokens`` splits its prefill. Finished requests leave the batch at once and free their KV slots.
 
 Sampling is :mod:`areal_cli.rollout.engine.sampling`; the forward is :mod:`areal_cli.rollout.engine.model`.
 Every output token records the weight version that produced it.
@@ -48,7 +48,8 @@ class InferenceEngine:
         context_length: longest prompt + max_new_tokens; default ``max_position_embeddings``.
         seed: draws the sampling seeds of requests without their own seed (in submission order).
         weight_version: initial weight-version label.
-        max_prefill_tokens: cap on padded tokens (distinct sequences x longest length) of one prefill forward.
+        max_prefill_tokens: cap on the padded prefill tokens (distinct sequences x longest length) of one forward;
+            the running requests' decode tokens (one each) that join the step's last prefill forward come on top.
         dtype: compute dtype.
         device: the weights' and the KV pool's device (default CPU; sampling stays on the CPU).
         decode_group_min_saving, decode_max_groups: how a decode step splits its attention over groups of
@@ -403,7 +404,7 @@ class InferenceEngine:
             ids[j, :lens[i]] = torch.tensor(seqs[i])
             widx[j, :lens[i]] = reqs[i].slots[:lens[i]]
         pos = torch.arange(S).expand(U, S)
-        parts = [AttentionPart(widx, pos)]
+        parts = [AttentionPart(widx, S)]
         flat = [ids.reshape(-1)], [pos.reshape(-1)], [widx.reshape(-1)]
         if decode:
             d_ids, d_pos, d_widx, d_parts, back = self._decode_inputs(decode)
@@ -439,9 +440,11 @@ class InferenceEngine:
         hid = self.model.forward_packed(ids, pos, widx, parts, self.k_pool, self.v_pool)
         return self._sample_and_append(reqs, self._decoded(reqs, hid, back))
 
-    def _decode_inputs(self, reqs: list[Request]):
+    def _decode_inputs(self, reqs: list[Request]
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[AttentionPart], list[int]]:
         """The tokens of one decode step for ``reqs``: the batch runs sorted by context length, its attention split
-        into groups of similar lengths (:func:`decode_groups`).
+        into groups of similar lengths (:func:`decode_groups`). Adds the step's decode shape (sequences, key slots
+        read) to the step's cost record.
 
         Returns:
             ``(ids, pos, write_idx, parts, back)``: LongTensors [B] of the sorted rows' last tokens, their positions
@@ -459,7 +462,7 @@ class InferenceEngine:
         ridx = self._table[:, :Lk].index_select(0, torch.tensor([r.row for r in srt]))
         ridx.masked_fill_(torch.arange(Lk)[None, :] >= torch.tensor(lens)[:, None], 0)
         widx = ridx[torch.arange(B), pos]
-        parts = [AttentionPart(ridx[a:b, :lens[b - 1]], pos[a:b, None]) for a, b in groups]
+        parts = [AttentionPart(ridx[a:b, :lens[b - 1]], 1) for a, b in groups]
         back = [0] * B
         for j, i in enumerate(order):
             back[i] = j

@@ -14,6 +14,9 @@ Each :meth:`InferenceEngine.step` records its wall seconds ``y`` and four featur
   samples, admitted together) once, so the rows counted are the distinct sequences (``prefill_sharing: batch``;
   a snapshot without the field: every request prefilled its own prompt, ``none``).
 
+Since session 34 a step's decode runs in the same forward as its (last) prefill, so a step with both pays one
+forward's fixed costs, not two (``step_forwards: mixed``; a snapshot without the field: ``separate``).
+
 Only the sums ``X^T X``, ``X^T y``, ``y^T y`` and the count are kept (21 numbers, constant memory, additive: the
 difference of two snapshots is the statistics of the steps between them), so a run's cost model is fitted from
 every step it took without logging them. ``areal bench simulate --calibrate-from`` fits the cluster model's
@@ -29,9 +32,11 @@ FEATURES = ("step", "decode_seqs", "decode_ctx_tokens", "prefill_tokens")
 class StepCostStats:
     """Running sums for the linear model ``seconds = x . theta`` over engine steps (see the module docstring)."""
 
-    def __init__(self, decode_attention: str = "grouped", prefill_sharing: str = "batch") -> None:
+    def __init__(self, decode_attention: str = "grouped", prefill_sharing: str = "batch",
+                 step_forwards: str = "mixed") -> None:
         self.decode_attention = decode_attention
         self.prefill_sharing = prefill_sharing
+        self.step_forwards = step_forwards
         k = len(FEATURES)
         self.n = 0
         self.xtx = [[0.0] * k for _ in range(k)]
@@ -53,7 +58,8 @@ class StepCostStats:
 
     def to_dict(self) -> dict:
         """JSON form: ``{"features": [...], "n": steps, "xtx": k x k, "xty": k, "yy": float,
-        "decode_attention": "grouped" | "padded", "prefill_sharing": "batch" | "none"}``."""
+        "decode_attention": "grouped" | "padded", "prefill_sharing": "batch" | "none",
+        "step_forwards": "mixed" | "separate"}``."""
         return {"features": list(FEATURES), "n": self.n, "xtx": [list(r) for r in self.xtx],
                 "xty": list(self.xty), "yy": self.yy, "decode_attention": self.decode_attention,
-                "prefill_sharing": self.prefill_sharing}
+                "prefill_sharing": self.prefill_sharing, "step_forwards": self.step_forwards}
