@@ -173,6 +173,21 @@ def test_decode_split_into_length_groups_gives_the_tokens_and_logprobs_of_one_pa
     assert slots_split < 0.7 * slots_one  # the step costs count the key slots read, fewer when split
 
 
+def _assert_each_as_if_alone(model_dir, prompts, params, by) -> None:
+    """Each request ``r{i}`` of ``by`` (rid -> result) has the tokens of request i run alone, and its output logprobs
+    and (where it asked for them) prompt logprobs within 1e-5."""
+    alone = InferenceEngine(model_dir, max_total_tokens=1024)
+    for i, (p, q) in enumerate(zip(prompts, params)):
+        alone.add_request(f"a{i}", p, q, logprob_start_len=0)
+        ref = alone.run_until_done()[0]
+        got = by[f"r{i}"]
+        assert got.output_ids == ref.output_ids, i
+        assert max(abs(a - b) for a, b in zip(got.output_logprobs, ref.output_logprobs)) <= 1e-5, i
+        if got.input_logprobs is not None:
+            assert max(abs((a or 0.0) - (b or 0.0))
+                       for (a, _), (b, _) in zip(got.input_logprobs, ref.input_logprobs)) <= 1e-5, i
+
+
 def test_a_groups_samples_share_one_prefill_and_sample_as_if_alone(dirs, hf):
     """Requests with the same prompt admitted together (a GRPO group) run one prefill forward; the others get a copy of
     its K/V and logits: each sample's tokens, logprobs and prompt logprobs equal those of the request run alone."""
@@ -184,17 +199,10 @@ def test_a_groups_samples_share_one_prefill_and_sample_as_if_alone(dirs, hf):
         eng.add_request(f"r{i}", p, q, logprob_start_len=0)
     by = {r.rid: r for r in eng.run_until_done()}
     assert eng.stats["prefill_tokens"] == 11 + 6 + 10  # each distinct prompt once
-    alone = InferenceEngine(dirs[0], max_total_tokens=1024)
-    outs = set()
-    for i, (p, q) in enumerate(zip(prompts, params)):
-        alone.add_request(f"a{i}", p, q, logprob_start_len=0)
-        ref = alone.run_until_done()[0]
-        got = by[f"r{i}"]
-        assert got.output_ids == ref.output_ids, i
-        assert max(abs(a - b) for a, b in zip(got.output_logprobs, ref.output_logprobs)) <= 1e-5, i
-        assert [t for _, t in got.input_logprobs] == p
-        assert max(abs((a or 0.0) - (b or 0.0)) for (a, _), (b, _) in zip(got.input_logprobs, ref.input_logprobs)) <= 1e-5
-        outs.add(tuple(got.output_ids))
+    _assert_each_as_if_alone(dirs[0], prompts, params, by)
+    for i, p in enumerate(prompts):
+        assert [t for _, t in by[f"r{i}"].input_logprobs] == p  # every request asked for its prompt logprobs
+    outs = {tuple(by[f"r{i}"].output_ids) for i in range(len(prompts))}
     assert len(outs) == len(prompts)  # the seeds drew different samples from the shared prefill
     ref = hf_logprobs(hf, prompts[3], by["r3"].output_ids, 1.0)  # a copied K/V decodes like the computed one
     assert max(abs(a - b) for a, b in zip(ref, by["r3"].output_logprobs)) <= 1e-4
@@ -242,17 +250,8 @@ def test_a_step_prefills_new_requests_and_decodes_the_running_ones_in_one_forwar
     assert [p.q_len for p in calls[-1][1:]] == [1] * (len(calls[-1]) - 1)  # ... with the two decoding rows after it
     assert sum(p.read_idx.shape[0] for p in calls[-1][1:]) == 2
     by = {r.rid: r for r in eng.run_until_done()}
-    alone = InferenceEngine(dirs[0], max_total_tokens=1024)
     prompts = [PROMPTS[1], PROMPTS[2], PROMPTS[0], PROMPTS[0], PROMPTS[2][:-1], PROMPTS[1]]
-    for i, (p, q) in enumerate(zip(prompts, params)):
-        alone.add_request(f"a{i}", p, q, logprob_start_len=0)
-        ref = alone.run_until_done()[0]
-        got = by[f"r{i}"]
-        assert got.output_ids == ref.output_ids, i
-        assert max(abs(a - b) for a, b in zip(got.output_logprobs, ref.output_logprobs)) <= 1e-5, i
-        if got.input_logprobs is not None:
-            assert max(abs((a or 0.0) - (b or 0.0))
-                       for (a, _), (b, _) in zip(got.input_logprobs, ref.input_logprobs)) <= 1e-5, i
+    _assert_each_as_if_alone(dirs[0], prompts, params, by)
     ref = hf_logprobs(hf, prompts[5], by["r5"].output_ids, 1.0)
     assert max(abs(a - b) for a, b in zip(ref, by["r5"].output_logprobs)) <= 1e-4
     assert eng.free_tokens == eng.max_total_tokens

@@ -33,9 +33,17 @@ def _arrays(d: dict) -> tuple[int, np.ndarray, np.ndarray, float]:
 
 
 #: Fields of step-cost sums that say how the recording engine worked: name -> (its two values, the value of a snapshot
-#: without the field, i.e. of an engine from before it).
+#: without the field, i.e. of an engine from before it). decode_attention: how a decode step read the KV cache (the
+#: meaning of decode_ctx_tokens): one padded block per group of similar context lengths, or one block padded to the
+#: longest context. prefill_sharing: whether the requests of one prefill batch with the same sequence (a group's
+#: samples) were prefilled once (session 33 on). step_forwards: whether a step's prefill and decode shared one
+#: forward (session 34 on).
 _TAGS = {"decode_attention": (("grouped", "padded"), "padded"), "prefill_sharing": (("batch", "none"), "none"),
          "step_forwards": (("mixed", "separate"), "separate")}
+#: What sums that differ in each tag come from (they are never fitted together).
+_MIXED = {"decode_attention": "grouped and padded decode attention",
+          "prefill_sharing": "engines with and without shared group prefills",
+          "step_forwards": "engines with one forward per step and with separate prefill and decode forwards"}
 
 
 def _tag(sums: dict, field: str) -> str:
@@ -44,26 +52,6 @@ def _tag(sums: dict, field: str) -> str:
     if mode not in (a, b):
         raise ValueError(f"'{field}' must be {a} or {b}, got {mode!r}")
     return mode
-
-
-def decode_attention_of(sums: dict) -> str:
-    """How the engine that recorded ``sums`` read the KV cache in a decode step (the meaning of its
-    ``decode_ctx_tokens``): ``"grouped"`` (one padded block per group of similar context lengths) or ``"padded"``
-    (one block padded to the longest context; snapshots of engines before the groups carry no field).
-
-    Raises:
-        ValueError: another value."""
-    return _tag(sums, "decode_attention")
-
-
-def prefill_sharing_of(sums: dict) -> str:
-    """Whether the engine that recorded ``sums`` prefilled the requests of one prefill batch with the same sequence
-    (a group's samples) once (``"batch"``) or each its own (``"none"``; snapshots of engines before session 33 carry
-    no field).
-
-    Raises:
-        ValueError: another value."""
-    return _tag(sums, "prefill_sharing")
 
 
 def window_sums(start: dict | None, end: dict) -> dict:
@@ -91,24 +79,19 @@ def fit_step_costs(sums: list[dict]) -> dict:
     Returns:
         ``{"steps": n, "coef": {scenario field: seconds}, "rmse_s": ..., "mean_step_s": ..., "r2": ...,
         "decode_attention": "grouped" | "padded", "prefill_sharing": "batch" | "none", "step_forwards": "mixed" |
-        "separate"}`` (what the context feature counted, :func:`decode_attention_of`; whether a group's samples shared
-        their prefill, :func:`prefill_sharing_of`; whether a step's prefill and decode shared one forward);
+        "separate"}`` (how the recording engines worked: ``_TAGS``);
         a feature never seen (e.g. no prefill) or whose unconstrained coefficient is negative gets 0 (active set:
         the most negative one is dropped and the rest refitted).
     Raises:
         ValueError: fewer steps than features, sums of other features, or of engines that read the KV cache,
             prefilled a group or split a step into forwards differently.
     """
-    modes = {decode_attention_of(d) for d in sums}
-    if len(modes) > 1:
-        raise ValueError("step-cost sums of grouped and padded decode attention cannot be fitted together")
-    sharing = {prefill_sharing_of(d) for d in sums}
-    if len(sharing) > 1:
-        raise ValueError("step-cost sums of engines with and without shared group prefills cannot be fitted together")
-    forwards = {_tag(d, "step_forwards") for d in sums}
-    if len(forwards) > 1:  # a step's fixed cost: one forward (mixed) or two
-        raise ValueError("step-cost sums of engines with one forward per step and with separate prefill and decode "
-                         "forwards cannot be fitted together")
+    tags = {}
+    for field, engines in _MIXED.items():
+        seen = {_tag(d, field) for d in sums}
+        if len(seen) > 1:
+            raise ValueError(f"step-cost sums of {engines} cannot be fitted together")
+        tags[field] = seen.pop() if seen else _TAGS[field][1]
     k = len(FEATURES)
     n, xtx, xty, yy = 0, np.zeros((k, k)), np.zeros(k), 0.0
     for d in sums:
@@ -132,8 +115,7 @@ def fit_step_costs(sums: list[dict]) -> dict:
     sst = float(yy - n * mean * mean)
     return {"steps": n, "coef": {f: float(v) for f, v in zip(SCENARIO_FIELDS, coef)},
             "rmse_s": math.sqrt(max(sse, 0.0) / n), "mean_step_s": mean,
-            "r2": 1.0 - max(sse, 0.0) / sst if sst > 0 else 1.0, "decode_attention": modes.pop() if modes else "padded",
-            "prefill_sharing": sharing.pop() if sharing else "none", "step_forwards": forwards.pop() if forwards else "separate"}
+            "r2": 1.0 - max(sse, 0.0) / sst if sst > 0 else 1.0, **tags}
 
 
 def step_costs_of_timeline(timeline: dict) -> list[dict] | None:
