@@ -687,6 +687,21 @@ def test_steady_state_leaves_out_the_pipeline_fill_and_the_steps_after_an_evalua
     assert ss["ceiling"] == pytest.approx(0.95 / 0.6) and ss["async_fraction_of_ceiling"] > 1
     assert ss["ceiling_with_stragglers"] == pytest.approx(0.95 / 0.35) and ss["phases_s"]["straggler"] == 0.4
     assert ss["async_fraction_of_ceiling_with_stragglers"] == pytest.approx(2.0 / (0.95 / 0.35))
+    assert "async_gap_s" not in ss  # the async runs carry no phases
+    # the async step (0.475 s) above the ceiling's (T + P = 0.35 s, training-bound: G_full = 0.2 s), by hand: the
+    # trainer 0.06 s slower than in the sync runs, 0.015 s more publishing, 0.05 s waiting: 0.125 s in all
+    phases = {"wait_s": 0.05, "train_s": 0.40, "publish_s": 0.025}
+    ss = tp.steady_state(tail + [{**r, "steady_step_seconds": phases} for r in fast])
+    gap = ss["async_gap_s"]
+    assert gap == {"train_slowdown": pytest.approx(0.06), "publish": pytest.approx(0.015), "wait": pytest.approx(0.05)}
+    assert sum(gap.values()) == pytest.approx(0.475 - 0.35)
+    assert ss["async_ceiling_under_contention"] == pytest.approx(0.95 / 0.425)
+    assert ss["async_fraction_of_ceiling_under_contention"] == pytest.approx(2.0 / (0.95 / 0.425))
+    # generation-bound (G_full = 0.5 s > T + P): waiting G_full - T - P = 0.15 s per step is the pipeline's due
+    slow_gen = [{**r, "straggler": {"straggler_s": 0.1}} for r in tail]
+    ss = tp.steady_state(slow_gen + [{**r, "steady_step_seconds": {**phases, "wait_s": 0.2}} for r in fast])
+    assert ss["async_gap_s"]["wait"] == pytest.approx(0.2 - 0.15)
+    assert ss["async_ceiling_under_contention"] == pytest.approx(0.95 / 0.5)
 
 
 @pytest.mark.parametrize("section,text,line", [

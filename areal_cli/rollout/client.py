@@ -567,7 +567,8 @@ class RolloutClient:
         labels = versions_from_spans(resp.weight_version_spans, n, resp.weight_version)
         ids.extend(resp.output_ids)
         lps.extend(resp.output_logprobs)
-        vers.extend(version_to_int(v) for v in labels)
+        as_int = {v: version_to_int(v) for v in set(labels)}  # a few distinct labels, one per token
+        vers.extend(as_int[v] for v in labels)
 
     # -- control --------------------------------------------------------------------------------------------
 

@@ -240,7 +240,17 @@ def steady_state(runs: list[dict], sync_mode: str = "sync", async_modes: tuple[s
     (:func:`decompose_ratio`) also ``ceiling_with_stragglers`` = (G + T + P) / max(G - S, T + P) with their mean
     straggler seconds S per step, and ``<mode>_fraction_of_ceiling_with_stragglers``: with long-tailed lengths
     an asynchronous pipeline also stops waiting for the longest samples, so the plain overlap ceiling understates
-    what it can reach (fractions above 1)."""
+    what it can reach (fractions above 1).
+
+    ``<mode>_gap_s`` splits what an asynchronous step costs above the ceiling's step ``max(G_full, T + P)``
+    (``G_full`` = G - S with straggler figures, else G) into seconds per step (means over the mode's runs):
+    ``train_slowdown`` (its training phase minus the sync runs' T: the trainer's core runs slower while the
+    rollout side computes on the other one, e.g. sharing memory bandwidth; the sync runs train with that side
+    idle), ``publish`` (its publish phase minus P) and ``wait`` (the trainer waiting for a batch beyond the
+    ``max(0, G_full - T - P)`` a generation-bound pipeline must wait: the pipeline fill of the first steps, a
+    generator slower than in the sync runs). ``<mode>_ceiling_under_contention`` = (G + T + P) /
+    max(G_full, T' + P') with the mode's own T' and P': the ceiling once the trainer's slowdown is granted, and
+    ``<mode>_fraction_of_ceiling_under_contention`` the mode's ratio over it."""
     rs = [r for r in runs if r["mode"] == sync_mode and r.get("steady_step_seconds")]
     if not rs:
         return None
@@ -255,6 +265,7 @@ def steady_state(runs: list[dict], sync_mode: str = "sync", async_modes: tuple[s
         full = (g + t + p) / max(g - s_, t + p, 1e-12)
         out["phases_s"]["straggler"] = s_
         out["ceiling_with_stragglers"] = full
+    g_full = g - out["phases_s"].get("straggler", 0.0)
     for mode in async_modes:
         ratio = paired_ratio([r for r in runs if r.get("steady_step_s")], sync_mode, mode, "steady_step_s")
         if ratio:
@@ -262,6 +273,16 @@ def steady_state(runs: list[dict], sync_mode: str = "sync", async_modes: tuple[s
             out[f"{mode}_fraction_of_ceiling"] = ratio["mean"] / ceiling
             if full:
                 out[f"{mode}_fraction_of_ceiling_with_stragglers"] = ratio["mean"] / full
+        ra = [r for r in runs if r["mode"] == mode and r.get("steady_step_seconds")]
+        if ra:
+            w, t_a, p_a = (statistics.fmean(r["steady_step_seconds"][k] for r in ra)
+                           for k in ("wait_s", "train_s", "publish_s"))
+            out[f"{mode}_gap_s"] = {"train_slowdown": t_a - t, "publish": p_a - p,
+                                    "wait": w - max(0.0, g_full - t - p)}
+            under = (g + t + p) / max(g_full, t_a + p_a, 1e-12)
+            out[f"{mode}_ceiling_under_contention"] = under
+            if ratio:
+                out[f"{mode}_fraction_of_ceiling_under_contention"] = ratio["mean"] / under
     return out
 
 

@@ -63,6 +63,16 @@ def results_table(results: dict):
                             for m, label in (("async", "async"), ("async_noninterruptible", "non-interr."),
                                              ("async_in_place", "in place"))
                             if f"{m}_over_sync" in ss))
+    if ss:
+        gaps = [(label, ss[f"{m}_gap_s"], ss.get(f"{m}_fraction_of_ceiling_under_contention"))
+                for m, label in (("async", "async"), ("async_noninterruptible", "non-interr."),
+                                 ("async_in_place", "in place")) if f"{m}_gap_s" in ss]
+        if gaps:
+            t.add_row("  steady step above the ceiling's (s per step): trainer slower beside the busy rollout core, "
+                      "waits for a batch, publish; fraction of the ceiling once that slowdown is granted",
+                      *["" for _ in cols],
+                      "; ".join(f"{label} {gp['train_slowdown']:+.3f} / {gp['wait']:+.3f} / {gp['publish']:+.3f}"
+                                + (f" ({fr:.0%})" if fr is not None else "") for label, gp, fr in gaps))
     dc = results.get("decomposition")
     if dc:
         ph = dc["phases_s"]
