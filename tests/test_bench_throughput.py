@@ -717,3 +717,26 @@ def test_a_scenario_may_not_set_the_update_mode_its_modes_set(tmp_path, section,
     msg = str(err.value)
     assert msg.startswith(f"{p}:{line}: field '{section}.") and "the mode of the run" in msg and "\n" not in msg
     assert "compare_in_place" in msg or "compare_interruptible" in msg
+
+
+@pytest.mark.multiproc
+def test_the_core_contention_benchmark_times_the_workload_beside_each_neighbour(tmp_path, capsys):
+    import importlib.util
+    import os
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "core_contention.py"
+    spec = importlib.util.spec_from_file_location("core_contention", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "r.json"
+    rc = bench.main(["--rounds", "1", "--iters", "1", "--out", str(out)])
+    if len(os.sched_getaffinity(0)) < 2:  # one usable core: refused with one line, nothing written
+        assert rc == 2 and "needs two usable cores" in capsys.readouterr().err and not out.exists()
+        return
+    assert rc == 0
+    res = json.loads(out.read_text())
+    assert set(res["seconds"]) == {"idle", "spin", "memory", "engine"}
+    assert all(len(v) == 1 and v[0] > 0 for v in res["seconds"].values())
+    assert res["slowdown_vs_idle"]["idle"] == 1.0
+    assert res["slowdown_vs_idle"]["engine"] == pytest.approx(res["seconds"]["engine"][0] / res["seconds"]["idle"][0])
+    assert res["cpus"]["workload"] != res["cpus"]["neighbour"]
