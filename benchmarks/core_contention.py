@@ -23,17 +23,29 @@ import argparse
 import contextlib
 import os
 import statistics
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 KINDS = ("idle", "spin", "memory", "engine")
 
 
+def _exit_with_parent() -> None:
+    """End this neighbour when its stdin closes: the parent is gone (killed, crashed) or done with it."""
+    def watch() -> None:
+        sys.stdin.read()
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def neighbour(kind: str, model_dir: Path) -> None:
     """Run ``kind``'s load forever on this process's core; prints ``ready`` once it is in its steady loop."""
+    _exit_with_parent()
     if kind == "spin":
         print("ready", flush=True)
         while True:
@@ -80,7 +92,7 @@ def start_neighbour(kind: str, cpu: int, model_dir: Path) -> subprocess.Popen | 
     if kind == "idle":
         return None
     p = subprocess.Popen([sys.executable, __file__, "--neighbour", kind, "--model", str(model_dir), "--cpu", str(cpu)],
-                         stdout=subprocess.PIPE, text=True)
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     line = p.stdout.readline()
     if line.strip() != "ready":
         p.kill()
@@ -121,10 +133,20 @@ def _restored(cpus: list[int], threads: int):
         torch.set_num_threads(threads)
 
 
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return n
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=8, help="rounds, each timing the workload beside every neighbour")
-    ap.add_argument("--iters", type=int, default=8, help="forward + backward passes per timing")
+    ap.add_argument("--rounds", type=_positive, default=8, help="rounds, each timing the workload beside every neighbour")
+    ap.add_argument("--iters", type=_positive, default=8, help="forward + backward passes per timing")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "core_contention.json")
     ap.add_argument("--neighbour", choices=KINDS, help=argparse.SUPPRESS)
     ap.add_argument("--model", type=Path, help=argparse.SUPPRESS)
@@ -132,8 +154,33 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.neighbour:
         os.sched_setaffinity(0, {args.cpu})
-        neighbour(args.neighbour, args.model)
+        try:
+            neighbour(args.neighbour, args.model)
+        except KeyboardInterrupt:
+            return 130
         return 0
+    out = args.out.resolve()
+    try:  # before minutes of measuring: the folder must take a file
+        if out.is_dir():
+            raise IsADirectoryError("it is a directory")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out.parent, prefix=".core_contention-"):
+            pass
+    except OSError as e:
+        print(f"core_contention: --out {args.out}: cannot write there ({e.strerror or e})", file=sys.stderr)
+        return 2
+    before = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds: the neighbours are killed
+    try:
+        return _measure(args, out)
+    except KeyboardInterrupt:
+        print("core_contention: interrupted; nothing written", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def _measure(args: argparse.Namespace, out: Path) -> int:
+    """Time the workload beside each neighbour, print the table and write ``out``; returns the exit status."""
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         print("core_contention: needs two usable cores (the workload on one, its neighbour on the other)",
@@ -151,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(1)
         model_dir = build_tiny_model(Path(tmp) / "m", seed=0, vocab_size=512)
         run = make_workload(model_dir)
-        run(3)  # warm up
+        run(max(3, args.iters))  # warm up (a first timing of the same length)
         for r in range(args.rounds):
             order = KINDS[r % len(KINDS):] + KINDS[:r % len(KINDS)]
             for kind in order:
@@ -171,11 +218,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'neighbour':<10} {'s per timing (median)':>22} {'slowdown vs idle (median of rounds)':>37}")
     for k in KINDS:
         print(f"{k:<10} {statistics.median(times[k]):>22.3f} {slow[k]:>36.3f}x")
-    write_json_atomic(args.out, {"benchmark": "core_contention", "cpus": {"workload": work_cpu, "neighbour": other_cpu},
-                                 "rounds": args.rounds, "iters": args.iters, "seconds": times,
-                                 "slowdown_vs_idle": slow, "load_average": list(os.getloadavg()),
-                                 "torch": torch.__version__})
-    print(f"wrote {args.out}")
+    try:
+        write_json_atomic(out, {"benchmark": "core_contention", "cpus": {"workload": work_cpu, "neighbour": other_cpu},
+                                "rounds": args.rounds, "iters": args.iters, "seconds": times,
+                                "slowdown_vs_idle": slow, "load_average": list(os.getloadavg()),
+                                "torch": torch.__version__})
+    except OSError as e:
+        print(f"core_contention: cannot write {out}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    print(f"wrote {out}")
     return 0
 
 

@@ -728,6 +728,8 @@ def test_the_core_contention_benchmark_times_the_workload_beside_each_neighbour(
     spec = importlib.util.spec_from_file_location("core_contention", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    assert bench.main(["--out", str(tmp_path)]) == 2  # a directory: refused before measuring, one line
+    assert "core_contention: --out" in capsys.readouterr().err
     out = tmp_path / "r.json"
     rc = bench.main(["--rounds", "1", "--iters", "1", "--out", str(out)])
     if len(os.sched_getaffinity(0)) < 2:  # one usable core: refused with one line, nothing written

@@ -83,3 +83,14 @@ def test_deferred_evaluations_run_after_the_loop_on_the_kept_weights(tmp_path):
     assert not [e for e in tl["events"] if e["lane"] == "trainer" and e["kind"] == "eval"]  # none in the RL clock
     # the evaluated versions were kept until their evaluation; then, as without deferral, the last two remain
     assert sorted(p.name for p in (out / "weights").glob("v*")) == ["v4", "v5"]
+
+
+def test_a_run_without_rl_steps_names_the_weights_its_servers_hold_as_final(tmp_path):
+    """loop.max_steps=0 (a warm start only, or not even that): summary.json's final_weights is a model folder that
+    exists (the warm start's last checkpoint, else the model the servers started from), not a v0 never written."""
+    cfg, _ = load_train_config("tiny-arith")
+    cfg = apply_overrides(cfg, ["loop.max_steps=0", "sft.max_steps=0", "loop.eval_n_prompts=8"])
+    summary = run_training(cfg, tmp_path / "run", live=False)
+    final = tmp_path / "run" / "model" / "base"
+    assert summary["final_version"] == 0 and summary["final_weights"] == str(final)
+    assert (final / "config.json").is_file() and (final / "model.safetensors").is_file()

@@ -13,6 +13,7 @@ import json
 import shutil
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 
@@ -318,6 +319,8 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                 shutil.rmtree(path, ignore_errors=True)
         plot_learning_curve(metrics_path, ctx.out / "learning_curve.png", target=cfg.loop.target_accuracy)
     final = ctx.out / "weights" / f"v{version}"
+    if version == 0:  # no RL step: the policy is what the servers started from or were given by the warm start
+        final = ctx.served[0] if ctx.served is not None else Path(ctx.fleet.spec.model_path or final)
     summary = {
         "recipe": cfg.recipe, "ok": True, "final_version": version, "final_accuracy": acc,
         "target_accuracy": cfg.loop.target_accuracy, "target_reached": time_to_target is not None,

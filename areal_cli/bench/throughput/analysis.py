@@ -242,20 +242,23 @@ def steady_state(runs: list[dict], sync_mode: str = "sync", async_modes: tuple[s
     an asynchronous pipeline also stops waiting for the longest samples, so the plain overlap ceiling understates
     what it can reach (fractions above 1).
 
-    ``<mode>_gap_s`` splits what an asynchronous step costs above the ceiling's step ``max(G_full, T + P)``
-    (``G_full`` = G - S with straggler figures, else G) into seconds per step (means over the mode's runs):
-    ``train_slowdown`` (its training phase minus the sync runs' T: the trainer's core runs slower while the
-    rollout side computes on the other one, e.g. sharing memory bandwidth; the sync runs train with that side
-    idle), ``publish`` (its publish phase minus P) and ``wait`` (the trainer waiting for a batch beyond the
-    ``max(0, G_full - T - P)`` a generation-bound pipeline must wait: the pipeline fill of the first steps, a
-    generator slower than in the sync runs). ``<mode>_ceiling_under_contention`` = (G + T + P) /
+    ``<mode>_gap_s`` splits the asynchronous step's phases (wait + train + publish; the end-to-end step adds ~1 ms
+    of the loop's own) above the ceiling's step ``max(G_full, T + P)`` (``G_full`` = G - S with straggler figures,
+    else G) into seconds per step (means over the mode's runs); a generation-bound pipeline hides a longer training
+    phase behind generation, and it is counted all the same:
+    ``train_slowdown`` (its training phase minus the sync runs' T, which train with the rollout side idle: beside
+    a busy one the trainer's process also handles the batches arriving during its step, and the cores share caches
+    and memory bandwidth, 3-6% of a step here: ``benchmarks/core_contention.py``), ``publish`` (its publish phase
+    minus P) and ``wait`` (the trainer waiting for a batch beyond the ``max(0, G_full - T - P)`` a
+    generation-bound pipeline must wait: the pipeline fill of the first steps, a generator slower than in the
+    sync runs). ``<mode>_ceiling_under_contention`` = (G + T + P) /
     max(G_full, T' + P') with the mode's own T' and P': the ceiling once the trainer's slowdown is granted, and
     ``<mode>_fraction_of_ceiling_under_contention`` the mode's ratio over it."""
     rs = [r for r in runs if r["mode"] == sync_mode and r.get("steady_step_seconds")]
     if not rs:
         return None
     g, t, p = (statistics.fmean(r["steady_step_seconds"][k] for r in rs) for k in ("wait_s", "train_s", "publish_s"))
-    ceiling = (g + t + p) / max(g, t + p)
+    ceiling = (g + t + p) / max(g, t + p, 1e-12)
     out: dict[str, Any] = {"ceiling": ceiling, "phases_s": {"generate": g, "train": t, "publish": p},
                            "sync_step_s": statistics.fmean(r["steady_step_s"] for r in rs)}
     strag = [r["straggler"]["straggler_s"] for r in rs if r.get("straggler")]

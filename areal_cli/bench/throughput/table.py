@@ -68,8 +68,9 @@ def results_table(results: dict):
                 for m, label in (("async", "async"), ("async_noninterruptible", "non-interr."),
                                  ("async_in_place", "in place")) if f"{m}_gap_s" in ss]
         if gaps:
-            t.add_row("  steady step above the ceiling's (s per step): trainer slower beside the busy rollout core, "
-                      "waits for a batch, publish; fraction of the ceiling once that slowdown is granted",
+            t.add_row("  steady step above the ceiling's (s per step): training phase above the sync runs' T, "
+                      "waits for a batch, publishing above P; fraction of the ceiling once that longer training is "
+                      "granted",
                       *["" for _ in cols],
                       "; ".join(f"{label} {gp['train_slowdown']:+.3f} / {gp['wait']:+.3f} / {gp['publish']:+.3f}"
                                 + (f" ({fr:.0%})" if fr is not None else "") for label, gp, fr in gaps))
