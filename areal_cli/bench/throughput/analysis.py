@@ -212,9 +212,15 @@ def overlap_ceiling(runs: list[dict], sync_mode: str = "sync") -> dict | None:
     for r in rs:
         g, t, p = (r["step_seconds"][k] for k in ("wait_s", "train_s", "publish_s"))
         ceil.append((g + t + p) / max(g, t + p))
-    g, t, p = (statistics.fmean(r["step_seconds"][k] for r in rs) for k in ("wait_s", "train_s", "publish_s"))
+    g, t, p = mean_phases(rs, "step_seconds")
     return {"ceiling": spread(ceil), "phases_s": {"generate": g, "train": t, "publish": p},
             "bound_by": "training" if t + p >= g else "generation"}
+
+
+def mean_phases(runs: list[dict], key: str) -> tuple[float, float, float]:
+    """Mean (wait, train, publish) seconds per step over ``runs``, from each run's ``key`` (``step_seconds`` or
+    ``steady_step_seconds``)."""
+    return tuple(statistics.fmean(r[key][k] for r in runs) for k in ("wait_s", "train_s", "publish_s"))
 
 
 def steady_steps(steps: list[dict], rl_start: float) -> list[tuple[dict, float]]:
@@ -257,18 +263,18 @@ def steady_state(runs: list[dict], sync_mode: str = "sync", async_modes: tuple[s
     rs = [r for r in runs if r["mode"] == sync_mode and r.get("steady_step_seconds")]
     if not rs:
         return None
-    g, t, p = (statistics.fmean(r["steady_step_seconds"][k] for r in rs) for k in ("wait_s", "train_s", "publish_s"))
+    g, t, p = mean_phases(rs, "steady_step_seconds")
     ceiling = (g + t + p) / max(g, t + p, 1e-12)
     out: dict[str, Any] = {"ceiling": ceiling, "phases_s": {"generate": g, "train": t, "publish": p},
                            "sync_step_s": statistics.fmean(r["steady_step_s"] for r in rs)}
     strag = [r["straggler"]["straggler_s"] for r in rs if r.get("straggler")]
-    full = None
+    full, g_full = None, g
     if len(strag) == len(rs):
         s_ = statistics.fmean(strag)
-        full = (g + t + p) / max(g - s_, t + p, 1e-12)
+        g_full = g - s_
+        full = (g + t + p) / max(g_full, t + p, 1e-12)
         out["phases_s"]["straggler"] = s_
         out["ceiling_with_stragglers"] = full
-    g_full = g - out["phases_s"].get("straggler", 0.0)
     for mode in async_modes:
         ratio = paired_ratio([r for r in runs if r.get("steady_step_s")], sync_mode, mode, "steady_step_s")
         if ratio:
@@ -278,8 +284,7 @@ def steady_state(runs: list[dict], sync_mode: str = "sync", async_modes: tuple[s
                 out[f"{mode}_fraction_of_ceiling_with_stragglers"] = ratio["mean"] / full
         ra = [r for r in runs if r["mode"] == mode and r.get("steady_step_seconds")]
         if ra:
-            w, t_a, p_a = (statistics.fmean(r["steady_step_seconds"][k] for r in ra)
-                           for k in ("wait_s", "train_s", "publish_s"))
+            w, t_a, p_a = mean_phases(ra, "steady_step_seconds")
             out[f"{mode}_gap_s"] = {"train_slowdown": t_a - t, "publish": p_a - p,
                                     "wait": w - max(0.0, g_full - t - p)}
             under = (g + t + p) / max(g_full, t_a + p_a, 1e-12)
@@ -311,7 +316,7 @@ def decompose_ratio(runs: list[dict], sync_mode: str = "sync", async_mode: str =
     rs = [r for r in runs if r["mode"] == sync_mode and r.get("straggler") and r.get("step_seconds")]
     if not rs:
         return None
-    g, t, p = (statistics.fmean(r["step_seconds"][k] for r in rs) for k in ("wait_s", "train_s", "publish_s"))
+    g, t, p = mean_phases(rs, "step_seconds")
     st = statistics.fmean(r["straggler"]["straggler_s"] for r in rs)
     g_full = max(g - st, 0.0)
     overlap = (g_full + t + p) / max(g_full, t + p)

@@ -6,6 +6,10 @@ from areal_cli.bench.throughput.benchmark import TARGETS
 from areal_cli.bench.throughput.scenario import MODES
 
 
+#: The asynchronous modes of the steady-state rows, with their short labels.
+_ASYNC_LABELS = (("async", "async"), ("async_noninterruptible", "non-interr."), ("async_in_place", "in place"))
+
+
 def results_table(results: dict):
     """A rich Table of the results (modes as columns, ratio last)."""
     from rich.table import Table
@@ -60,13 +64,9 @@ def results_table(results: dict):
                   "; ".join(f"{label} {ss[f'{m}_over_sync']['mean']:.2f}x ({ss[f'{m}_fraction_of_ceiling']:.0%}"
                             + (f", {ss[f'{m}_fraction_of_ceiling_with_stragglers']:.0%} with stragglers)"
                                if f"{m}_fraction_of_ceiling_with_stragglers" in ss else ")")
-                            for m, label in (("async", "async"), ("async_noninterruptible", "non-interr."),
-                                             ("async_in_place", "in place"))
-                            if f"{m}_over_sync" in ss))
-    if ss:
+                            for m, label in _ASYNC_LABELS if f"{m}_over_sync" in ss))
         gaps = [(label, ss[f"{m}_gap_s"], ss.get(f"{m}_fraction_of_ceiling_under_contention"))
-                for m, label in (("async", "async"), ("async_noninterruptible", "non-interr."),
-                                 ("async_in_place", "in place")) if f"{m}_gap_s" in ss]
+                for m, label in _ASYNC_LABELS if f"{m}_gap_s" in ss]
         if gaps:
             t.add_row("  steady step above the ceiling's (s per step): training phase above the sync runs' T, "
                       "waits for a batch, publishing above P; fraction of the ceiling once that longer training is "
