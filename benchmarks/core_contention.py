@@ -58,32 +58,16 @@ def neighbour(kind: str, model_dir: Path) -> None:
         while True:
             a += 1.0
     if kind == "engine":
-        import random
-
         import torch
-
-        from areal_cli.rollout.engine import InferenceEngine
-        from areal_cli.rollout.protocol import SamplingParams
+        from engine_decode_churn import churning_engine  # this folder: the neighbour runs as a script
 
         torch.set_num_threads(1)
-        rng = random.Random(0)
-        eng = InferenceEngine(model_dir, max_running_requests=256, max_total_tokens=65536)
-        n = 0
-
-        def add() -> None:
-            nonlocal n
-            length = max(6, min(384, int(rng.lognormvariate(3.4, 0.9))))  # tiny-longtail's answer lengths
-            prompt = [1 + ((i * 7 + n) % (eng.vocab_size - 2)) for i in range(14)]
-            eng.add_request(f"r{n}", prompt, SamplingParams(max_new_tokens=length, ignore_eos=True, temperature=1.0))
-            n += 1
-
-        for _ in range(128):
-            add()
-        for i in range(10**12):
-            for _ in eng.step():
-                add()
-            if i == 100:
-                print("ready", flush=True)
+        _, step = churning_engine(model_dir, 128)
+        for _ in range(100):
+            step()
+        print("ready", flush=True)
+        while True:
+            step()
     raise SystemExit(f"unknown neighbour {kind!r}")
 
 

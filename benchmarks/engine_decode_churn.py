@@ -21,8 +21,10 @@ import time
 from pathlib import Path
 
 
-def churn(model_dir: Path, running: int, warm_steps: int, steps: int, seed: int = 0) -> dict:
-    """Step the engine with ``running`` requests kept in flight; returns seconds per step and per decoded token."""
+def churning_engine(model_dir: Path, running: int, seed: int = 0):
+    """An engine on ``model_dir`` with ``running`` requests in flight, and ``step()``: one engine step that replaces
+    each request it finished by a new one (answers of lognormal length, median 30, 6-384 tokens). Returns
+    ``(engine, step)``."""
     from areal_cli.rollout.engine import InferenceEngine
     from areal_cli.rollout.protocol import SamplingParams
 
@@ -38,15 +40,23 @@ def churn(model_dir: Path, running: int, warm_steps: int, steps: int, seed: int 
         eng.add_request(f"r{n}", prompt, SamplingParams(max_new_tokens=length, ignore_eos=True, temperature=1.0))
         n += 1
 
+    def step() -> None:
+        for _ in eng.step():
+            add()
+
     for _ in range(running):
         add()
+    return eng, step
+
+
+def churn(model_dir: Path, running: int, warm_steps: int, steps: int, seed: int = 0) -> dict:
+    """Step the engine with ``running`` requests kept in flight; returns seconds per step and per decoded token."""
+    eng, step = churning_engine(model_dir, running, seed)
     for _ in range(warm_steps):  # reach a steady mix of context lengths
-        for _ in eng.step():
-            add()
+        step()
     tokens0, t0 = eng.stats["decode_tokens"], time.perf_counter()
     for _ in range(steps):
-        for _ in eng.step():
-            add()
+        step()
     seconds = time.perf_counter() - t0
     decoded = eng.stats["decode_tokens"] - tokens0
     return {"running": running, "steps": steps, "ms_per_step": seconds / steps * 1e3,
