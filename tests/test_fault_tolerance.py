@@ -90,26 +90,47 @@ def _rows(out: Path) -> list[dict]:
 @pytest.mark.slow
 def test_a_killed_and_a_frozen_embedded_server_are_restarted_and_every_step_runs_once(tmp_path):
     out = tmp_path / "run"
-    run = _start(out, "-o", "rollout.n_servers=2", "-o", "loop.max_steps=8", "-o", "rollout.server_stall_timeout_s=2")
+    run = _start(out, "-o", "rollout.n_servers=2", "-o", "loop.max_steps=14", "-o", "rollout.server_stall_timeout_s=2")
     _wait_for_step(run, out, 2)
     first, second = _servers(run)
-    _wait_until_busy(first)
-    os.kill(first, signal.SIGKILL)  # dies with requests in flight
-    _wait_for_step(run, out, 5)
-    assert len(_servers(run)) == 2  # restarted
+    # A tiny-arith request runs for a few ms: one seen running can finish before the SIGKILL lands (the test
+    # process descheduled on a loaded machine), leaving nothing to re-issue. Kill again until a kill caught
+    # samples in flight (the metrics' running count of re-issued samples moves), at most 3 times.
+    kills = 0
+    while True:
+        _wait_until_busy(first)
+        os.kill(first, signal.SIGKILL)  # dies with requests in flight
+        kills += 1
+        _wait_for_step(run, out, _rows(out)[-1]["step"] + 2)
+        if _rows(out)[-1]["reissued_samples"] >= 1 or kills == 3:
+            break
+        first = _restarted(run, second)
+    assert _rows(out)[-1]["reissued_samples"] >= 1, f"none of {kills} kills caught a sample in flight"
+    _restarted(run, second)
     os.kill(second, signal.SIGSTOP)  # alive but answers nothing
     rc, stdout, stderr = _finish(run)
     assert rc == 0, stderr[-3000:]
     rows = _rows(out)
-    assert [r["step"] for r in rows] == list(range(9))  # no step lost or repeated
-    assert all(r["staleness_max"] <= 2 for r in rows)  # the bound held through both outages
+    assert [r["step"] for r in rows] == list(range(15))  # no step lost or repeated
+    assert all(r["staleness_max"] <= 2 for r in rows)  # the bound held through every outage
     fleet = json.loads((out / "summary.json").read_text())["fleet"]
-    assert fleet["server_outages"] == 2 and fleet["server_restarts"] == 2
+    assert fleet["server_outages"] == kills + 1 and fleet["server_restarts"] == kills + 1
     assert fleet["reissued_samples"] >= 1 and rows[-1]["reissued_samples"] == fleet["reissued_samples"]
     reasons = [e["reason"] for e in fleet["events"] if e["event"] == "down"]
-    assert "stopped answering" in reasons[1], reasons
-    assert [e["event"] for e in fleet["events"]] == ["down", "up", "down", "up"]
-    assert stdout.count("is serving again") == 2
+    assert "stopped answering" in reasons[-1], reasons
+    assert [e["event"] for e in fleet["events"]] == ["down", "up"] * (kills + 1)
+    assert stdout.count("is serving again") == kills + 1
+
+
+def _restarted(run: subprocess.Popen, other: int, timeout: float = 60.0) -> int:
+    """PID of the run's server other than ``other`` once the supervisor has restarted it (two servers again)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pids = _servers(run)
+        if len(pids) == 2 and other in pids:
+            return next(p for p in pids if p != other)
+        time.sleep(0.1)
+    raise AssertionError(f"the killed server was not restarted in {timeout} s: servers {_servers(run)}")
 
 
 @pytest.mark.multiproc
