@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -42,7 +43,7 @@ def test_sbatch_script_runs_one_launch_node_task_per_node_with_slurm_host_names(
                  "#SBATCH --cpus-per-task=12", "#SBATCH --time=02:00:00",
                  f"#SBATCH --output={tmp_path / 'run' / 'logs' / 'slurm-%j.out'}",
                  'HOSTS=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | paste -sd, -)',
-                 f'srun --kill-on-bad-exit=1 --nodes=2 --ntasks-per-node=1 {sys.executable} -m areal_cli.cli launch '
+                 f'srun --kill-on-bad-exit=1 --nodes=2 --ntasks-per-node=1 {shlex.quote(sys.executable)} -m areal_cli.cli launch '
                  f'node --plan "$RUN/launch/plan.json" --hosts "$HOSTS"'):
         assert line in text.splitlines(), line
     assert os.access(sbatch, os.X_OK) and (plan.authkey_path.stat().st_mode & 0o777) == 0o600
