@@ -181,8 +181,8 @@ def test_isolation_report_is_consistent_with_what_the_program_sees(isolation_inf
     # Host paths are invisible unless a read root lies under them (``/root`` holds a pyenv Python, for one).
     for path, visible in probe["host_paths_visible"].items():
         assert visible == any(r.startswith(path.rstrip("/") + "/") for r in read_roots()), (path, visible)
-    tmp = tempfile.gettempdir().rstrip("/")  # invisible unless the checkout (its .venv, a read root) lives under it
-    assert probe["host_paths_visible"][tempfile.gettempdir()] is any(r.startswith(tmp + "/") for r in read_roots())
+    # the temp dir is among them: invisible unless the checkout (its .venv, a read root) lives under it
+    assert tempfile.gettempdir() in probe["host_paths_visible"]
     if info["host_root"]:
         assert probe["uid"] == int(info["user"].split()[1]) and probe["uid"] != 0
 
