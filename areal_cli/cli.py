@@ -81,7 +81,7 @@ def train(recipe: str | None, out_dir: Path | None, max_steps: int | None, overr
     from areal_cli.config import apply_overrides
     from areal_cli.recipes import load_train_config
 
-    cfg, _ = load_train_config(recipe or "tiny-arith")
+    cfg, recipe_file = load_train_config(recipe or "tiny-arith")
     items = list(overrides) + ([f"loop.max_steps={max_steps}"] if max_steps is not None else []) + \
         ([f"model.path={model_path}"] if model_path is not None else [])
     cfg = apply_overrides(cfg, items)
@@ -93,6 +93,9 @@ def train(recipe: str | None, out_dir: Path | None, max_steps: int | None, overr
 
         click.echo("\n".join(describe_settings(cfg)))
         return
+    from areal_cli.recipes import check_runs_here
+
+    check_runs_here(cfg, recipe_file)  # a GPU recipe this machine cannot run: every edit it needs, in one line
     if out_dir is None:
         import time
 

@@ -101,7 +101,8 @@ class RunStatus:
         return left
 
     def summary(self, summary: dict) -> None:
-        """Print the end-of-run table (the same numbers are in summary.json)."""
+        """Print the end-of-run table (the same numbers are in summary.json), then the run folder and the final
+        weights, each path whole on a line of its own (:func:`print_paths`)."""
         t = Table(title=f"areal train {self.cfg.recipe}: summary", show_header=False)
         t.add_column("what", style="cyan")
         t.add_column("value", justify="right")
@@ -125,10 +126,13 @@ class RunStatus:
         t.add_row("reward calls ok / error / timeout", f"{ctl['reward_ok']} / {ctl['reward_error']} / {ctl['reward_timeout']}")
         t.add_row("samples interrupted and resumed", str(ctl["interruptions"]))
         t.add_row("wall time", f"{summary['elapsed_s']:.1f} s")
-        t.add_row("outputs", f"{self.out}/metrics.jsonl, learning_curve.png, summary.json")
         self.console.print(t)
         for example in summary.get("reward_failures", []):
-            self.console.print(f"reward failure: {example}", style="yellow")
+            self.console.print(f"reward failure: {example}", style="yellow", markup=False, highlight=False,
+                               soft_wrap=True)
+        # the paths under the table, each whole on its own line (a table cell would cut them at 80 columns)
+        print_paths(self.console, [("outputs (metrics.jsonl, learning_curve.png, summary.json)", self.out),
+                                   ("final weights", summary.get("final_weights"))])
 
     # --- rendering ------------------------------------------------------------------------
     def _render(self):
@@ -172,6 +176,15 @@ class RunStatus:
             bar.add_row(ProgressBar(total=max(cfg.loop.max_steps, 1), completed=k, width=30),
                         f"RL step {k}/{cfg.loop.max_steps}, ETA {_duration(eta) if eta is not None else '-'}{target}")
         return bar
+
+
+def print_paths(console: Console, rows: list[tuple[str, object]]) -> None:
+    """Print ``label: path`` lines under a summary, each path whole: one line per path, never cut or folded by rich
+    (``soft_wrap``: a path wider than the terminal is wrapped by the terminal itself, so it copies as one line);
+    ``None`` paths are skipped. Markup and highlighting are off (brackets in a path stay as they are)."""
+    for label, path in rows:
+        if path is not None:
+            console.print(f"{label}: {path}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _duration(seconds: float) -> str:

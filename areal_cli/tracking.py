@@ -5,8 +5,17 @@
 files go to ``RUN/tensorboard/`` (``torch.utils.tensorboard.SummaryWriter``; ``tensorboard --logdir RUN``).
 W&B runs in the project ``loop.wandb_project`` with the run folder's name; it goes online when the machine is logged
 in (``WANDB_API_KEY`` or ``wandb login``), else offline into ``RUN/wandb/`` (``wandb sync`` uploads it later);
-``WANDB_MODE`` decides when set. A resumed run continues the same TensorBoard log (events after the checkpoint
-are purged) and the same W&B run (its id is kept in ``RUN/wandb_run_id``).
+``WANDB_MODE`` decides when set.
+
+A resumed run (``areal train --resume``) continues the same TensorBoard log (events after the checkpoint are
+purged: TensorBoard then shows exactly the resumed run's metrics.jsonl) and the same W&B run (its id is kept in
+``RUN/wandb_run_id``), at the global RL steps. W&B never takes a step back: it drops a step below its current one,
+and a killed process's offline records can be lost whole (W&B flushes its ``.wandb`` file every 15 s). So the resumed
+run first re-logs the checkpoint's metrics lines W&B lacks (online: from the step the server reports, none in the
+usual case; offline: every line, a new ``offline-run-*`` folder of the same id that holds the whole history by
+itself), then logs each new step W&B can still take: steps of the killed process after the checkpoint that W&B
+already has keep the values that process logged (W&B cannot replace them; metrics.jsonl and TensorBoard hold the
+redone ones). Steps stay increasing, with no gap and no duplicate.
 
 What is logged per step: every number of the metrics line (booleans as 0/1, nested dicts such as
 ``loop.eval_benchmarks`` flattened to ``eval_benchmarks/<bench>/<metric>``; text and None are skipped), at the RL step.
@@ -22,6 +31,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from areal_cli.atomic import write_atomic_many
 from areal_cli.errors import UserError
 
 LOGGERS = {"tensorboard": "tensorboard", "wandb": "wandb"}  # logger -> the package it needs
@@ -70,17 +80,19 @@ class Tracker:
         config: the run's config (``TrainConfig.to_dict()``).
         project: W&B project.
         resume_step: the checkpoint's RL step when the run is resumed (later TensorBoard events are purged).
+        history: with ``resume_step``, the run's metrics lines up to it (re-logged to W&B where it lacks them).
         log: one-line messages (where each logger writes).
     Raises:
         UserError: a logger that cannot start (one line).
     """
 
     def __init__(self, names: list[str], out: Path, config: dict, *, project: str = "areal",
-                 resume_step: int | None = None, log=None) -> None:
+                 resume_step: int | None = None, history: list[dict] | None = None, log=None) -> None:
         log = log or (lambda message: None)
         self.names = list(names)
         self._tb = None
         self._wandb = None
+        self._wandb_next = 0  # the lowest step W&B still takes (it drops lower ones)
         if "tensorboard" in self.names:
             from torch.utils.tensorboard import SummaryWriter
 
@@ -91,22 +103,49 @@ class Tracker:
             log(f"TensorBoard: {out / 'tensorboard'} (tensorboard --logdir {out})")
         if "wandb" in self.names:
             self._wandb = _start_wandb(out, config, project, resumed=resume_step is not None)
-            if self._wandb.settings.mode == "offline" or getattr(self._wandb, "offline", False):
+            offline = self._wandb.settings.mode == "offline" or bool(getattr(self._wandb, "offline", False))
+            # online, a resumed run starts after the last step the server holds; an offline run starts empty
+            self._wandb_next = start = 0 if offline else int(getattr(self._wandb, "starting_step", 0) or 0)
+            replayed = self._replay(history or []) if resume_step is not None else 0
+            if offline and resume_step is not None:
+                folder = getattr(self._wandb.settings, "sync_dir", None) or f"{out / 'wandb'}/offline-run-*"
+                log(f"W&B: offline run {self._wandb.id} resumed in {folder} with steps 0-{resume_step} re-logged "
+                    f"from metrics.jsonl ({replayed} lines): it holds the whole history; upload it later with: "
+                    f"wandb sync {folder}")
+            elif offline:
                 log(f"W&B: offline run {self._wandb.id} in {out / 'wandb'} (upload later with: wandb sync "
                     f"{out / 'wandb'}/offline-run-*)")
             else:
-                log(f"W&B: {self._wandb.url or self._wandb.id} (project {project})")
+                log(f"W&B: {self._wandb.url or self._wandb.id} (project {project})"
+                    + (f", resumed at step {start}" if resume_step is not None else "")
+                    + (f" ({replayed} lines W&B lacked re-logged from metrics.jsonl)" if replayed else ""))
+
+    def _replay(self, history: list[dict]) -> int:
+        """Log to W&B the checkpoint's metrics lines it lacks (steps from :attr:`_wandb_next` on); returns how many."""
+        n = 0
+        for row in sorted(history, key=lambda r: int(r.get("step", 0))):
+            if int(row.get("step", 0)) >= self._wandb_next:
+                self._log_wandb(row)
+                n += 1
+        return n
+
+    def _log_wandb(self, row: dict[str, Any]) -> None:
+        """One metrics line to W&B at its step, unless W&B would drop it (a step below its current one)."""
+        step = int(row.get("step", 0))
+        if self._wandb is None or step < self._wandb_next:
+            return
+        self._wandb.log(flatten({k: v for k, v in row.items() if k != "step"}), step=step)
+        self._wandb_next = step
 
     def log(self, row: dict[str, Any]) -> None:
-        """Log one metrics line at its ``step``."""
+        """Log one metrics line at its ``step`` (to W&B unless it would drop the step: see the module docstring)."""
         step = int(row.get("step", 0))
         flat = flatten({k: v for k, v in row.items() if k != "step"})
         if self._tb is not None:
             for k, v in flat.items():
                 self._tb.add_scalar(k, v, step)
             self._tb.flush()
-        if self._wandb is not None:
-            self._wandb.log(flat, step=step)
+        self._log_wandb(row)
 
     def summary(self, summary: dict[str, Any]) -> None:
         """Record the run's summary (final accuracy, time to target, controller counters)."""
@@ -156,5 +195,5 @@ def _start_wandb(out: Path, config: dict, project: str, *, resumed: bool):
         raise UserError(f"field 'loop.loggers': wandb could not start ({type(e).__name__}: {e}); "
                         f"WANDB_MODE=offline logs without a network") from None
     if run_id is None:
-        id_file.write_text(run.id + "\n")
+        write_atomic_many({id_file: run.id + "\n"})
     return run

@@ -191,3 +191,24 @@ def coerce(name: str, value: object, tp: Any, where: str) -> object:
                 continue
     names = "/".join(t.__name__ for t in allowed)
     raise UserError(f"{where}: field '{name}': expected {names}, got {value!r}")
+
+
+def unknown_key(where: str, key: Any, known: typing.Iterable[str], *, prefix: str = "") -> UserError:
+    """The one-line error for a key that is no field: ``where: field 'prefix.key': unknown key (did you mean
+    'closest'?)``, with the closest known key by :func:`difflib.get_close_matches` (ratio >= 0.6), else the known
+    keys listed (sorted).
+
+    Args:
+        where: ``file:line`` of the key (or ``-o ITEM``).
+        prefix: the dotted path of the mapping that holds ``key`` (``generate_compare``), without the dot.
+    Returns:
+        the :class:`~areal_cli.errors.UserError` to raise.
+    """
+    import difflib
+
+    names = sorted(str(k) for k in known)
+    close = difflib.get_close_matches(str(key), names, n=1, cutoff=0.6)
+    dotted = f"{prefix}.{key}" if prefix else str(key)
+    full = [f"{prefix}.{c}" if prefix else c for c in close]
+    hint = f"did you mean '{full[0]}'?" if close else f"no known key is close; known: {', '.join(names)}"
+    return UserError(f"{where}: field '{dotted}': unknown key ({hint})")

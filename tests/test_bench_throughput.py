@@ -185,12 +185,20 @@ def test_dry_run_checks_the_settings_and_prints_the_plan_without_running(tmp_pat
     res = CliRunner().invoke(throughput, ["--dry-run", "--repeats", "2", "--no-generate-compare",
                                           "--out", str(tmp_path / "out")])
     assert res.exit_code == 0, res.output
-    lines = [ln.split() for ln in res.output.splitlines() if ln.startswith("  ")]
+    lines = [ln.split() for ln in res.output.splitlines() if ln.startswith("  ") and ln.split()[0][:2].isdigit()]
     assert [ln[0] for ln in lines] == ["00-sync-r0", "01-async-r0", "02-async_noninterruptible-r0",
                                        "03-async_noninterruptible-r1", "04-async-r1", "05-sync-r1"]
     assert [ln[2] for ln in lines] == ["1", "1", "1", "2", "2", "2"]  # a seed per repeat
     assert "non-interruptible updates" in res.output and "static generate" not in res.output
     assert not (tmp_path / "out").exists()
+    assert "  every run: rollout.success_rate_lb=0.0 " in res.output  # the scenario's overrides
+    assert f"writes {tmp_path / 'out'}: results.json" in res.output.replace("\n", "")
+    # a recipe this machine cannot run is refused as the warm start would refuse it, not planned
+    import importlib.util
+
+    if importlib.util.find_spec("sglang") is None:  # (a GPU machine with SGLang could plan it)
+        bad = CliRunner().invoke(throughput, ["boba2-14b-code", "--dry-run"])
+        assert bad.exit_code == 2 and "rollout.engine: sglang: the 'sglang' package is not installed" in bad.output
     bad = CliRunner().invoke(throughput, ["--dry-run", "-o", "ppo.lrr=1"])
     assert bad.exit_code == 2 and "field 'ppo.lrr': unknown key" in bad.output
     # what the real run would refuse, the dry run refuses: an --out holding a benchmark, a cpu not ours
@@ -229,6 +237,53 @@ def test_bad_scenario_is_reported_with_file_and_line(tmp_path):
     p.write_text("generate_compare: {n_prompts: 4, min_new_tokens: 9, max_new_tokens: 8}\n")
     with pytest.raises(UserError, match="min_new_tokens > max_new_tokens"):
         tp.load_scenario(p)
+
+
+def test_unknown_scenario_key_names_file_line_and_closest_key(tmp_path):
+    p = tmp_path / "s.yaml"
+    p.write_text("name: x\nrepeat: 2\n")
+    with pytest.raises(UserError) as e:
+        tp.load_scenario(p)
+    assert str(e.value) == f"{p}:2: field 'repeat': unknown key (did you mean 'repeats'?)"
+    p.write_text("name: x\ngenerate_compare:\n  n_prompt: 4\n")
+    with pytest.raises(UserError, match=r"s\.yaml:2: field 'generate_compare.n_prompt': unknown key "
+                                        r"\(did you mean 'generate_compare.n_prompts'\?\)"):
+        tp.load_scenario(p)
+    p.write_text("cpus: {trainr: '0'}\n")
+    with pytest.raises(UserError, match=r"field 'cpus.trainr': unknown key \(did you mean 'cpus.trainer'\?\)"):
+        tp.load_scenario(p)
+    p.write_text("name: x\nzzz: 1\n")  # nothing close: the known keys instead
+    with pytest.raises(UserError, match=r"s\.yaml:2: field 'zzz': unknown key \(no known key is close; known: "
+                                        r"accuracy_every, compare_in_place, "):
+        tp.load_scenario(p)
+
+
+def test_scenario_of_another_benchmark_names_its_command(tmp_path):
+    # a cluster-model scenario (kind: simulate) given to the throughput and staleness benches
+    from areal_cli.bench.staleness import load_scenario as load_staleness
+
+    from areal_cli.bench.throughput.scenario import resolve_scenario_path
+
+    sim_file = resolve_scenario_path("cpu-tiny-arith")
+    kind_line = next(i for i, ln in enumerate(sim_file.read_text().splitlines(), 1) if ln.startswith("kind:"))
+    for load, cmd in ((tp.load_scenario, "areal bench throughput"), (load_staleness, "areal bench staleness")):
+        with pytest.raises(UserError) as e:
+            load(sim_file)
+        assert str(e.value) == (f"{sim_file}:{kind_line}: field 'kind': 'simulate' is a scenario of `areal bench "
+                                f"simulate {sim_file}`, not of `{cmd}`")
+    p = tmp_path / "s.yaml"
+    p.write_text("kind: throughput\nsteps: 3\n")  # its own kind is accepted
+    assert tp.load_scenario(p).steps == 3
+    p.write_text("steps: 3\nkind: [x]\n")
+    with pytest.raises(UserError, match=r"s\.yaml:2: field 'kind': expected throughput \(or no kind\), got \['x'\]"):
+        tp.load_scenario(p)
+
+
+def test_bench_cli_refuses_a_simulate_scenario_in_one_line(tmp_path):
+    res = CliRunner().invoke(throughput, ["--scenario", "cpu-tiny-arith", "--dry-run"])
+    assert res.exit_code == 2, res.output
+    assert res.output.strip().count("\n") == 0 and "field 'kind': 'simulate' is a scenario of `areal bench simulate" \
+        in res.output and "Traceback" not in res.output
 
 
 def test_cpu_lists_are_parsed_and_bad_ones_rejected():
@@ -275,6 +330,23 @@ def test_results_json_schema_plots_and_table(tmp_path):
     console.print(tp.results_table(res))
     text = console.export_text()
     assert "1.86x" in text and "effective training throughput" in text
+    # the headline: the median pair with its range and its fraction of the ceiling, in the table and as one line
+    hl = res["headline"]["async"]
+    assert hl["median"] == pytest.approx((1.9 + 200 / 110) / 2) and hl["n"] == 2
+    assert "median of pairs [range]" in text and f"{hl['median']:.2f}x [{hl['min']:.2f}-{hl['max']:.2f}]" in text
+    from areal_cli.bench.throughput.table import headline_line
+
+    line = headline_line(res)
+    assert line.startswith(f"headline (async/sync effective, median of 2 pairs; % of the "
+                           f"{res['headline']['ceiling']:.2f}x overlap ceiling): async (interruptible) "
+                           f"{hl['median']:.2f}x [{hl['min']:.2f}-{hl['max']:.2f}] = {hl['fraction_of_ceiling']:.0%}")
+    # another process busy during a run is said in the table and the headline line
+    res["machine_cpu"] = {"max_other_cores": 0.8, "max_steal_cores": 0.0, "busy_cores": 0.1, "busy_runs": ["0-sync"],
+                          "busy": True}
+    console = Console(record=True, width=160)
+    console.print(tp.results_table(res))
+    assert "BUSY MACHINE in 1 runs" in console.export_text()
+    assert headline_line(res).endswith("BUSY MACHINE: other processes took up to 0.80 cores, steal 0.00")
 
 
 def test_in_place_runs_get_their_own_ratios_accuracy_and_targets():
@@ -471,6 +543,10 @@ def test_bench_command_writes_results_and_plots(tmp_path):
     assert all(len(st["response_lengths"]) == st["n_samples"] for st in timeline["steps"])
     assert (out / "timeline.png").stat().st_size > 10_000 and (out / "throughput.png").stat().st_size > 10_000
     assert "async / sync" in res.output
+    # the headline line closes the output; every run says who else used the cpus meanwhile
+    assert "headline (async/sync effective, median of 1 pairs" in res.output.replace("\n", " ")
+    assert all(set(r["machine_cpu"]) == {"seconds", "ours_cores", "other_cores", "steal_cores", "busy"}
+               for r in results["runs"]) and results["machine_cpu"]["busy_cores"] == 0.1
     # the same output folder is never overwritten
     again = CliRunner().invoke(throughput, ["--scenario", str(scenario), "--out", str(out)])
     assert again.exit_code == 2 and "already holds a benchmark" in again.output
@@ -702,6 +778,58 @@ def test_steady_state_leaves_out_the_pipeline_fill_and_the_steps_after_an_evalua
     ss = tp.steady_state(slow_gen + [{**r, "steady_step_seconds": {**phases, "wait_s": 0.2}} for r in fast])
     assert ss["async_gap_s"]["wait"] == pytest.approx(0.2 - 0.15)
     assert ss["async_ceiling_under_contention"] == pytest.approx(0.95 / 0.5)
+
+
+def test_only_a_slowdown_is_granted_to_the_ceiling_under_contention():
+    # the async runs' training phase came out 0.02 s SHORTER than the sync runs' T (the machine sped up): the
+    # ceiling stays the plain one (0.3 / 0.2), never above it; the gap keeps its sign, printed without "-0.000"
+    sync = [{"mode": "sync", "repeat": r, "steady_step_s": 0.3, "steady_step_seconds":
+             {"wait_s": 0.1, "train_s": 0.15, "publish_s": 0.05}} for r in (0, 1)]
+    asy = [{"mode": "async", "repeat": r, "steady_step_s": 0.2, "steady_step_seconds":
+            {"wait_s": 0.0, "train_s": 0.13, "publish_s": 0.0498}} for r in (0, 1)]
+    ss = tp.steady_state(sync + asy)
+    assert ss["async_ceiling_under_contention"] == pytest.approx(ss["ceiling"]) == pytest.approx(1.5)
+    assert ss["async_fraction_of_ceiling_under_contention"] == pytest.approx(ss["async_fraction_of_ceiling"])
+    assert ss["async_gap_s"]["train_slowdown"] == pytest.approx(-0.02)
+    from areal_cli.bench.throughput.table import signed
+
+    assert signed(ss["async_gap_s"]["publish"]) == "+0.000" and signed(-0.0004) == "+0.000"
+    assert signed(-0.02) == "-0.020" and signed(0.0126) == "+0.013"
+
+
+def test_machine_drift_above_ten_percent_of_sync_t_is_not_called_steady():
+    def sync(r, t):
+        return {"mode": "sync", "repeat": r, "steady_step_s": 0.3 + t,
+                "steady_step_seconds": {"wait_s": 0.15, "train_s": t, "publish_s": 0.01}}
+
+    asy = [{"mode": "async", "repeat": r, "steady_step_s": 0.2,
+            "steady_step_seconds": {"wait_s": 0.0, "train_s": 0.16, "publish_s": 0.01}} for r in (0, 1, 2)]
+    # T 0.150 / 0.160 / 0.170 s: (0.170 - 0.150) / 0.160 = 12.5% > 10%
+    ss = tp.steady_state([sync(0, 0.15), sync(1, 0.16), sync(2, 0.17)] + asy)
+    d = ss["drift"]
+    assert d["sync_train_s"] == [0.15, 0.16, 0.17] and d["median"] == 0.16
+    assert d["spread"] == pytest.approx(0.125) and d["threshold"] == 0.10 and d["dominates"] is True
+    assert ss["steady"] is False
+    ss = tp.steady_state([sync(0, 0.15), sync(1, 0.16), sync(2, 0.158)] + asy)  # 6.3%: steady
+    assert ss["drift"]["spread"] == pytest.approx(0.01 / 0.158) and ss["steady"] is True
+    assert tp.machine_drift([sync(0, 0.15)]) is None  # one sync run shows no drift between runs
+    assert tp.steady_state([sync(0, 0.15)] + asy)["steady"] is True
+
+
+def test_headline_is_the_median_pair_and_its_fraction_of_the_ceiling():
+    sync = [{"mode": "sync", "repeat": r, "effective_tokens_per_s": 100.0,
+             "step_seconds": {"wait_s": 0.2, "train_s": 0.19, "publish_s": 0.01}} for r in range(4)]
+    asy = [{"mode": "async", "repeat": r, "effective_tokens_per_s": v} for r, v in enumerate((150, 190, 120, 170))]
+    ni = [{"mode": "async_noninterruptible", "repeat": r, "effective_tokens_per_s": 180.0} for r in range(3)]
+    runs = sync + asy + ni
+    ceiling = tp.overlap_ceiling(runs)
+    assert ceiling["ceiling"]["mean"] == pytest.approx(0.4 / 0.2)
+    hl = tp.headline(runs, ceiling)
+    assert hl["ceiling"] == pytest.approx(2.0)
+    assert hl["async"]["median"] == pytest.approx(1.6) and (hl["async"]["min"], hl["async"]["max"]) == (1.2, 1.9)
+    assert hl["async"]["fraction_of_ceiling"] == pytest.approx(0.8) and hl["async"]["n"] == 4
+    assert hl["async_noninterruptible"]["median"] == pytest.approx(1.8) and hl["async_noninterruptible"]["n"] == 3
+    assert "async_in_place" not in hl and tp.headline(runs, None) is None
 
 
 @pytest.mark.parametrize("section,text,line", [

@@ -81,6 +81,43 @@ def base_records(problems):
     return own_answers(problems, ["aime24"])
 
 
+def test_n_samples_per_problem_without_sample_index_are_samples_0_to_n_minus_1_in_file_order(tmp_path, problems):
+    """Another tool's file: 3 samples per problem, written round by round (problems interleaved), no index."""
+    from areal_cli.eval.regrade import match_problems, read_generations
+
+    aime = problems["aime24"]
+    recs = [{"dataset": "aime24", "problem_id": p.id, "text": f"round {k}"} for k in range(3) for p in aime]
+    gens = write_jsonl(tmp_path / "gens.jsonl", recs)
+    matched = match_problems(gens, read_generations(gens), {"aime24": aime})
+    assert [(r["problem_id"], r["sample_index"], r["text"]) for r in matched] == [
+        (p.id, k, f"round {k}") for k in range(3) for p in aime]
+
+
+@pytest.mark.parametrize(
+    "recs_of,needle",
+    [
+        (lambda aime: [{"problem_id": p.id, "text": "a"} for p in aime for _ in range(4 if p is not aime[5] else 3)],
+         "gens.jsonl:23: benchmark 'aime24' problem_id '65' (sample pass) has 3 completions but 29 of 30 problems "
+         "have 4: every problem needs the same number (this line is its last"),
+        (lambda aime: [{"problem_id": p.id, "text": "a", "sample_index": k} for p in aime
+                       for k in range(2 if p is not aime[7] else 3)],
+         "gens.jsonl:17: benchmark 'aime24' problem_id '67' (sample pass) has 3 completions but 29 of 30 problems "
+         "have 2: every problem needs the same number (this line is its record number 3"),
+        (lambda aime: [{"problem_id": p.id, "text": "a"} for p in aime] + [{"problem_id": aime[0].id, "text": "b",
+                                                                           "sample_index": 0}],
+         "gens.jsonl:31: field 'sample_index' given here but missing on line 1"),
+    ],
+)
+def test_unequal_or_mixed_samples_name_the_problem_and_the_line(tmp_path, problems, recs_of, needle):
+    from areal_cli.errors import UserError
+    from areal_cli.eval.regrade import match_problems, read_generations
+
+    gens = write_jsonl(tmp_path / "gens.jsonl", recs_of(problems["aime24"]))
+    with pytest.raises(UserError) as e:
+        match_problems(gens, read_generations(gens, "aime24"), {"aime24": problems["aime24"]})
+    assert needle in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
 @pytest.mark.parametrize(
     "mutate,needles",
     [
@@ -92,13 +129,19 @@ def base_records(problems):
         (lambda recs: recs[3].pop("text"), ["gens.jsonl:4: field 'text' missing"]),
         (lambda recs: recs.__setitem__(4, {**recs[4], "sample_index": -1}),
          ["gens.jsonl:5: field 'sample_index' must be an integer >= 0"]),
-        (lambda recs: recs.append({**recs[0], "sample_index": 0}),
+        (lambda recs: (recs.__setitem__(0, {**recs[0], "sample_index": 0}), recs.append(dict(recs[0]))),
          ["gens.jsonl:31: problem '60' (aime24, sample pass) has sample_index 0 twice (first on line 1)"]),
         (lambda recs: recs.append(dict(recs[0])),  # no index: it becomes sample 1, the others have one sample
-         ["benchmark 'aime24' problem_id '61' (sample pass): sample indices [0] are not 0..1"]),
+         ["gens.jsonl:31: benchmark 'aime24' problem_id '60' (sample pass) has 2 completions but 29 of 30 problems "
+          "have 1", "so this line is its sample 1, its sample 0 is on line 1: remove it if it is a duplicate"]),
+        (lambda recs: recs.insert(10, dict(recs[3])),  # a duplicate in the middle: named at its own line
+         ["gens.jsonl:11: benchmark 'aime24' problem_id '63' (sample pass) has 2 completions", "on line 4"]),
+        (lambda recs: recs.append({**recs[2], "sample_index": 1}),  # an index on one record of a problem only
+         ["gens.jsonl:31: field 'sample_index' given here but missing on line 3, another record of problem_id "
+          "'62' (aime24, sample pass): give it on every record of a problem or on none"]),
         (lambda recs: recs.pop(5), ["benchmark 'aime24': 1 of 30 problems have no completions (first: problem_id '65')"]),
         (lambda recs: recs.__setitem__(0, {**recs[0], "sample_index": 1}),
-         ["benchmark 'aime24' problem_id '60' (sample pass): sample indices [1] are not 0..0"]),
+         ["gens.jsonl:1: benchmark 'aime24' problem_id '60' (sample pass): sample indices [1] are not 0..0"]),
         (lambda recs: recs.__setitem__(6, {**recs[6], "pass": "best"}), ["gens.jsonl:7: field 'pass' must be one of"]),
     ],
 )

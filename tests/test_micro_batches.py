@@ -84,6 +84,7 @@ def test_split_and_packed_update_equals_the_unsplit_one(engine, n_minibatches, c
     base = TrainConfig().with_values({"ppo.n_minibatches": n_minibatches, "rollout.batch_size": 8, "ppo.eps_clip": 0.2,
                                        "ppo.behav_imp_weight_cap": 5.0})
     start = {k: v.clone() for k, v in engine.model.state_dict().items() if "_extra_state" not in k}
+    start_flat = torch.cat([p.detach().flatten() for p in engine.model.parameters()]).clone()
     real_step = engine.optimizer_step
     results, weights, grads = {}, {}, {}
     for budget in (0, 20):
@@ -98,7 +99,7 @@ def test_split_and_packed_update_equals_the_unsplit_one(engine, n_minibatches, c
         monkeypatch.setattr(engine, "optimizer_step", capturing_step)
         cfg = base.with_values({"ppo.max_tokens_per_mb": budget})
         results[budget] = ppo_update(engine, rl_batch(engine.vocab_size), cfg)
-        weights[budget] = {k: v.clone() for k, v in engine.model.state_dict().items() if "_extra_state" not in k}
+        weights[budget] = torch.cat([p.detach().flatten() for p in engine.model.parameters()]).clone()
     monkeypatch.undo()
     engine.model.load_state_dict(start, strict=False)
     engine.optimizer.state.clear()
@@ -112,11 +113,18 @@ def test_split_and_packed_update_equals_the_unsplit_one(engine, n_minibatches, c
     assert len(grads[0]) == len(grads[20]) == n_minibatches
     g_diff = max(float((a - b).abs().max() / a.abs().max()) for a, b in zip(grads[0], grads[20]))
     assert g_diff < 1e-5
-    diff = max(float((weights[0][k] - weights[20][k]).abs().max()) for k in weights[0])
-    moved = max(float((weights[0][k] - start[k]).abs().max()) for k in weights[0])
-    # AdamW moves weights by ~lr = 1e-3 per step whatever the gradient's size, so parameters whose gradient is
-    # ~0 amplify float rounding; the updates still agree to 1 % of a step
+    # AdamW's step is lr * m / (sqrt(v) + eps): ~lr whatever the gradient's size, and d(step)/dg = lr * eps /
+    # (|g| + eps)^2, so a gradient within a few eps of 0 amplifies float rounding (Delta g ~ 1e-9) into a sizeable
+    # part of a step. Where every minibatch's gradient is well above eps (> 1000 eps: the amplification is
+    # < 1e-3 of the relative gradient error) the updates agree to 1 % of a step; anywhere, to within the steps taken.
+    group = engine.optimizer.param_groups[0]
+    well = torch.stack([g.abs() for g in grads[0]]).min(dim=0).values > 1000 * group["eps"]
+    delta = (weights[0] - weights[20]).abs()
+    diff = float(delta[well].max())
+    moved = float((weights[0] - start_flat)[well].abs().max())
+    assert int(well.sum()) > 0.5 * well.numel()  # most parameters
     assert moved > 5e-4 and diff < 0.01 * moved
+    assert float(delta.max()) <= 2 * group["lr"] * n_minibatches
     print(f"minibatches {n_minibatches}: loss {one['loss']:.9f} vs {split['loss']:.9f}, grad norm rel diff "
           f"{abs(split['grad_norm'] / one['grad_norm'] - 1):.2e}, gradient max rel diff {g_diff:.2e}, weights max "
           f"diff {diff:.2e} (step {moved:.2e})")

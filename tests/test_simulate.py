@@ -203,8 +203,18 @@ def test_bad_scenario_names_file_line_and_field(tmp_path):
     p.write_text("name: x\n\nnot_a_field: 3\n")
     with pytest.raises(UserError, match=r"bad\.yaml:3: field 'not_a_field': unknown key"):
         sim.load_scenario(str(p))
+    p.write_text("name: x\nstep: 3\n")  # the closest known key is named
+    with pytest.raises(UserError, match=r"bad\.yaml:2: field 'step': unknown key \(did you mean 'steps'\?\)"):
+        sim.load_scenario(str(p))
     p.write_text("kind: throughput\n")
-    with pytest.raises(UserError, match=r"bad\.yaml:1: field 'kind': not a simulation scenario"):
+    with pytest.raises(UserError, match=r"bad\.yaml:1: field 'kind': a scenario of `areal bench throughput "
+                                        r"--scenario .*bad\.yaml`, not a cluster-model one"):
+        sim.load_scenario(str(p))
+    p.write_text("name: x\nrecipe: tiny-arith\nsteps: 4\n")  # a throughput scenario without a kind
+    with pytest.raises(UserError, match=r"bad\.yaml:2: field 'kind': a scenario of `areal bench throughput"):
+        sim.load_scenario(str(p))
+    p.write_text("kind: bogus\n")
+    with pytest.raises(UserError, match=r"bad\.yaml:1: field 'kind': expected simulate, got 'bogus'"):
         sim.load_scenario(str(p))
     p.write_text("gen_gpus: lots\n")
     with pytest.raises(UserError, match=r"bad\.yaml:1: field 'gen_gpus': expected int"):

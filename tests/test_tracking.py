@@ -132,3 +132,111 @@ def test_wandb_goes_online_only_when_logged_in(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_API_KEY", "k")
     (tmp_path / ".netrc").unlink()
     assert _wandb_logged_in()
+
+
+class _FakeWandbRun:
+    """What Tracker uses of a W&B run, online: the server's next step for a resumed run, and every log call."""
+
+    def __init__(self, starting_step: int):
+        from types import SimpleNamespace
+
+        self.starting_step, self.id, self.url = starting_step, "abc123", "https://wandb.example/run"
+        self.settings = SimpleNamespace(mode="online")
+        self.summary, self.logged = {}, []
+
+    def log(self, data, step):
+        self.logged.append(step)
+
+    def finish(self):
+        pass
+
+
+@pytest.mark.parametrize("server_next, replayed, logged", [
+    (6, [], [6, 7, 8]),  # the killed process logged steps 4-5 after checkpoint 3: W&B keeps them, takes 6 on
+    (2, [2, 3], [4, 5, 6, 7, 8]),  # W&B lost steps 2-3 (killed before they reached it): re-logged from metrics.jsonl
+    (4, [], [4, 5, 6, 7, 8]),  # W&B holds exactly the checkpoint's steps
+])
+def test_a_resumed_online_wandb_run_fills_what_it_lacks_and_never_logs_a_step_it_would_drop(
+        tmp_path, monkeypatch, server_next, replayed, logged):
+    import areal_cli.tracking as tracking
+
+    run = _FakeWandbRun(server_next)
+    monkeypatch.setattr(tracking, "_start_wandb", lambda *a, **k: run)
+    lines = []
+    t = tracking.Tracker(["wandb"], tmp_path, {}, resume_step=3, history=[{"step": s, "accuracy": 0.1 * s} for s in range(4)],
+                         log=lines.append)
+    assert run.logged == replayed
+    for s in range(4, 9):
+        t.log({"step": s, "accuracy": 0.5})
+    t.close()
+    assert run.logged == replayed + logged
+    assert lines == [f"W&B: https://wandb.example/run (project areal), resumed at step {server_next}"
+                     + (f" ({len(replayed)} lines W&B lacked re-logged from metrics.jsonl)" if replayed else "")]
+
+
+@pytest.mark.multiproc
+@pytest.mark.slow
+def test_a_killed_and_resumed_run_continues_the_same_wandb_run_and_tensorboard_log_at_the_global_steps(tmp_path):
+    """Checkpoint every 3 steps, SIGKILL once step 5 is written (steps 4-5 are redone), resume: the offline W&B run of
+    the resumed process has the same id and every step 0..8 once, increasing, with metrics.jsonl's values (the
+    checkpoint's steps re-logged, then the redone ones); TensorBoard's steps continue from the checkpoint likewise."""
+    import signal
+    import time
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    args = ["--no-live", "--max-steps", "8", "-o", "sft.max_steps=0", "-o", "rollout.batch_size=4",
+            "-o", "rollout.group_size=2", "-o", "rollout.success_rate_lb=0", "-o", "rollout.success_rate_ub=1",
+            "-o", "loop.eval_n_prompts=4", "-o", "loop.target_accuracy=0", "-o", "loop.checkpoint_every=3",
+            "-o", "loop.loggers=tensorboard,wandb", "-o", "loop.wandb_project=areal-test"]
+    first = subprocess.Popen([sys.executable, "-m", "areal_cli.cli", "train", "--out", str(out), *args], cwd=tmp_path,
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def steps() -> list[int]:
+        p = out / "metrics.jsonl"
+        rows = p.read_text().splitlines() if p.exists() else []
+        return [json.loads(x)["step"] for x in rows if x.endswith("}")]
+
+    t0 = time.monotonic()
+    try:
+        while 5 not in steps():
+            assert first.poll() is None and time.monotonic() - t0 < 300, "the first run ended or stalled before step 5"
+            time.sleep(0.02)
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)  # the whole group: trainer, servers, reward workers, wandb's service
+        first.wait()
+    run_id = (out / "wandb_run_id").read_text().strip()
+    r = _areal("train", "--resume", str(out), "--no-live", cwd=tmp_path, WANDB_MODE="offline", WANDB_SILENT="true")
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in rows] == list(range(9)) and rows[4]["resumed_from"] == "checkpoints/step-000003"
+    assert (out / "wandb_run_id").read_text().strip() == run_id  # the same W&B run
+
+    dirs = sorted((out / "wandb").glob("offline-run-*"), key=lambda d: d.stat().st_mtime)
+    assert len(dirs) == 2 and all(d.name.endswith(f"-{run_id}") for d in dirs)
+    assert f"W&B: offline run {run_id} resumed in {dirs[-1]} with steps 0-3 re-logged" in r.stdout
+    histories = []
+    for d in dirs:
+        records = list(_wandb_records(d / f"run-{run_id}.wandb"))
+        assert all(x.run.run_id == run_id for x in records if x.WhichOneof("record_type") == "run")
+        histories.append([{i.nested_key[0] if i.nested_key else i.key: json.loads(i.value_json) for i in x.history.item}
+                          for x in records if x.WhichOneof("record_type") == "history"])
+    killed, resumed = histories
+    # whatever W&B flushed of the killed process (it writes its file every 15 s: often nothing) starts at 0, in order
+    assert [h["_step"] for h in killed] == list(range(len(killed)))
+    # the resumed process's run: every step once, increasing, no restart, each with metrics.jsonl's values
+    assert [h["_step"] for h in resumed] == list(range(9))
+    for h, row in zip(resumed, rows):
+        for key in ("elapsed_s", "accuracy", "groups_accepted", "tokens_generated"):
+            if row.get(key) is not None:
+                assert h[key] == pytest.approx(row[key]), (row["step"], key)
+
+    acc = EventAccumulator(str(out / "tensorboard"))
+    acc.Reload()  # TensorBoard drops the killed process's events after the checkpoint (purge_step)
+    for key in ("elapsed_s", "accuracy", "groups_accepted"):
+        logged = [(e.step, e.value) for e in acc.Scalars(key)]
+        expected = [(x["step"], x[key]) for x in rows if x.get(key) is not None]
+        assert [s for s, _ in logged] == [s for s, _ in expected], key
+        assert all(v == pytest.approx(w, rel=1e-6) for (_, v), (_, w) in zip(logged, expected)), key

@@ -186,7 +186,35 @@ def test_one_workflow_argument_is_overridden_and_the_others_kept():
     out = apply_overrides(cfg, ["task.workflow_args.max_turns=3", "task.workflow_args.feedback=Try again."])
     assert out.task.workflow_args == {**cfg.task.workflow_args, "max_turns": 3, "feedback": "Try again."}
     assert cfg.task.workflow_args["max_turns"] == 2  # the recipe's config is not changed
-    assert apply_overrides(cfg, ["task.workflow_args={max_turns: 3}"]).task.workflow_args == {"max_turns": 3}
+    assert apply_overrides(cfg, ["task.workflow_args.feedback=null"]).task.workflow_args == {
+        k: v for k, v in cfg.task.workflow_args.items() if k != "feedback"}  # null removes the argument
+
+
+def test_a_workflow_args_mapping_merges_into_the_recipes_like_the_dotted_form():
+    cfg, _ = load_train_config("tiny-arith-multiturn")
+    recipe = dict(cfg.task.workflow_args)
+    mapping = apply_overrides(cfg, ["task.workflow_args={max_turns: 3, feedback: null}"]).task.workflow_args
+    dotted = apply_overrides(cfg, ["task.workflow_args.max_turns=3", "task.workflow_args.feedback=null"]).task.workflow_args
+    assert mapping == dotted == {"max_turns": 3, "turn_discount": recipe["turn_discount"],
+                                 "reward_mode": recipe["reward_mode"]}  # RFC 7396: kept, replaced, removed
+    assert cfg.task.workflow_args == recipe  # the recipe's config is not changed
+    # nested mappings merge too (RFC 7396), in both forms; removing an absent argument changes nothing
+    nested = TrainConfig().with_values({"task.workflow_args": {"agent": "m:A", "agent_args": {"max_turns": 2, "x": 1}}})
+    for items in (["task.workflow_args={agent_args: {max_turns: 4, x: null}}"],
+                  ["task.workflow_args.agent_args.max_turns=4", "task.workflow_args.agent_args.x=null"],
+                  ["task.workflow_args.agent_args={max_turns: 4, x: null}", "task.workflow_args.nope=null"]):
+        assert apply_overrides(nested, items).task.workflow_args == {"agent": "m:A", "agent_args": {"max_turns": 4}}
+    assert apply_overrides(cfg, ["task.workflow_args=null"]).task.workflow_args == {}  # null: every argument removed
+    assert apply_overrides(cfg, ["task.workflow_args="]).task.workflow_args == {}
+    assert apply_overrides(cfg, ["task.workflow_args={}"]).task.workflow_args == recipe  # an empty patch
+    for item, got in (("task.workflow_args=3", "got 3"), ("task.workflow_args=[max_turns]", "got ['max_turns']"),
+                      ("task.workflow_args={max_turns: 3", "got '{max_turns: 3'")):  # not YAML: a text
+        with pytest.raises(UserError) as e:
+            apply_overrides(cfg, [item])
+        assert str(e.value).startswith(f"-o {item}: field 'task.workflow_args': expected a mapping"), str(e.value)
+        assert got in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(UserError, match=r"-o task.workflow_args..x=1: field 'task.workflow_args..x': empty argument"):
+        apply_overrides(cfg, ["task.workflow_args..x=1"])
 
 
 def test_override_errors_name_the_item_and_text_settings_keep_their_text():

@@ -58,6 +58,7 @@ def _run(recipe, out_dir, scenario_path, steps, repeats, no_interruptible, no_ge
 
     from areal_cli.bench.throughput import (check_configs, default_scenario, describe_plan, load_scenario,
                                             results_table, run_benchmark)
+    from areal_cli.bench.throughput.table import headline_line
 
     sc = load_scenario(scenario_path) if scenario_path else default_scenario()
     if recipe:
@@ -80,11 +81,19 @@ def _run(recipe, out_dir, scenario_path, steps, repeats, no_interruptible, no_ge
                       f"{sc.steps} RL steps, cpus {sc.cpus}" + (", then continuous batching vs HF static generate"
                                                                if sc.generate_compare else ""),
                       highlight=False, soft_wrap=True)
+        shared = [f"{k}={v}" for k, v in sc.overrides.items()] + list(overrides)
+        console.print(f"  every run: {' '.join(shared) or 'the recipe as it is'}", highlight=False, soft_wrap=True)
+        if sc.sync_overrides:
+            console.print("  sync runs also: " + " ".join(f"{k}={v}" for k, v in sc.sync_overrides.items()),
+                          highlight=False, soft_wrap=True)
         for run in plan:
             updates = ("" if run["mode"] == "sync" else "non-interruptible updates" if not run["interruptible"] else
                        "in-place interruptible updates" if run["pause_mode"] == "in_place" else "interruptible updates")
             console.print(f"  {run['label']:<28}  seed {run['seed']}  eta {run['eta']}  {updates}".rstrip(),
                           highlight=False, soft_wrap=True)
+        console.print(f"writes {out_dir if out_dir is not None else 'runs/bench-throughput-<date>-<time>'}: "
+                      "results.json, the table, plots, runs/<label>/ (nothing was written now)",
+                      highlight=False, soft_wrap=True)
         return
     if out_dir is None:
         out_dir = Path("runs") / f"bench-throughput-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -97,5 +106,8 @@ def _run(recipe, out_dir, scenario_path, steps, repeats, no_interruptible, no_ge
         f"eta {sc.eta_sync} vs {sc.eta_async}, cpus {sc.cpus}, out {out_dir}")
     results = run_benchmark(sc, out_dir, extra_overrides=overrides, log=log)
     console.print(results_table(results))
+    line = headline_line(results)
+    if line:
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
     extra = "".join(f", {out_dir}/{results['plots'][k]}" for k in ("accuracy", "decomposition") if k in results["plots"])
     console.print(f"wrote {out_dir}/results.json, {out_dir}/timeline.png, {out_dir}/throughput.png{extra}")

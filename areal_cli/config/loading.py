@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
-from areal_cli.config.keys import KEYS, coerce_value, get_value, note_flat_names, read_mapping, resolve_key, set_value
+from areal_cli.config.keys import FLAT_NAMES, KEYS, coerce_value, get_value, note_flat_names, read_mapping, resolve_key, set_value
 from areal_cli.config.train import TrainConfig
 from areal_cli.errors import UserError
 from areal_cli.typed_yaml import parse_override, plain
 
 
-def settings_into(cfg: TrainConfig, data: Any, path: Path, prefix: str = "") -> tuple[dict[str, int], list[str]]:
+def settings_into(cfg: TrainConfig, data: Any, path: Path, prefix: str = "",
+                  fallback_dirs: Sequence[Path] = ()) -> tuple[dict[str, int], list[str]]:
     """Set the settings of YAML mapping ``data`` (sections, dotted keys or flat names of earlier releases) on
-    ``cfg``, converted to their types; relative paths are made absolute against ``path``'s folder.
+    ``cfg``, converted to their types; relative paths are made absolute against ``path``'s folder (or the
+    first of ``fallback_dirs`` holding them when they do not exist there: :func:`resolve_paths`).
 
     Returns:
         ``(lines, written)``: dotted key -> line, for :meth:`TrainConfig.validate`; the keys as written, for
@@ -27,7 +29,7 @@ def settings_into(cfg: TrainConfig, data: Any, path: Path, prefix: str = "") -> 
     for e in entries:
         set_value(cfg, e.dotted, coerce_value(e.dotted, e.value, f"{path}:{e.line}"))
     lines = {e.dotted: e.line for e in entries}
-    resolve_paths(cfg, path.parent, set(lines))
+    resolve_paths(cfg, path.parent, set(lines), fallback_dirs=fallback_dirs)
     return lines, [e.written for e in entries]
 
 
@@ -58,59 +60,141 @@ PATH_FIELDS = ("task.dataset", "task.eval_dataset", "task.reward", "task.workflo
                "loop.eval_data_dir")
 
 
-def resolve_paths(cfg: TrainConfig, base_dir: Path, keys: set[str], *, set_code_dir: bool = True) -> None:
+def resolve_paths(cfg: TrainConfig, base_dir: Path, keys: set[str], *, set_code_dir: bool = True,
+                  fallback_dirs: Sequence[Path] = ()) -> None:
     """Make the relative paths of ``cfg``'s settings in ``keys`` (dotted) absolute against ``base_dir`` (the
     recipe's folder, or the current directory for ``-o``): data files and folders, ``file.py:attr`` names,
     ``task.code_dir``, ``model.path``. ``task.code_dir`` defaults to ``base_dir`` (``set_code_dir``). Module
-    names, ``hf:`` sources and absolute paths are unchanged."""
-    from areal_cli.api.loading import absolute_spec, is_file_spec
+    names, ``hf:`` sources and absolute paths are unchanged.
+
+    Args:
+        fallback_dirs: folders tried in order for a relative path that does not exist under ``base_dir`` (a
+            copied locked recipe reads its original's data from the shipped recipes folder); the path stays
+            under ``base_dir`` when none holds it either (so a message names where it was looked for first).
+    """
+    from areal_cli.api.loading import is_file_spec
 
     base = Path(base_dir).resolve()
+
+    def absolute(rel: str) -> str:
+        p = Path(rel).expanduser()
+        if p.is_absolute():
+            return str(p.resolve())
+        for d in (base, *(Path(f).resolve() for f in fallback_dirs)):
+            if (d / p).exists():
+                return str((d / p).resolve())
+        return str((base / p).resolve())
+
     for key in PATH_FIELDS:
         value = get_value(cfg, key)
         if key not in keys or not value:
             continue
         if key in ("task.reward", "task.workflow") or (key in ("task.dataset", "task.eval_dataset")
                                                        and is_file_spec(value)):
-            set_value(cfg, key, absolute_spec(value, base))
+            if is_file_spec(value):
+                file, _, attr = value.rpartition(":")
+                set_value(cfg, key, f"{absolute(file)}:{attr}")
         elif key in ("task.dataset", "task.eval_dataset"):
             if value.startswith("hf:") or (":" in value and "/" not in value.rpartition(":")[0]
                                            and not value.endswith((".jsonl", ".json", ".parquet"))):
                 continue  # a Hub dataset or a module:function
-            set_value(cfg, key, str((base / Path(value).expanduser()).resolve()))
+            set_value(cfg, key, absolute(value))
         else:
-            set_value(cfg, key, str((base / Path(value).expanduser()).resolve()))
+            set_value(cfg, key, absolute(value))
     if set_code_dir and not cfg.task.code_dir:
         cfg.task.code_dir = str(base)
 
 
-#: Mapping settings whose single entries ``-o`` may set (``-o task.workflow_args.max_turns=3``).
+#: Mapping settings that ``-o`` merges into (``-o task.workflow_args.max_turns=3``, ``-o task.workflow_args={...}``).
 MAPPING_KEYS = ("task.workflow_args",)
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """``patch`` applied to ``target`` by JSON Merge Patch (RFC 7396): a mapping patch merges key by key,
+    recursively (a key whose value is None is removed; a mapping value merges into the target's mapping under
+    that key); any other patch replaces the target. Neither argument is modified."""
+    if not isinstance(patch, dict):
+        return plain(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+def _mapping_entry(key: str) -> tuple[str, list[str]] | None:
+    """``(mapping key, path inside it)`` when override key ``key`` names an entry of a mapping setting
+    (``task.workflow_args.agent_args.max_turns`` -> ``("task.workflow_args", ["agent_args", "max_turns"])``;
+    the flat name of earlier releases, ``workflow_args.NAME``, too); None otherwise."""
+    for mapping in MAPPING_KEYS:
+        for name in (mapping, *(flat for flat, dotted in FLAT_NAMES.items() if dotted == mapping)):
+            if key.startswith(name + ".") and len(key) > len(name) + 1:
+                return mapping, key[len(name) + 1:].split(".")
+    return None
+
+
+def _merge_into_mapping(cfg: TrainConfig, mapping: str, path: list[str], value: Any, where: str) -> None:
+    """Merge override ``value`` into mapping setting ``mapping`` of ``cfg`` (at ``path`` inside it; [] = the
+    whole mapping) by :func:`merge_patch`.
+
+    Raises:
+        UserError: an empty entry name (``-o task.workflow_args..x=1``), or a whole-mapping value that is not
+            a mapping (``where: field 'task.workflow_args': expected a mapping ...``).
+    """
+    if any(not part.strip() for part in path):
+        raise UserError(f"{where}: field '{mapping}.{'.'.join(path)}': empty argument name")
+    if not path:
+        if value is None or value == "":
+            set_value(cfg, mapping, {})  # RFC 7396: a null patch removes the whole value (here: every entry)
+            return
+        if not isinstance(value, dict):
+            raise UserError(f"{where}: field '{mapping}': expected a mapping {{name: value, ...}} to merge into "
+                            f"the recipe's (or {mapping}.NAME=VALUE for one entry), got {plain(value)!r}")
+    patch: Any = value
+    for part in reversed(path):
+        patch = {part: patch}
+    set_value(cfg, mapping, merge_patch(get_value(cfg, mapping), patch))
 
 
 def apply_overrides(cfg: TrainConfig, overrides: list[str], source: str = "-o") -> TrainConfig:
     """Apply ``key=value`` overrides (``rollout.group_size=8``; value parsed as a YAML scalar; flat names of
-    earlier releases accepted with one note) to a copy of ``cfg``, and validate it. ``task.workflow_args.NAME=V``
-    sets one argument and keeps the others; ``task.workflow_args={...}`` replaces them all. A text setting takes
+    earlier releases accepted with one note) to a copy of ``cfg``, and validate it. A text setting takes
     the text as written (``-o task.prompt_field=true`` is the string ``true``); an empty value unsets an optional
     one (``-o model.path=`` is None).
+
+    Mapping settings (:data:`MAPPING_KEYS`, ``task.workflow_args``) are merged into, never replaced, by JSON Merge
+    Patch (RFC 7396, :func:`merge_patch`), and both forms agree: ``task.workflow_args.NAME=V`` is the patch
+    ``{NAME: V}`` (``task.workflow_args.A.B=V`` is ``{A: {B: V}}``) and ``task.workflow_args={NAME: V, ...}`` is
+    that mapping, so the recipe's other arguments are kept; an argument whose value is ``null`` is removed
+    (``task.workflow_args.NAME=null``, ``task.workflow_args={NAME: null}``); ``task.workflow_args=null`` (or an
+    empty value) removes them all. Any other value for the whole mapping is refused.
 
     Args:
         source: who wrote the overrides, for the deprecation note (``-o``, or a scenario file).
     Raises:
-        UserError: malformed override, unknown key, wrong type or out-of-range value (``-o ITEM: field ...``).
+        UserError: malformed override, unknown key, wrong type or out-of-range value, a mapping setting given
+            something else than a mapping (``-o ITEM: field ...``).
     """
     cfg = cfg.copy()
     written, where_of = [], {}
     for item in overrides:  # later overrides of the same key win, as on any command line
         where = f"-o {item}"
         key, value = parse_override(item)
-        mapping = next((m for m in MAPPING_KEYS if key.startswith(m + ".") and len(key) > len(m) + 1), None)
-        if mapping is not None:
-            get_value(cfg, mapping)[key[len(mapping) + 1:]] = plain(value)
+        entry = _mapping_entry(key)
+        if entry is not None:
+            mapping, path = entry
+            _merge_into_mapping(cfg, mapping, path, value, where)
+            written.append(key[: len(key) - len(".".join(path)) - 1])  # the mapping as written (a flat name?)
             where_of[mapping] = where
             continue
         dotted, _ = resolve_key(key, where)
+        if dotted in MAPPING_KEYS:
+            _merge_into_mapping(cfg, dotted, [], value, where)
+            written.append(key)
+            where_of[dotted] = where
+            continue
         raw = item.split("=", 1)[1].strip()
         allowed = typing.get_args(KEYS[dotted].type) or (KEYS[dotted].type,)
         if str in allowed and raw == "" and type(None) in allowed:

@@ -75,7 +75,8 @@ class TaskSection:
     workflow: str = ""
     """``async arun_episode(client, item) -> Group | None``; "": areal_cli.workflows.rlvr:RLVRWorkflow."""
     workflow_args: dict = field(default_factory=dict)
-    """Keyword arguments of the workflow class."""
+    """Keyword arguments of the workflow class; ``-o`` merges into them (``-o task.workflow_args.NAME=V``, or
+    ``-o task.workflow_args={NAME: V}``; ``null`` removes one)."""
     max_prompt_len: int = 0
     """Tokens; longer prompts are dropped and counted (0: no limit)."""
     code_dir: str = ""
@@ -147,6 +148,12 @@ class RolloutSection:
     """Groups whose success rate is below this are dropped (counted)."""
     success_rate_ub: float = 1.0
     """Groups whose success rate is above this are dropped (counted)."""
+    filter_patience_batches: int = 10
+    """The run stops (exit 2, one line naming the filter's settings and its counts; metrics and summary.json
+    written up to then) once the success-rate filter has dropped this many batches' worth of groups (x batch_size)
+    in a row with none accepted: the policy's samples all agree (all right or all wrong, e.g. after a warm start
+    too short to learn the task), and with 0 of N groups passing the pass rate is below 3/N (95% confidence), so
+    one batch would need more than N * batch_size / 3 further groups. 0: wait forever."""
     interruptible: bool = True
     """Weight updates interrupt in-flight samples (how: ``pause_mode``) and they go on with the new weights;
     False: the update waits for them to finish on the old weights."""

@@ -8,6 +8,7 @@ from typing import Any
 
 from areal_cli.config.cpus import parse_cpu_list
 from areal_cli.config.keys import KEYS, get_value
+from areal_cli.config.sections import RolloutSection
 from areal_cli.errors import UserError
 
 _POSITIVE = ("rollout.batch_size", "rollout.group_size", "rollout.max_new_tokens", "rollout.n_servers",
@@ -22,7 +23,8 @@ _NON_NEGATIVE = ("rollout.max_head_offpolicyness", "loop.max_steps", "sft.max_st
 _POSITIVE_FLOAT = ("ppo.lr", "sft.lr", "ppo.grad_clip", "ppo.eps_clip", "ppo.behav_imp_weight_cap",
                    "task.reward_timeout_s", "ppo.reward_scaling", "rollout.server_stall_timeout_s",
                    "rollout.weight_update_chunk_mb", "ppo.adam_eps")
-_NO_LIMIT_ZERO = ("task.max_prompt_len", "ppo.max_tokens_per_mb", "loop.epochs", "rollout.sglang_context_length")
+_NO_LIMIT_ZERO = ("task.max_prompt_len", "ppo.max_tokens_per_mb", "loop.epochs", "rollout.sglang_context_length",
+                  "rollout.filter_patience_batches")
 
 
 def validate(cfg: Any, source: str = "config", lines: dict[str, int] | None = None,
@@ -36,10 +38,12 @@ def validate(cfg: Any, source: str = "config", lines: dict[str, int] | None = No
     Raises:
         UserError: naming the setting and the bad value.
     """
+    def loc(name: str) -> str | None:
+        return (where[name] if where and name in where else
+                f"{source}:{lines[name]}" if lines and name in lines else None)
+
     def bad(name: str, why: str) -> UserError:
-        loc = (where[name] if where and name in where else
-               f"{source}:{lines[name]}" if lines and name in lines else source)
-        return UserError(f"{loc}: field '{name}': {why} (got {get_value(cfg, name)!r})")
+        return UserError(f"{loc(name) or source}: field '{name}': {why} (got {get_value(cfg, name)!r})")
 
     v = lambda name: get_value(cfg, name)  # noqa: E731
     for name, key in KEYS.items():
@@ -108,9 +112,17 @@ def validate(cfg: Any, source: str = "config", lines: dict[str, int] | None = No
                                    "use sft.max_steps=0 with a warm model.path")
     if not 0.0 <= cfg.task.heldout_fraction < 1.0:
         raise bad("task.heldout_fraction", "must be in [0, 1)")
-    for name in ("rollout.server_max_running_requests", "rollout.server_max_total_tokens"):
-        if v(name) < 0 or (v(name) == 0 and r.engine == "embedded"):
+    server_caps = ("rollout.server_max_running_requests", "rollout.server_max_total_tokens")
+    for name in server_caps:
+        if v(name) < 0:
             raise bad(name, "must be > 0 (0, SGLang's default, only with rollout.engine sglang)")
+        if v(name) == 0 and r.engine == "embedded":  # e.g. a GPU recipe's SGLang settings moved to the CPU engine
+            zero = [n for n in server_caps if v(n) == 0]
+            fix = " ".join(f"-o {n}={getattr(RolloutSection(), n.split('.')[1])}" for n in zero)
+            at = loc(name) or loc("rollout.engine") or source  # the value, or the engine that makes it wrong
+            raise UserError(f"{at}: field '{name}': must be > 0 with rollout.engine embedded (0, SGLang's "
+                            f"default, only with rollout.engine sglang); {fix} sets the embedded "
+                            f"default{'s' if len(zero) > 1 else ''} (got 0)")
     if r.sglang_context_length and r.sglang_context_length <= r.max_new_tokens:
         raise bad("rollout.sglang_context_length", f"must exceed max_new_tokens={r.max_new_tokens} (0: derived)")
     unknown = [n.strip() for n in loop.loggers.split(",") if n.strip() not in ("", "tensorboard", "wandb")]

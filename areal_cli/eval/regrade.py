@@ -8,7 +8,9 @@ Record format (JSON Lines, one completion a line; blank lines skipped; a ``sampl
 - ``problem_id`` (str or int, required): the problem's id in that benchmark;
 - ``text`` (str, required) or ``completion`` (its alias, as people write it): the completion; both may be
   given only if they are the same string;
-- ``sample_index`` (int >= 0, optional): default = the record's position among the same problem's records;
+- ``sample_index`` (int >= 0, optional): on every record of a problem (and pass) or on none; without it a
+  problem's records are its samples 0..n-1 in file order (n samples per problem saved by another tool, in any
+  interleaving of problems, qualify as is);
 - ``pass`` (optional): ``"sample"`` (default) or ``"greedy"``;
 - ``output_ids`` (list of ints), ``finish_reason`` (str): optional, kept for the length metrics;
 - ``think_open`` (bool, optional): the prompt ended inside ``<think>`` (as ``samples.jsonl`` records it), so
@@ -21,8 +23,10 @@ Grading fields of the input (``extracted``, ``correct``, ...) are ignored: every
 Every problem of every benchmark named in the file must have completions, the same number n of them, with
 indices 0..n-1 (pass@k and maj@n are defined over the whole benchmark). All violations are
 :class:`UserError` with ``file:line`` (or the problem id): unknown benchmark, unknown problem id,
-malformed JSON, a missing or mistyped field, a duplicate (problem, sample index), a record without
-``dataset`` when ``--data`` does not name exactly one benchmark, ``text`` and ``completion`` that differ.
+malformed JSON, a missing or mistyped field, a duplicate (problem, sample index), a problem whose records mix
+records with and without ``sample_index``, a problem with more (or fewer) completions than most (at the line of
+its first extra record, or of its last one), a record without ``dataset`` when ``--data`` does not name exactly
+one benchmark, ``text`` and ``completion`` that differ.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import asyncio
 import hashlib
 import json
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -191,19 +196,27 @@ def match_problems(path: str | Path, saved: list[SavedCompletion],
                    problems_by_ds: dict[str, list[Problem]]) -> list[dict[str, Any]]:
     """Attach each completion to its problem and check that every benchmark is covered evenly.
 
+    A record without ``sample_index`` is the next sample of its problem (and pass) in file order, so n records
+    of a problem without one are its samples 0..n-1; the records of one problem give ``sample_index`` on all of
+    them or on none (a mix has no one reading).
+
     Returns:
         sample records (pass, dataset, problem_id, sample_index, text, gold, + kept fields), in file order.
 
     Raises:
         UserError: ``file:line: problem_id 'x' not in benchmark 'aime24'``; a completion for a benchmark
-            not selected; duplicate (pass, problem, sample index); problems without completions; unequal
-            numbers of completions or indices that are not 0..n-1 (names the problem).
+            not selected; duplicate (pass, problem, sample index); a problem whose records mix records with and
+            without ``sample_index``; problems without completions; a problem with more or fewer completions
+            than the others (at the line of its first extra record, or of its last one); indices that are not
+            0..n-1 (names the problem and its first line).
     """
     path = Path(path)
     by_id = {ds: {p.id: p for p in ps} for ds, ps in problems_by_ds.items()}
     next_index: dict[tuple[str, str, str], int] = {}
+    first_of: dict[tuple[str, str, str], SavedCompletion] = {}
     seen: dict[tuple[str, str, str, int], int] = {}
     records: list[dict[str, Any]] = []
+    lines: list[int] = []
     for s in saved:
         if s.dataset not in by_id:
             raise UserError(f"{where(path, s.line, 'dataset')}: benchmark '{s.dataset}' is not among the "
@@ -212,6 +225,14 @@ def match_problems(path: str | Path, saved: list[SavedCompletion],
         if problem is None:
             raise UserError(f"{where(path, s.line)}: problem_id '{s.problem_id}' not in benchmark '{s.dataset}'")
         group = (s.pass_name, s.dataset, s.problem_id)
+        first = first_of.setdefault(group, s)
+        if (first.sample_index is None) != (s.sample_index is None):
+            here, there = ("given", "missing") if s.sample_index is not None else ("missing", "given")
+            raise UserError(f"{where(path, s.line, 'sample_index')} {here} here but {there} on line {first.line}, "
+                            f"another record of "
+                            f"problem_id '{s.problem_id}' ({s.dataset}, {s.pass_name} pass): give it on every "
+                            f"record of a problem or on none (without it, a problem's records are its samples "
+                            f"0..n-1 in file order)")
         idx = s.sample_index if s.sample_index is not None else next_index.get(group, 0)
         next_index[group] = max(next_index.get(group, 0), idx + 1)
         key = (*group, idx)
@@ -221,30 +242,64 @@ def match_problems(path: str | Path, saved: list[SavedCompletion],
         seen[key] = s.line
         records.append({"pass": s.pass_name, "dataset": s.dataset, "problem_id": s.problem_id,
                         "sample_index": idx, "text": s.text, "gold": problem.answer, **s.extra})
-    _check_coverage(path, records, problems_by_ds)
+        lines.append(s.line)
+    implicit = {g for g, first in first_of.items() if first.sample_index is None}
+    _check_coverage(path, records, lines, problems_by_ds, implicit)
     return records
 
 
-def _check_coverage(path: Path, records: list[dict[str, Any]], problems_by_ds: dict[str, list[Problem]]) -> None:
+def _check_coverage(path: Path, records: list[dict[str, Any]], lines: list[int],
+                    problems_by_ds: dict[str, list[Problem]], implicit: set[tuple[str, str, str]]) -> None:
+    """Every problem of every benchmark has completions (per pass that has any), the same number n of them
+    (n: the number most problems have), with indices 0..n-1.
+
+    Args:
+        lines: the file line of each record of ``records``.
+        implicit: the (pass, dataset, problem_id) groups whose records gave no ``sample_index``.
+    Raises:
+        UserError: the first violation, at the line where it shows (``FILE:LINE: benchmark 'b' problem_id 'p'
+            (sample pass): ...``), with what to change.
+    """
     for ds, problems in problems_by_ds.items():
         for pass_name in PASSES:
-            indices: dict[str, list[int]] = {}
-            for r in records:
+            found: dict[str, list[tuple[int, int]]] = {}  # problem_id -> (sample_index, line), in file order
+            for r, line in zip(records, lines):
                 if r["dataset"] == ds and r["pass"] == pass_name:
-                    indices.setdefault(r["problem_id"], []).append(r["sample_index"])
-            if not indices and (pass_name == "greedy" or not problems):
+                    found.setdefault(r["problem_id"], []).append((r["sample_index"], line))
+            if not found and (pass_name == "greedy" or not problems):
                 continue
-            missing = [p.id for p in problems if p.id not in indices]
+            what = "greedy completions" if pass_name == "greedy" else "completions"
+            missing = [p.id for p in problems if p.id not in found]
             if missing:
-                what = "greedy completions" if pass_name == "greedy" else "completions"
                 raise UserError(f"{path}: benchmark '{ds}': {len(missing)} of {len(problems)} problems have no "
                                 f"{what} (first: problem_id '{missing[0]}')")
-            n = max(len(v) for v in indices.values())
+            counts = Counter(len(v) for v in found.values())
+            n, with_n = max(counts.items(), key=lambda kv: (kv[1], kv[0]))  # what most problems have
+            odd = [p.id for p in problems if len(found[p.id]) != n]
+            if odd:
+                def shows_at(pid: str) -> int:  # the first record beyond n, or the last one of too few
+                    recs = found[pid]
+                    return recs[n][1] if len(recs) > n else recs[-1][1]
+
+                pid = min(odd, key=shows_at)
+                c = len(found[pid])
+                head = (f"{where(path, shows_at(pid))}: benchmark '{ds}' problem_id '{pid}' ({pass_name} pass) has "
+                        f"{c} {what} but {with_n} of {len(problems)} problems have {n}: every problem needs the "
+                        f"same number")
+                if c < n:
+                    raise UserError(f"{head} (this line is its last; add the missing ones or drop the extra "
+                                    f"ones of the others)")
+                if (pass_name, ds, pid) in implicit:
+                    raise UserError(f"{head} (without sample_index a problem's records are its samples 0..n-1 "
+                                    f"in file order, so this line is its sample {n}, its sample 0 is on line "
+                                    f"{found[pid][0][1]}: remove it if it is a duplicate)")
+                raise UserError(f"{head} (this line is its record number {n + 1}: remove it if it is a duplicate)")
             for p in problems:
-                got = sorted(indices[p.id])
+                got = sorted(i for i, _ in found[p.id])
                 if got != list(range(n)):
-                    raise UserError(f"{path}: benchmark '{ds}' problem_id '{p.id}' ({pass_name} pass): sample "
-                                    f"indices {got} are not 0..{n - 1} (every problem needs the same n)")
+                    raise UserError(f"{where(path, found[p.id][0][1])}: benchmark '{ds}' problem_id '{p.id}' "
+                                    f"({pass_name} pass): sample indices {got} are not 0..{n - 1} (every "
+                                    f"problem needs the same n)")
 
 
 def run_regrade(

@@ -57,15 +57,20 @@ def metric_cell(m: dict[str, Any], key: str) -> str:
     return pct(m[key])
 
 
-def render_table(results: dict[str, Any], console: Any = None) -> None:
+def render_table(results: dict[str, Any], console: Any = None, out_dir: Path | None = None) -> None:
     """Print the per-dataset metrics as a rich table: one column per dataset, one row per metric
-    (percent with 1 decimal, as AReaL prints them; counts as integers)."""
+    (percent with 1 decimal, as AReaL prints them; counts as integers); with ``out_dir``, then the folder that
+    holds results.json, report.md and samples.jsonl, on a line of its own and whole at any terminal width."""
     from rich.console import Console
     from rich.table import Table
+
+    from areal_cli.run_status import print_paths
 
     console = console or Console()
     datasets = dataset_names(results)
     if not datasets:
+        if out_dir is not None:
+            print_paths(console, [("outputs (results.json, report.md, samples.jsonl)", out_dir)])
         return
     protocol = (results.get("config") or {}).get("protocol") or {}
     title = "areal eval" + (f" (protocol {protocol['name']})" if protocol.get("name") else "")
@@ -87,7 +92,9 @@ def render_table(results: dict[str, Any], console: Any = None) -> None:
     for ds in datasets:
         line = codeforces_line(results[ds].get("codeforces"))
         if line:
-            console.print(f"{ds}: {line}")
+            console.print(f"{ds}: {line}", markup=False, highlight=False, soft_wrap=True)
+    if out_dir is not None:
+        print_paths(console, [("outputs (results.json, report.md, samples.jsonl)", out_dir)])
 
 
 def codeforces_line(cf: Any) -> str | None:

@@ -372,7 +372,7 @@ def run_eval(
     results = json_safe(results)
     write_outputs(out_dir, results, samples)
     partial.remove()
-    render_table(results, console)
+    render_table(results, console, out_dir=out_dir)
     return results
 
 

@@ -17,7 +17,8 @@ Modules, each one idea (lower ones never import higher ones):
   :class:`Recipe`.
 - :mod:`~areal_cli.recipes.compare`: measured figures against the expected ones (:func:`compare`).
 - :mod:`~areal_cli.recipes.gpu_train`: a published GPU recipe as an ``areal train`` run.
-- :mod:`~areal_cli.recipes.train_config`: what ``areal train`` runs from a recipe (:func:`load_train_config`).
+- :mod:`~areal_cli.recipes.train_config`: what ``areal train`` runs from a recipe (:func:`load_train_config`), and
+  whether a GPU recipe can run here (:func:`check_runs_here`).
 
 The YAML reader itself (line numbers, duplicate keys) is the foundation :mod:`areal_cli.typed_yaml`.
 """
@@ -64,7 +65,8 @@ from areal_cli.recipes.tolerance import (
     binomial_tolerance,
     codeforces_rating_tolerance,
 )
-from areal_cli.recipes.train_config import load_train_config, train_config_from_recipe
+from areal_cli.recipes.train_config import (check_runs_here, gpu_recipe_edits, load_train_config, recipe_ref,
+                                            train_config_from_recipe)
 from areal_cli.recipes.vocabulary import (
     BENCHMARK_CARDS,
     TRAINING_BENCHMARKS,
@@ -78,7 +80,7 @@ __all__ = [
     "DataFile", "DataRef", "EVAL_OVERRIDE_KEYS", "EvalSpec", "ExpectedFile", "ExpectedMetric", "HubRef", "Measured",
     "Mode", "PublishedTrainSpec", "Recipe", "RecipeFile", "Resources", "SftSpec", "Source", "TRAINING_BENCHMARKS",
     "TRAINING_FIGURES", "Tolerance", "UNSUPPORTED_BENCHMARKS", "Variant", "Z_DEFAULT", "allocation_gpus",
-    "binomial_tolerance", "build", "codeforces_rating_tolerance", "compare", "eval_vocabulary", "expected_tolerance",
-    "find_recipe_file", "gpu_train_config", "headline", "load_expected", "load_recipe", "load_train_config",
-    "recipe_names", "recipe_path", "train_config_from_recipe", "where",
+    "binomial_tolerance", "build", "check_runs_here", "codeforces_rating_tolerance", "compare", "eval_vocabulary", "expected_tolerance",
+    "find_recipe_file", "gpu_recipe_edits", "gpu_train_config", "headline", "load_expected", "load_recipe", "load_train_config",
+    "recipe_names", "recipe_path", "recipe_ref", "train_config_from_recipe", "where",
 ]

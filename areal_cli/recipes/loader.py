@@ -5,7 +5,8 @@ A *locked recipe* pins everything needed to re-run one published number (``recip
 (all keys are checked; unknown keys, wrong types and missing required keys are a
 :class:`~areal_cli.errors.UserError` ``file:line: field 'section.key': ...`` at every nesting level):
 
-- ``recipe`` (name = file stem), ``description``, ``source`` (where the settings come from),
+- ``recipe`` (name = file stem; in a copy outside the shipped folder it may still name the recipe it was copied
+  from, see "Copies" below), ``description``, ``source`` (where the settings come from),
   ``kind`` (``async-ppo`` | ``sync-ppo`` | ``sft``), ``trainer`` (``cpu`` | ``gpu``).
 - ``model`` / ``published_model`` / ``data``: Hub references. ``revision`` is a 40-hex commit or
   ``null`` with a ``revision_note`` saying why (``areal download`` then refuses without ``--allow-unpinned``).
@@ -19,6 +20,15 @@ A *locked recipe* pins everything needed to re-run one published number (``recip
 - ``resources``: GPUs, nodes, AReaL allocation string (its GPU count must equal ``gpus``).
 - ``eval``: protocol, benchmarks, samples, sampling settings.
 - ``expected``: the expected-metrics file, relative to the recipe's folder (else the recipes folder).
+
+Copies: a published recipe copied into a folder of one's own under another file name (``cp recipes/tiny-arith.yaml
+~/mine/my-arith.yaml``; ``areal train ~/mine/my-arith.yaml``, ``areal --recipes-dir ~/mine reproduce my-arith``)
+loads as it is, with no bookkeeping edit: its name is its file's stem (``my-arith``; its ``recipe`` field, still
+``tiny-arith``, is kept as :attr:`Recipe.copied_from`); its expected-metrics file is ``my-arith.expected.yaml``
+beside it when ``expected`` still names the original's file, else the file ``expected`` names beside it, else the
+shipped one, and an expected file of the recipe it was copied from is accepted; relative paths in ``train``
+(``task.dataset: data/x.jsonl``) that do not exist beside the copy are those of the shipped recipes folder. In the
+shipped folder itself ``recipe`` must equal the file name.
 
 Why the ``trainer`` key decides the schema of ``train``: the CPU trainer and AReaL's GPU system have
 different settings; one file format with two strict schemas keeps both locked without a grab-bag of
@@ -54,6 +64,8 @@ class Recipe:
     train: TrainConfig | PublishedTrainSpec | None
     expected_path: Path
     expected: ExpectedFile | None = None
+    copied_from: str | None = None
+    """The ``recipe`` field of a copy whose file is named otherwise (the recipe it was copied from), else None."""
 
     @property
     def kind(self) -> str:
@@ -126,9 +138,11 @@ def load_recipe(name_or_path: str | Path) -> Recipe:
     raw = read_yaml(path)
     rf: RecipeFile = build(RecipeFile, raw if raw is not None else {}, path)
     name = path.name[: -len(path.suffix)]
-    if rf.recipe != name:
+    shipped = _is_shipped(path)
+    if rf.recipe != name and shipped:
         raise UserError(f"{where(rf, 'recipe')}: field 'recipe': must equal the file name '{name}' "
                         f"(got {rf.recipe!r})")
+    copied_from = rf.recipe if rf.recipe != name else None  # a copy under another name: named by its file
     _check_hub(rf.model, "model")
     if rf.published_model is not None:
         _check_hub(rf.published_model, "published_model")
@@ -149,22 +163,43 @@ def load_recipe(name_or_path: str | Path) -> Recipe:
             raise UserError(f"{path}:{raw.line}: field 'train': required key missing (kind is {rf.kind})")
         if rf.sft is not None:
             raise UserError(f"{where(rf, 'sft')}: field 'sft': only allowed with kind sft")
-        train = _build_train(rf, rf.train, path, kind=rf.kind, prefix="train")
+        train = _build_train(rf, rf.train, path, kind=rf.kind, prefix="train", name=name)
     if rf.variants and rf.kind == "sft":
         raise UserError(f"{where(rf, 'variants')}: field 'variants': variants override 'train'; kind sft has none")
-    recipe = Recipe(name=name, path=path, file=rf, train=train, expected_path=_expected_path(rf, path))
+    recipe = Recipe(name=name, path=path, file=rf, train=train, expected_path=_expected_path(rf, path, name),
+                    copied_from=copied_from)
     for vname in rf.variants:
         _apply_variant(recipe, vname)  # validates every variant now
     recipe.expected = load_expected(recipe)  # the expected file must exist and agree with the recipe
     return recipe
 
 
-def _expected_path(rf: RecipeFile, path: Path) -> Path:
+def _is_shipped(path: Path) -> bool:
+    """True when ``path`` lies in the shipped recipes folder (where ``recipe`` must equal the file name)."""
+    try:
+        return path.parent.resolve() == shipped_dir("recipes").resolve()
+    except OSError:
+        return False
+
+
+def _fallback_dirs(path: Path) -> list[Path]:
+    """Where relative paths of a locked recipe's ``train`` section are looked up when they do not exist beside
+    the recipe: the shipped recipes folder, for a recipe outside it (a copy keeps its original's data)."""
+    return [] if _is_shipped(path) else [shipped_dir("recipes")]
+
+
+def _expected_path(rf: RecipeFile, path: Path, name: str) -> Path:
+    """The recipe's expected-metrics file: ``expected`` beside the recipe, else in the shipped folder; in a copy
+    whose ``expected`` still names its original's file (``ORIGINAL.expected.yaml``), ``NAME.expected.yaml``
+    beside the copy comes first."""
     rel = Path(rf.expected)
     shipped = shipped_dir("recipes")
-    for base in (path.parent, shipped):
-        if (base / rel).is_file():
-            return base / rel
+    candidates = [path.parent / rel, shipped / rel]
+    if rf.recipe != name and rf.expected == f"{rf.recipe}.expected.yaml":
+        candidates.insert(0, path.parent / f"{name}.expected.yaml")
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
     raise UserError(f"{where(rf, 'expected')}: field 'expected': file '{rf.expected}' not found next to the "
                     f"recipe or in {shipped}")
 
@@ -261,14 +296,15 @@ def _check_eval(ev: EvalSpec) -> None:
 
 
 def _build_train(rf: RecipeFile, data: dict, path: Path, *, kind: str | None,
-                 prefix: str) -> TrainConfig | PublishedTrainSpec:
-    """Build the train settings for ``rf.trainer``; ``kind`` (None: no kind rule) checks eta."""
+                 prefix: str, name: str) -> TrainConfig | PublishedTrainSpec:
+    """Build the train settings for ``rf.trainer``; ``kind`` (None: no kind rule) checks eta; ``name``: the
+    recipe's name (its file's stem)."""
     if rf.trainer == "gpu":
         line = data.line if isinstance(data, LineDict) else 1
         spec = build(PublishedTrainSpec, data, path, prefix, line)
         spec.validate(kind=kind)
         return spec
-    return _build_cpu_train(data, path, prefix, name=rf.recipe, kind=kind)
+    return _build_cpu_train(data, path, prefix, name=name, kind=kind)
 
 
 def _build_cpu_train(data: dict, path: Path, prefix: str, *, name: str, kind: str | None) -> TrainConfig:
@@ -280,7 +316,7 @@ def _build_cpu_train(data: dict, path: Path, prefix: str, *, name: str, kind: st
         raise UserError(f"{path}:{line}: field '{prefix}.recipe': unknown key (the recipe name is the "
                         f"top-level 'recipe')")
     cfg = TrainConfig()
-    lines, written = settings_into(cfg, data, path, prefix)
+    lines, written = settings_into(cfg, data, path, prefix, fallback_dirs=_fallback_dirs(path))
     cfg.recipe = name
     cfg.validate(str(path), lines)
     refuse_unknown_preset(cfg, path, lines.get("task.preset", getattr(data, "line", 1)), f"{prefix}.")
@@ -314,16 +350,18 @@ def _apply_variant(recipe: Recipe, name: str) -> TrainConfig | PublishedTrainSpe
     base, over = rf.train or LineDict(), rf.variants[name].train
     if rf.trainer != "gpu":  # the variant's settings over the base's (a section in both: merged key by key)
         cfg = TrainConfig()
-        lines, written = settings_into(cfg, base, recipe.path, "train")
-        more, written2 = settings_into(cfg, over or LineDict(), recipe.path, f"variants.{name}.train")
-        cfg.recipe = rf.recipe
+        fallback = _fallback_dirs(recipe.path)
+        lines, written = settings_into(cfg, base, recipe.path, "train", fallback_dirs=fallback)
+        more, written2 = settings_into(cfg, over or LineDict(), recipe.path, f"variants.{name}.train",
+                                       fallback_dirs=fallback)
+        cfg.recipe = recipe.name
         cfg.validate(str(recipe.path), {**lines, **more})
         note_flat_names(str(recipe.path), written + written2)
         return cfg
     merged = LineDict({**base, **over})
     merged.line = getattr(base, "line", 1)
     merged.lines = {**getattr(base, "lines", {}), **getattr(over, "lines", {})}
-    return _build_train(rf, merged, recipe.path, kind=None, prefix=f"variants.{name}.train")
+    return _build_train(rf, merged, recipe.path, kind=None, prefix=f"variants.{name}.train", name=recipe.name)
 
 
 # --- expected metrics --------------------------------------------------------------------------------
@@ -340,8 +378,14 @@ def load_expected(recipe: Recipe) -> ExpectedFile:
     path = recipe.expected_path
     raw = read_yaml(path)
     ef: ExpectedFile = build(ExpectedFile, raw if raw is not None else {}, path)
-    if ef.recipe != recipe.name:
-        raise UserError(f"{where(ef, 'recipe')}: field 'recipe': must be '{recipe.name}' (got {ef.recipe!r})")
+    owners = [recipe.name] + ([recipe.copied_from] if recipe.copied_from else [])  # a copy may keep its original's
+    if ef.recipe not in owners:
+        hint = ("" if _is_shipped(recipe.path) else
+                f"; a copy keeps its original's expected file while its own 'recipe' field still names the original "
+                f"(here {recipe.file.recipe!r}), else it needs one of its own ({recipe.name}.expected.yaml with "
+                f"recipe: {recipe.name})")
+        raise UserError(f"{where(ef, 'recipe')}: field 'recipe': must be {' or '.join(repr(o) for o in owners)} "
+                        f"(got {ef.recipe!r}){hint}")
     if not ef.metrics:
         raise UserError(f"{where(ef, 'metrics')}: field 'metrics': at least one expected metric")
     ev = recipe.file.eval

@@ -54,7 +54,7 @@ def render_plan(plan: Plan, console: Any) -> None:
     r, f = plan.recipe, plan.recipe.file
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold", no_wrap=True)
-    t.add_column()
+    t.add_column(overflow="fold")  # paths (the recipe file, downloads) print whole, folded at narrow widths
 
     def row(label: str, value: str, style: str = "") -> None:  # Text: brackets in values are not markup
         t.add_row(label, Text(value, style=style))

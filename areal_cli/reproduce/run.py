@@ -153,8 +153,9 @@ class _RunRecord:
         render_checks(checks, self.console, f"areal reproduce {p.recipe.name}"
                       f"{'@' + p.variant if p.variant else ''} ({label})"
                       + (f" with overrides {' '.join(p.overrides)}" if p.overrides else ""))
-        self.console.print(f"wrote {self.out / 'manifest.json'} and {self.out / 'reproduce.json'}", markup=False,
-                           highlight=False)
+        from areal_cli.run_status import print_paths
+
+        print_paths(self.console, [("wrote", self.out / "manifest.json"), ("wrote", self.out / "reproduce.json")])
         return Outcome(code, checks, self.out, p)
 
     def guard(self, fn) -> Outcome:

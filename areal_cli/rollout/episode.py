@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 from areal_cli.api.reward import CALL_REWARD
 from areal_cli.api.types import Group, Item, RewardFailed, Trajectory
-from areal_cli.rollout.client import Completion
+from areal_cli.rollout.completion import Completion
 from areal_cli.rollout.protocol import SamplingParams
 
 

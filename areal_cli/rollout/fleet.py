@@ -10,6 +10,9 @@ over ``fleet.urls``:
 - ``"external"``: servers someone else started (``spec.urls`` or env ``AREAL_LLM_SERVER_ADDRS``,
   comma-separated ``host:port``); nothing is launched or stopped.
 
+The spec, its checks, address parsing and each child's command and environment:
+:mod:`areal_cli.rollout.fleet_spec`.
+
 Lifecycle:
 
 - Before anything is launched: every port is checked by binding it (``UserError("127.0.0.1:30000: port
@@ -37,7 +40,6 @@ import dataclasses
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -47,58 +49,13 @@ from pathlib import Path
 from areal_cli.errors import UserError
 from areal_cli.log_tail import log_tail
 from areal_cli.ports import free_ports, port_is_free
-from areal_cli.rollout.sglang_launcher import SGLangServerArgs, build_sglang_command, for_server
+from areal_cli.rollout.fleet_spec import (ENGINES, ENV_ADDRS, FleetSpec, check_model_dir, check_spec, child_env,
+                                          parse_server_addrs, server_command)
 from areal_cli.rollout.watchdog import Watchdog, group_alive, killpg
 
-ENGINES = ("embedded", "sglang", "external")
-ENV_ADDRS = "AREAL_LLM_SERVER_ADDRS"
+__all__ = ["ENGINES", "ENV_ADDRS", "Fleet", "FleetSpec", "ServerDiedError", "launch_fleet", "parse_server_addrs"]
+
 TAIL_LINES = 20
-
-
-@dataclass
-class FleetSpec:
-    """What to launch.
-
-    Attributes:
-        engine: "embedded" | "sglang" | "external".
-        n_servers: number of servers (external: taken from the URL list when 0).
-        model_path: HF model directory every server loads at start (not used for external).
-        host: address the servers listen on.
-        ports: one port per server, or None to pick free ones.
-        gpu_ids: per server the GPU ids it may see (``CUDA_VISIBLE_DEVICES``), or None to leave the
-            environment as it is. For SGLang each list must hold tp*dp*pp ids.
-        max_running_requests, max_total_tokens, seed, weight_version, num_threads, context_length:
-            embedded-server settings (server i gets seed + i).
-        embedded_extra_args: more flags for ``areal_cli.rollout.server`` (tests: ``--step-delay-s``).
-        sglang: template of the SGLang settings (model path, host, port and seed are set per server:
-            seed = ``sglang.random_seed or 0`` + i); None -> ``SGLangServerArgs(model_path)`` defaults.
-        urls: external mode: server URLs (``http://host:port`` or ``host:port``); None -> env
-            ``AREAL_LLM_SERVER_ADDRS``.
-        run_dir: logs go to ``run_dir/logs/server{i}.log``; None -> a new temporary directory (kept).
-        startup_timeout_s: :meth:`Fleet.wait_ready` gives up after this long (counted from the launch).
-        python: interpreter for the children.
-        env: extra environment variables for every child (e.g. ``PYTHONPATH`` additions).
-    """
-
-    engine: str = "embedded"
-    n_servers: int = 1
-    model_path: str | Path | None = None
-    host: str = "127.0.0.1"
-    ports: list[int] | None = None
-    gpu_ids: list[list[int]] | None = None
-    max_running_requests: int = 64
-    max_total_tokens: int = 65536
-    seed: int = 0
-    weight_version: str = "0"
-    num_threads: int = 1
-    context_length: int | None = None
-    embedded_extra_args: list[str] = field(default_factory=list)
-    sglang: SGLangServerArgs | None = None
-    urls: list[str] | None = None
-    run_dir: str | Path | None = None
-    startup_timeout_s: float = 600.0
-    python: str = sys.executable
-    env: dict[str, str] | None = None
 
 
 class ServerDiedError(UserError):
@@ -121,41 +78,6 @@ class _Server:
     model_info: dict | None = None
     auto_port: bool = False  # picked by us: may be re-picked if another process took it first
     respawns: int = 0
-
-
-# ----------------------------------------------------------------------------------------------------------
-# helpers
-# ----------------------------------------------------------------------------------------------------------
-
-
-def parse_server_addrs(text: str, where: str = ENV_ADDRS) -> list[str]:
-    """``"h1:p1,h2:p2"`` (or full ``http://`` URLs) -> ``["http://h1:p1", "http://h2:p2"]``.
-
-    Raises:
-        UserError: an empty list or an entry that is not host:port with a port in [1, 65535].
-    """
-    urls = []
-    for raw in (x.strip() for x in text.split(",")):
-        if not raw:
-            continue
-        addr = raw.split("://", 1)[1] if "://" in raw else raw
-        host, _, port = addr.rstrip("/").rpartition(":")
-        if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-            raise UserError(f"{where}: {raw!r} is not host:port")
-        urls.append(f"http://{host}:{int(port)}")
-    if not urls:
-        raise UserError(f"{where}: no server address given (expected host:port[,host:port...])")
-    return urls
-
-
-def _check_model_dir(model_path, engine: str) -> str:
-    if model_path is None or not str(model_path).strip():
-        raise UserError(f"fleet.model_path: required for engine {engine!r}")
-    p = Path(model_path)
-    local = p.exists() or p.is_absolute() or str(model_path).startswith(".")
-    if (engine == "embedded" or local) and not (p / "config.json").is_file():
-        raise UserError(f"{p}: not a model directory (no config.json)")
-    return str(p)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -220,7 +142,7 @@ class Fleet:
         s.log_file.write(f"# areal fleet: {' '.join(s.cmd)}\n".encode())
         s.log_file.flush()
         s.proc = subprocess.Popen(s.cmd, stdout=s.log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                  env=_child_env(self.spec, s.index), start_new_session=True)
+                                  env=child_env(self.spec, s.index), start_new_session=True)
         if self._watchdog is not None:
             self._watchdog.add(s.proc.pid)
 
@@ -233,7 +155,7 @@ class Fleet:
         killpg(s.proc.pid, signal.SIGKILL)  # anything the failed start left in its group
         s.port = free_ports(s.host, 1)[0]
         s.url = f"http://{s.host}:{s.port}"
-        s.cmd = _command(self.spec, self._model_path, s)
+        s.cmd = server_command(self.spec, self._model_path, s.host, s.port, s.index)
         self._spawn(s)
         return True
 
@@ -338,7 +260,7 @@ class Fleet:
         label = str(weight_version)
         spec = dataclasses.replace(self.spec, weight_version=label, sglang=dataclasses.replace(
             self.spec.sglang, weight_version=label) if self.spec.sglang is not None else None)
-        s.cmd = _command(spec, str(model_path), s)
+        s.cmd = server_command(spec, str(model_path), s.host, s.port, s.index)
         s.model_info = None
         s.auto_port = False  # the client knows this url: keep the port
         self._spawn(s)
@@ -401,63 +323,6 @@ class Fleet:
 # ----------------------------------------------------------------------------------------------------------
 
 
-def _check_spec(spec: FleetSpec) -> None:
-    if spec.engine not in ENGINES:
-        raise UserError(f"fleet.engine: must be one of {', '.join(ENGINES)}, got {spec.engine!r}")
-    n = spec.n_servers
-    if not isinstance(n, int) or isinstance(n, bool) or n < (0 if spec.engine == "external" else 1):
-        raise UserError(f"fleet.n_servers: must be an integer >= 1, got {n!r}")
-    if spec.ports is not None:
-        if len(spec.ports) != n:
-            raise UserError(f"fleet.ports: {len(spec.ports)} ports for {n} servers")
-        for p in spec.ports:
-            if not isinstance(p, int) or isinstance(p, bool) or not 1 <= p <= 65535:
-                raise UserError(f"fleet.ports: {p!r} is not a port in [1, 65535]")
-        if len(set(spec.ports)) != n:
-            raise UserError(f"fleet.ports: ports repeat ({spec.ports})")
-    if spec.gpu_ids is not None:
-        if len(spec.gpu_ids) != n:
-            raise UserError(f"fleet.gpu_ids: {len(spec.gpu_ids)} GPU lists for {n} servers")
-        for i, ids in enumerate(spec.gpu_ids):
-            if not ids or not all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in ids):
-                raise UserError(f"fleet.gpu_ids[{i}]: must be a non-empty list of GPU ids >= 0, got {ids!r}")
-        if spec.engine == "sglang":
-            need = (spec.sglang or SGLangServerArgs("x")).n_gpus
-            for i, ids in enumerate(spec.gpu_ids):
-                if len(ids) != need:
-                    raise UserError(f"fleet.gpu_ids[{i}]: {len(ids)} GPUs for a server of tp*dp*pp = {need}")
-    if spec.startup_timeout_s <= 0:
-        raise UserError(f"fleet.startup_timeout_s: must be > 0, got {spec.startup_timeout_s!r}")
-
-
-def _child_env(spec: FleetSpec, i: int) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(spec.env or {})
-    pkg_root = str(Path(__file__).resolve().parents[2])  # so a child imports this areal_cli
-    env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    if spec.gpu_ids is not None:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpu_ids[i])
-    if spec.engine == "embedded":
-        env.setdefault("OMP_NUM_THREADS", str(spec.num_threads))
-    env.pop(ENV_ADDRS, None)
-    return env
-
-
-def _command(spec: FleetSpec, model_path: str, s: _Server) -> list[str]:
-    if spec.engine == "sglang":
-        template = spec.sglang or SGLangServerArgs(model_path)
-        return build_sglang_command(for_server(template, model_path=model_path, host=s.host, port=s.port,
-                                               server_index=s.index), python=spec.python)
-    cmd = [spec.python, "-m", "areal_cli.rollout.server", "--model-path", model_path, "--host", s.host,
-           "--port", str(s.port), "--max-running-requests", str(spec.max_running_requests),
-           "--max-total-tokens", str(spec.max_total_tokens), "--seed", str(spec.seed + s.index),
-           "--weight-version", str(spec.weight_version), "--num-threads", str(spec.num_threads),
-           "--parent-pid", str(os.getpid())]
-    if spec.context_length is not None:
-        cmd += ["--context-length", str(spec.context_length)]
-    return cmd + list(spec.embedded_extra_args)
-
-
 def launch_fleet(spec: FleetSpec, *, wait: bool = True) -> Fleet:
     """Check ``spec``, launch its servers (nothing for external) and, with ``wait``, wait until ready.
 
@@ -472,7 +337,7 @@ def launch_fleet(spec: FleetSpec, *, wait: bool = True) -> Fleet:
             raised before anything is launched), a missing model directory, a server that failed to start
             (message ends with its log tail; every child is stopped), external servers not answering.
     """
-    _check_spec(spec)
+    check_spec(spec)
     t0 = time.monotonic()
     if spec.engine == "external":
         text = ",".join(spec.urls) if spec.urls else os.environ.get(ENV_ADDRS, "")
@@ -488,7 +353,7 @@ def launch_fleet(spec: FleetSpec, *, wait: bool = True) -> Fleet:
             servers.append(_Server(i, host, int(port), u))
         fleet = Fleet(spec, servers, t0)
         return fleet.wait_ready() if wait else fleet
-    model_path = _check_model_dir(spec.model_path, spec.engine)
+    model_path = check_model_dir(spec.model_path, spec.engine)
     n = spec.n_servers
     if spec.ports is not None:
         for i, p in enumerate(spec.ports):
@@ -500,7 +365,7 @@ def launch_fleet(spec: FleetSpec, *, wait: bool = True) -> Fleet:
     servers = [_Server(i, spec.host, p, f"http://{spec.host}:{p}", auto_port=spec.ports is None)
                for i, p in enumerate(ports)]
     for s in servers:  # every command is built (and validated) before anything starts
-        s.cmd = _command(spec, model_path, s)
+        s.cmd = server_command(spec, model_path, s.host, s.port, s.index)
     log_dir = (Path(spec.run_dir) if spec.run_dir is not None
                else Path(tempfile.mkdtemp(prefix="areal-fleet-"))) / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,8 @@ the run's config; accepted groups come back pickled over a pipe, and versions go
 have loaded them, so the staleness rule is unchanged. The trainer's process keeps its own client for weight
 updates and evaluation.
 
-Pipe messages, child -> parent: ``("ready",)``, ``("group", Group, stats, activities)``, ``("activities",
+Pipe messages, child -> parent: ``("ready",)``, ``("group", Group, stats, activities)``, ``("stats", stats)`` (the
+counters once a second: a trainer that waits while every group is dropped still sees them), ``("activities",
 [(url, kind, start, end), ...])`` (a timeline's request activity, in bunches: with each group and once a second),
 ``("error", message)``, ``("stopped", stats, reward_failure_examples)``. Parent -> child: ``("start",)``,
 ``("version", v)``, ``("stale",)`` (a group was dropped at consumption: give its slot back), ``("stop",)``. The child exits when the pipe closes (parent gone).
@@ -102,6 +103,8 @@ class RolloutProcess:
             self.stats.counters = msg[2]
             self._activities(msg[3])
             self._groups.put_nowait(msg[1])
+        elif kind == "stats":
+            self.stats.counters = msg[1]
         elif kind == "activities":
             self._activities(msg[1])
         elif kind == "ready":
@@ -299,7 +302,16 @@ async def _child(conn, spec: RolloutSpec) -> None:
             await asyncio.sleep(period_s)
             flush_activities()
 
+    async def report_stats_every(period_s: float = 1.0) -> None:
+        while True:
+            await asyncio.sleep(period_s)
+            try:
+                send(("stats", controller.stats.as_dict()))
+            except OSError:  # the parent is gone: the command reader stops the child
+                return
+
     flusher = asyncio.create_task(flush_activities_every()) if spec.record_activity else None
+    reporter: asyncio.Task | None = None
 
     try:
         while True:
@@ -307,6 +319,7 @@ async def _child(conn, spec: RolloutSpec) -> None:
             if msg[0] == "start" and forward is None:
                 controller.start()
                 forward = asyncio.create_task(forward_groups())
+                reporter = asyncio.create_task(report_stats_every())
             elif msg[0] == "version":
                 controller.notify_version(msg[1])
             elif msg[0] == "stale":
@@ -314,7 +327,7 @@ async def _child(conn, spec: RolloutSpec) -> None:
             elif msg[0] == "stop":
                 break
     finally:
-        for t in (forward, flusher):
+        for t in (forward, flusher, reporter):
             if t is not None:
                 t.cancel()
                 await asyncio.gather(t, return_exceptions=True)

@@ -29,7 +29,8 @@ aborting them, and ``rollout.pause_mode: in_place`` makes them pause the servers
 their KV cache and decode on with the new weights: nothing is aborted or re-prefilled).
 
 Modules:
-    run:         the entry points (:func:`run_training`, :func:`resume_training`, :func:`steps_for_epochs`).
+    run:         the entry points (:func:`run_training`, :func:`resume_training`, :func:`steps_for_epochs`) and
+                 the checks before anything is written (:func:`preflight`).
     setup:       starting and stopping everything a run needs around the two phases (:func:`~.setup.run_job`).
     context:     :class:`~.context.RunContext`, what a running job holds.
     warm_start:  phase 1, the supervised warm start.
@@ -39,6 +40,6 @@ Modules:
     resume:      the run's part of a checkpoint, and restoring it.
 """
 
-from areal_cli.train_loop.run import resume_training, run_training, steps_for_epochs
+from areal_cli.train_loop.run import preflight, resume_training, run_training, steps_for_epochs
 
-__all__ = ["resume_training", "run_training", "steps_for_epochs"]
+__all__ = ["preflight", "resume_training", "run_training", "steps_for_epochs"]

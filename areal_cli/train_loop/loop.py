@@ -20,6 +20,7 @@ from typing import Any
 from areal_cli.api.types import Group
 from areal_cli.checkpoint import Checkpoint, PromptStream, capture_rng, restore_rng, truncate_metrics
 from areal_cli.episodes import make_controller
+from areal_cli.errors import UserError
 from areal_cli.rollout.protocol import ServerError
 from areal_cli.timeline import cpu_snapshot
 from areal_cli.trainer.group import TorchrunTrainer
@@ -132,7 +133,9 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                 ctx.tracker.log(first)
             ctx.status.step(first, controller.stats.as_dict())
         controller.start()
-        cs0 = controller.stats.as_dict()  # (a rollout process reports its counters with its first group)
+        cs0 = controller.stats.as_dict()  # (a rollout process reports its counters once a second)
+        watch = FilterWatch(cfg, cs0)  # a success-rate filter that drops every group ends the run
+        stopped: str | None = None
         scored = (cs0.get("reward_sum_scored", 0.0), cs0.get("samples_scored", 0))  # before the group filter
         loader = VersionLoader(ctx, controller)  # the servers load published versions in the background
         next_delete = 1  # weights/v{k} below this were deleted
@@ -147,8 +150,13 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
 
                     await ctx.train("engine.set_lr", lr_at(step - 1, cfg.loop.max_steps, cfg.ppo))
                 t_wait = time.monotonic()
-                groups = await get_batch_watched(
-                    ctx, controller, step, consumer_version=version if cfg.rollout.stale_groups == "drop" else None)
+                try:
+                    groups = await get_batch_watched(
+                        ctx, controller, step, consumer_version=version if cfg.rollout.stale_groups == "drop" else None,
+                        watch=watch)
+                except FilterStarved as e:  # the run ends here: the steps so far stay (metrics, curve, summary)
+                    stopped = str(e)
+                    break
                 t_batch = time.monotonic()
                 wait_s = t_batch - t_wait
                 train_stats = await ctx.train(f"{STEPS}:train_on_groups", groups, cfg,
@@ -322,7 +330,7 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
     if version == 0:  # no RL step: the policy is what the servers started from or were given by the warm start
         final = ctx.served[0] if ctx.served is not None else Path(ctx.fleet.spec.model_path or final)
     summary = {
-        "recipe": cfg.recipe, "ok": True, "final_version": version, "final_accuracy": acc,
+        "recipe": cfg.recipe, "ok": stopped is None, "final_version": version, "final_accuracy": acc,
         "target_accuracy": cfg.loop.target_accuracy, "target_reached": time_to_target is not None,
         "warm_start": warm, "time_to_target": time_to_target, "elapsed_s": round(ctx.elapsed(), 3),
         "final_weights": str(final), "controller": controller.stats.as_dict(),
@@ -333,25 +341,97 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
         summary["last_eval_benchmarks"] = last_bench
     if resumes:
         summary["resumes"] = resumes
+    if stopped is not None:
+        summary["stopped"] = stopped  # run_training raises it (FilterStarved) once summary.json is written
     if ctx.sandbox is not None:
         summary["sandbox_isolation"] = ctx.sandbox
     return summary
 
 
+class FilterStarved(UserError):
+    """The success-rate filter dropped every group of a long stretch (``rollout.filter_patience_batches``): the
+    trainer would wait forever for a batch. One line naming the settings and the counts; exit 2."""
+
+
+class FilterWatch:
+    """Counts the groups the success-rate filter has dropped since a group was last accepted, from the controller's
+    counters (:meth:`ControllerStats.as_dict`), read while the trainer waits for a batch (:func:`get_batch_watched`).
+
+    Args:
+        cfg: the run's TrainConfig (``rollout.filter_patience_batches`` x ``rollout.batch_size`` groups is the
+            limit; 0 turns the watch off).
+        counters: the counters when the watch starts (a resumed run's are the checkpoint's).
+    """
+
+    def __init__(self, cfg: Any, counters: dict) -> None:
+        self.cfg = cfg
+        self.limit = cfg.rollout.filter_patience_batches * cfg.rollout.batch_size
+        self._mark(counters)
+
+    def _mark(self, c: dict) -> None:
+        self.accepted = c.get("groups_accepted", 0)
+        self.dropped = c.get("groups_dropped_filter", 0)
+        self.scored = (c.get("samples_scored", 0), c.get("reward_sum_scored", 0.0))
+
+    def check(self, counters: dict, step: int) -> None:
+        """Note the latest counters: a newly accepted group starts the count again.
+
+        Raises:
+            FilterStarved: the limit reached with no group accepted since the count started.
+        """
+        if counters.get("groups_accepted", 0) != self.accepted:
+            self._mark(counters)
+            return
+        in_a_row = counters.get("groups_dropped_filter", 0) - self.dropped
+        if self.limit and in_a_row >= self.limit:
+            raise FilterStarved(self.message(counters, in_a_row, step))
+
+    def message(self, c: dict, in_a_row: int, step: int) -> str:
+        """The one line: the filter's settings, the stretch, the run's group counts, what to change."""
+        r = self.cfg.rollout
+        samples = c.get("samples_scored", 0) - self.scored[0]
+        reward = (c.get("reward_sum_scored", 0.0) - self.scored[1]) / samples if samples else None
+        finished = [(c.get("groups_accepted", 0), "accepted", True),
+                    (c.get("groups_dropped_filter", 0), "dropped by the filter", True),
+                    (c.get("groups_rejected", 0), "rejected by the workflow", False),
+                    (c.get("groups_dropped_reward_failure", 0), "dropped by reward failures", False)]
+        counts = ", ".join(f"{n} {what}" for n, what, always in finished if n or always)
+        return (f"step {step}: the success-rate filter (rollout.success_rate_lb {r.success_rate_lb:g}, "
+                f"rollout.success_rate_ub {r.success_rate_ub:g}) dropped the last {in_a_row} groups in a row, none "
+                f"accepted (limit: rollout.filter_patience_batches {r.filter_patience_batches} x rollout.batch_size "
+                f"{r.batch_size}); groups generated: {sum(n for n, _, _ in finished)} ({counts})"
+                + (f"; their samples' mean reward {reward:.3f}" if reward is not None else "")
+                + f": every sample of a group agrees (all right or all wrong); a longer warm start (sft.max_steps "
+                  f"{self.cfg.sft.max_steps}), a wider success_rate_lb..success_rate_ub range or a larger "
+                  f"rollout.group_size ({r.group_size}) gives the trainer batches")
+
+
 async def get_batch_watched(ctx: RunContext, controller: Any, step: int, every_s: float = 60.0,
-                             consumer_version: int | None = None) -> list[Group]:
+                            consumer_version: int | None = None, watch: FilterWatch | None = None,
+                            poll_s: float = 0.5) -> list[Group]:
     """``controller.get_batch(batch_size)``, saying once a minute why the wait is long when episodes are being
     dropped or rejected instead of accepted (a success-rate filter that drops every group of a model that
-    always or never succeeds starves the trainer, as in AReaL; the counters say so)."""
+    always or never succeeds starves the trainer, as in AReaL; the counters say so), and ending the wait when the
+    filter has dropped every group of a long stretch (``watch``, :class:`FilterWatch`: read every ``poll_s``).
+
+    Raises:
+        FilterStarved: see :class:`FilterWatch`.
+    """
     task = asyncio.ensure_future(controller.get_batch(ctx.cfg.rollout.batch_size, consumer_version=consumer_version))
     start = dict(controller.stats.as_dict())
+    watch = watch if watch is not None else FilterWatch(ctx.cfg, start)
     t0 = time.monotonic()
+    next_line = t0 + every_s
     try:
         while True:
-            done, _ = await asyncio.wait({task}, timeout=every_s)
+            done, _ = await asyncio.wait({task}, timeout=min(poll_s, every_s))
             if done:
                 return task.result()
             now = controller.stats.as_dict()
+            watch.check(now, step)
+            if time.monotonic() < next_line:
+                continue
+            next_line += every_s
             delta = {k: now.get(k, 0) - start.get(k, 0) for k in ("groups_accepted", "groups_dropped_filter",
                                                                    "groups_rejected", "groups_dropped_reward_failure")}
             ctx.status.log(f"step {step}: waiting {time.monotonic() - t0:.0f} s for a batch of {ctx.cfg.rollout.batch_size} "

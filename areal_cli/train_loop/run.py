@@ -5,6 +5,7 @@ the RL steps of ``loop.epochs`` passes (:func:`steps_for_epochs`). Everything is
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import shutil
 from pathlib import Path
@@ -19,6 +20,7 @@ from areal_cli.processes import check_cpus
 from areal_cli.run_status import RunStatus
 from areal_cli.tasks.task import Task
 from areal_cli.timeline import Timeline
+from areal_cli.train_loop.loop import FilterStarved
 from areal_cli.train_loop.resume import config_of_checkpoint
 from areal_cli.train_loop.setup import run_job
 
@@ -41,16 +43,16 @@ def prepare_out_dir(out: Path) -> None:
         raise UserError(f"{out}: cannot create the run directory: {e.strerror}") from None
 
 
-def run_training(cfg: TrainConfig, out: Path, *, live: bool = True, record_timeline: bool = False,
-                 resume: Checkpoint | None = None) -> dict:
-    """Run warm start + asynchronous RL for ``cfg``; return the summary (also written to summary.json).
+def preflight(cfg: TrainConfig, *, resume: Checkpoint | None = None) -> Path | None:
+    """What :func:`run_training` checks before it writes anything: the model (a directory with config.json or a
+    .gguf file, of a supported family), the rollout engine's package, a model for a non-embedded engine, the pinned
+    cpus and the loggers' packages. ``areal bench`` calls it in ``--dry-run`` and before its warm start, so that a
+    run that cannot start here fails at once with the run's own message.
 
-    Args:
-        record_timeline: also write ``timeline.json`` (:class:`~areal_cli.timeline.Timeline`).
-        resume: continue the run in ``out`` from this verified checkpoint (see :func:`resume_training`).
+    Returns:
+        the model directory (a .gguf file dequantised into its cache), or None for the embedded tiny model.
     Raises:
-        UserError: bad task (unknown preset, unreadable or malformed records, user code that does not load),
-            existing run directory, bad model path, or unavailable pinned cpus -- all before anything is written.
+        UserError: one line naming the setting (``model.path``, ``rollout.engine``, ``parallel.*_cpus``, ``loop.loggers``).
     """
     model_dir = None
     if cfg.model.path is not None:
@@ -73,9 +75,29 @@ def run_training(cfg: TrainConfig, out: Path, *, live: bool = True, record_timel
                         f"-o model.path=DIR (a published recipe's base model: `areal download {cfg.recipe} "
                         f"--local-dir DIR`, then -o model.path=DIR/model -o task.dataset=DIR/data/FILE)")
     check_cpus(cfg)
+    from areal_cli.tracking import parse_loggers
+
+    parse_loggers(cfg.loop.loggers)  # a missing package: one line, before any work
+    return model_dir
+
+
+def run_training(cfg: TrainConfig, out: Path, *, live: bool = True, record_timeline: bool = False,
+                 resume: Checkpoint | None = None) -> dict:
+    """Run warm start + asynchronous RL for ``cfg``; return the summary (also written to summary.json).
+
+    Args:
+        record_timeline: also write ``timeline.json`` (:class:`~areal_cli.timeline.Timeline`).
+        resume: continue the run in ``out`` from this verified checkpoint (see :func:`resume_training`).
+    Raises:
+        UserError: bad task (unknown preset, unreadable or malformed records, user code that does not load),
+            existing run directory, bad model path, or unavailable pinned cpus -- all before anything is written.
+        FilterStarved: the success-rate filter dropped every group of ``rollout.filter_patience_batches`` batches'
+            worth; raised after summary.json (``"ok": false``, ``"stopped"``), metrics.jsonl and the curve are written.
+    """
+    model_dir = preflight(cfg, resume=resume)
     from areal_cli.tracking import Tracker, parse_loggers
 
-    loggers = parse_loggers(cfg.loop.loggers)  # a missing package: one line, before any work
+    loggers = parse_loggers(cfg.loop.loggers)
     if resume is not None and record_timeline:
         raise UserError("a resumed run cannot record a timeline (areal bench runs are not resumed)")
     task = Task(cfg)
@@ -94,7 +116,9 @@ def run_training(cfg: TrainConfig, out: Path, *, live: bool = True, record_timel
     tracker = None
     try:
         tracker = Tracker(loggers, out, cfg.to_dict(), project=cfg.loop.wandb_project,
-                          resume_step=resume.step if resume is not None else None, log=status.log)
+                          resume_step=resume.step if resume is not None else None,
+                          history=metrics_up_to(out / "metrics.jsonl", resume.step) if resume is not None else None,
+                          log=status.log)
         with status:
             summary = asyncio.run(run_job(cfg, out, task, status, timeline, resume, model_dir, tracker))
         tracker.summary(summary)
@@ -108,8 +132,23 @@ def run_training(cfg: TrainConfig, out: Path, *, live: bool = True, record_timel
     finally:
         if tracker is not None:
             tracker.close()
+    if summary.get("stopped"):  # the run ended itself (FilterStarved): its folder is complete up to that step
+        raise FilterStarved(f"{summary['stopped']} (the run's metrics.jsonl and summary.json are in {out})")
     status.summary(summary)
     return summary
+
+
+def metrics_up_to(metrics: Path, step: int) -> list[dict]:
+    """The lines of ``metrics.jsonl`` up to RL step ``step`` (what a resumed run keeps of it; a torn line is skipped)."""
+    rows = []
+    for line in metrics.read_text().splitlines() if metrics.exists() else []:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] <= step:
+            rows.append(row)
+    return rows
 
 
 def _has_rl_steps(metrics: Path) -> bool:

@@ -42,6 +42,9 @@ method with the SAME arguments (the full batch):
 - optimiser state (``self.optimizer``, torch AdamW over this rank's parameters) is per (TP rank, PP
   stage) and identical across DP replicas; a world-1 engine's ``optimizer.state_dict()`` is the whole.
 
+Weights in HF format (``num_parameters``, ``hf_state_dict``, ``load_hf``, ``save_hf``) come from the base class
+:class:`~areal_cli.trainer.hf_weights.HFWeights`.
+
 ``torch.set_num_threads`` is left to the caller. The constructor seeds torch's global RNG with ``seed``
 (``torch.manual_seed`` + Megatron's RNG tracker): construction and training are deterministic per seed.
 """
@@ -66,9 +69,9 @@ from areal_cli.trainer import cpu_compat, hf_mcore
 from areal_cli.trainer import parallel_shard as psh
 from areal_cli.trainer.batch import TrainBatch
 from areal_cli.trainer.collectives import (all_gather_dp_rows, allreduce_dp_grads, allreduce_qk_norm_grads,
-                                           clip_grad_norm_model_parallel, dp_group, dp_row_ranges, dp_size,
-                                           gather_pp_state, gather_tp_state)
-from areal_cli.trainer.hf_dir import load_hf_config, read_hf_state_dict, write_hf_dir
+                                           clip_grad_norm_model_parallel, dp_group, dp_row_ranges, dp_size)
+from areal_cli.trainer.hf_dir import load_hf_config
+from areal_cli.trainer.hf_weights import HFWeights
 
 __all__ = ["MegatronEngine"]
 
@@ -88,7 +91,7 @@ def _check_parallel_sizes(hf_config, tp: int, pp: int) -> None:
                             f"{getattr(hf_config, field)}")
 
 
-class MegatronEngine:
+class MegatronEngine(HFWeights):
     """Trainer engine over a megatron-core GPTModel built from an HF model directory of a supported family
     (:mod:`areal_cli.models.families`).
 
@@ -186,24 +189,6 @@ class MegatronEngine:
         """Set the learning rate of every parameter group (for schedules)."""
         for g in self.optimizer.param_groups:
             g["lr"] = float(lr)
-
-    def num_parameters(self) -> int:
-        """Number of trainable parameters of the whole model (equals the HF model's; under TP the shards of
-        all ranks are counted, the vocabulary padding is not)."""
-        n = 0
-        for name, p in self.model.named_parameters():
-            rows = p.shape[0] * (self.tp if psh.is_tp_sharded(p) else 1)
-            full = p.numel() * (self.tp if psh.is_tp_sharded(p) else 1)
-            if name in psh.VOCAB_PARAMS:
-                full = full // rows * self.vocab_size
-            n += full
-        if self.pp > 1:  # collective: the other stages' layers
-            from megatron.core import parallel_state as ps
-
-            t = torch.tensor([n], dtype=torch.int64, device=self.device)
-            dist.all_reduce(t, group=ps.get_pipeline_model_parallel_group())
-            n = int(t.item())
-        return n
 
     # ------------------------------------------------------------------ forward
     def _causal_mask(self, length: int) -> Tensor:
@@ -461,60 +446,3 @@ class MegatronEngine:
             self.steps += 1
         self.optimizer.zero_grad(set_to_none=True)
         return {"grad_norm": grad_norm, "skipped": float(skipped), "lr": lr}
-
-    # ------------------------------------------------------------------ weights in HF format
-    def hf_state_dict(self) -> dict[str, Tensor]:
-        """Current weights with HF names and layouts: ``{name: CPU contiguous tensor}`` (copies).
-
-        Collective under TP (every rank must call it): TP shards are all-gathered and reassembled
-        (:func:`parallel_shard.unshard`, vocabulary padding dropped), replicated tensors are taken from TP
-        rank 0 (broadcast), so every rank returns the same full state dict, bit for bit equal to a
-        single-process engine holding the same weights. DP replicas hold identical weights by construction
-        (identical all-reduced gradients, deterministic AdamW), so nothing is exchanged over DP.
-        """
-        state = hf_mcore.mcore_param_state_dict(self.model)
-        if self.tp > 1:
-            state = gather_tp_state(self.model, state, self.tp, self.vocab_size)
-        if self.pp > 1:
-            state = gather_pp_state(self.model, state, self.pp)
-        conv = hf_mcore.mcore_to_hf(state, self.hf_config)
-        return {k: v.detach().to("cpu").contiguous().clone() for k, v in conv.items()}
-
-    def load_hf(self, model_dir: str | Path) -> None:
-        """Load the weights of an HF directory with the same architecture into the model, in place
-        (the optimiser state is kept). Every rank reads the directory and keeps its TP shard.
-
-        Raises:
-            FileNotFoundError: no weights. hf_mcore.ConversionError: different architecture / names / shapes.
-        """
-        d = Path(model_dir)
-        cfg = load_hf_config(d) if d != self.model_dir else self.hf_config
-        hf_mcore.check_supported(cfg)
-        want, got = hf_mcore.architecture_signature(self.hf_config), hf_mcore.architecture_signature(cfg)
-        if want != got:
-            diff = {k: (want[k], got[k]) for k in want if want[k] != got[k]}
-            raise hf_mcore.ConversionError(f"{d}: architecture differs from the engine's (engine, dir): {diff}")
-        hf_mcore.load_hf_into_model(self.model, read_hf_state_dict(d), self.hf_config,
-                                    tp_rank=self.tp_rank, tp_size=self.tp, stage=self.pp > 1)
-
-    def save_hf(self, out_dir: str | Path) -> Path:
-        """Write the current weights as an HF model directory; returns ``Path(out_dir)``.
-
-        Contents: ``config.json`` (copied from the source directory), ``model.safetensors`` (HF names,
-        sorted, contiguous, metadata ``{"format": "pt"}``) and the tokenizer / generation files of
-        :data:`~areal_cli.trainer.hf_dir.HF_AUX_FILES` present in the source directory. Everything is
-        written into a temporary sibling directory ``.<name>.tmp-<hex>`` and renamed into place: readers
-        never see a partial directory. An existing ``out_dir`` is replaced (moved aside, then deleted)
-        (:func:`~areal_cli.trainer.hf_dir.write_hf_dir`).
-
-        Only rank 0 writes when ``torch.distributed`` has several ranks (others return at once after a
-        barrier).
-        """
-        out = Path(out_dir)
-        state = self.hf_state_dict()
-        multi = dist.is_initialized() and dist.get_world_size() > 1
-        if not multi or dist.get_rank() == 0:
-            write_hf_dir(state, self.model_dir, out)
-        if multi:
-            dist.barrier()
-        return out

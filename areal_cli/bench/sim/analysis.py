@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 import typing
 
-from areal_cli.bench.sim.events import simulate
 from areal_cli.bench.sim.modes import MODES
 from areal_cli.bench.sim.scenario import Scenario
+from areal_cli.bench.sim.steady_state import simulate
 
 
 def compare_modes(sc: Scenario, modes: typing.Sequence[str] = MODES, *, scale: int = 1) -> dict:

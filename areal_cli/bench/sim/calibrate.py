@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from areal_cli.bench.sim.events import simulate
 from areal_cli.bench.sim.scenario import Scenario
+from areal_cli.bench.sim.steady_state import simulate
 from areal_cli.errors import UserError
 
 _FIELD_TYPES = typing.get_type_hints(Scenario)

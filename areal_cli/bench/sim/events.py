@@ -52,11 +52,9 @@ What is simulated (one event loop, ``heapq``; pure Python + numpy):
   for the load and then decode on with their KV cache; nothing is aborted or re-prefilled.
 
 Modes: :mod:`areal_cli.bench.sim.modes`; costs: :mod:`areal_cli.bench.sim.costs`; response lengths:
-:mod:`areal_cli.bench.sim.lengths`.
-
-Outputs (:func:`simulate`): effective training throughput (tokens of trained sequences per second, as in
-boba²: generated-but-unused tokens do not count), generation throughput, idle fractions, staleness histogram,
-seconds per step and hours for ``steps`` steps. Units: seconds, tokens.
+:mod:`areal_cli.bench.sim.lengths`; the steady-state figures of a run (the public entry,
+:func:`~areal_cli.bench.sim.steady_state.simulate`): :mod:`areal_cli.bench.sim.steady_state`. Units: seconds,
+tokens.
 
 Source of the rule and the metric: AReaL v0.3 (boba²) ``gserver_manager.py::is_staled``,
 ``patch/sglang/v0.4.6.post4.patch``, ``benchmark/verl_v0_3_0_post1_76084d3``.
@@ -64,16 +62,15 @@ Source of the rule and the metric: AReaL v0.3 (boba²) ``gserver_manager.py::is_
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import math
 from collections import deque
 
 import numpy as np
 
-from areal_cli.bench.sim.costs import Costs, derive_costs
-from areal_cli.bench.sim.lengths import ResponseLengths, load_empirical_lengths
-from areal_cli.bench.sim.modes import UNBOUNDED_ETA, ModeSpec, mode_spec, scaled
+from areal_cli.bench.sim.costs import Costs
+from areal_cli.bench.sim.lengths import ResponseLengths
+from areal_cli.bench.sim.modes import ModeSpec
 from areal_cli.bench.sim.scenario import Scenario
 from areal_cli.rollout.decode_groups import decode_groups, padded_slots
 from areal_cli.rollout.staleness import StalenessManager
@@ -131,7 +128,21 @@ class _Server:
         self.interrupted = 0
 
 
-class _Sim:
+class ClusterSim:
+    """The event loop of one simulated run (module docstring): :meth:`run` until the trainer publishes
+    ``sc.sim_steps`` versions.
+
+    Args:
+        sc: the scenario (already scaled, :func:`~areal_cli.bench.sim.modes.scaled`).
+        spec: the mode (:func:`~areal_cli.bench.sim.modes.mode_spec`).
+        costs: per-operation costs in seconds (:class:`~areal_cli.bench.sim.costs.Costs`).
+        seed: seeds the response lengths and the accept filter.
+        empirical: response lengths to draw from (tokens), or None for the lognormal.
+    After :meth:`run`: ``snap`` / ``snap_end`` (:meth:`snapshot` at the end of warm-up and of the run),
+    ``step_tokens`` (tokens of each training step, in order) and ``servers`` (their count is what the
+    throughputs are scaled from).
+    """
+
     def __init__(self, sc: Scenario, spec: ModeSpec, costs: Costs, seed: int, empirical: np.ndarray | None):
         self.sc, self.spec, self.c = sc, spec, costs
         self.rng = np.random.default_rng(seed)
@@ -165,6 +176,7 @@ class _Sim:
 
     # ---- helpers -----------------------------------------------------------------------------------
     def push(self, t: float, kind: int, a: int = 0, b: int = 0) -> None:
+        """Schedule an event of ``kind`` at time ``t`` (ties: in push order)."""
         self.seq += 1
         heapq.heappush(self.events, (t, self.seq, kind, a, b))
 
@@ -233,6 +245,7 @@ class _Sim:
         self.schedule(sv)
 
     def begin_load(self, sv: _Server, now: float) -> None:
+        """Server ``sv`` stops decoding and loads weights for ``sync_load_s`` seconds."""
         self.advance(sv, now)
         sv.state = _LOADING
         sv.epoch += 1
@@ -262,6 +275,7 @@ class _Sim:
             self.try_admit(sv, now)
 
     def group_done(self, g: _Group, now: float) -> None:
+        """A group finished: kept with probability ``accept_fraction`` (then maybe trained on), else rejected."""
         if self.sc.accept_fraction >= 1 or self.rng.random() < self.sc.accept_fraction:
             self.stale.on_accept()
             self.buffer.append(g)
@@ -271,6 +285,8 @@ class _Sim:
 
     # ---- events ------------------------------------------------------------------------------------
     def on_server(self, sv: _Server, now: float) -> None:
+        """Server ``sv`` reached its next completion: finished requests (and ended chunks) leave its batch, a
+        draining server then loads and a ready one admits more; finished groups go to the controller."""
         self.advance(sv, now)
         heap = sv.heap
         if heap and heap[0][0] > sv.k:  # snap to the exact completion step (float round-off)
@@ -310,6 +326,7 @@ class _Sim:
             self.admit(now)
 
     def on_load(self, sv: _Server, version: int, now: float) -> None:
+        """Server ``sv`` has loaded ``version``: load again if a newer one is waiting, else serve."""
         sv.version = version
         sv.t = max(sv.t, now)
         if sv.target > sv.version:
@@ -320,6 +337,7 @@ class _Sim:
         self.schedule(sv)
 
     def try_train(self, now: float) -> None:
+        """Start a training step on the oldest ``batch_size`` accepted groups if the trainer is free."""
         b = self.sc.batch_size
         if self.trainer_busy or len(self.buffer) < b:
             return
@@ -399,6 +417,8 @@ class _Sim:
         self.begin_load(sv, now)
 
     def snapshot(self, now: float) -> dict:
+        """Every server brought to ``now``, then the cumulative counters (seconds per kind of work, tokens,
+        decode steps, interruptions, the staleness histogram, requests)."""
         for sv in self.servers:
             self.advance(sv, now)
         return {
@@ -415,6 +435,11 @@ class _Sim:
         }
 
     def run(self) -> None:
+        """Process events until the trainer has published ``sc.sim_steps`` versions.
+
+        Raises:
+            RuntimeError: no event is pending before that (a bug of the model, not bad input).
+        """
         self.admit(0.0)
         ev = self.events
         servers = self.servers
@@ -439,78 +464,3 @@ class _Sim:
             else:  # _TRAINER_FREE
                 self.trainer_busy = False
                 self.try_train(now)
-
-
-def simulate(sc: Scenario, mode: str, *, eta: int | None = None, scale: int = 1, seed: int | None = None,
-             costs: Costs | None = None) -> dict:
-    """Simulate ``sc.sim_steps`` training steps of ``mode`` and report steady-state figures.
-
-    Args:
-        sc: the scenario.
-        mode: one of :data:`ALL_MODES` (``sync_colocated``: synchronous with every GPU generating and then
-            every GPU training, as verl does; the weight load cost stays).
-        eta: overrides the scenario's eta for the async modes (-1 = unbounded).
-        scale: shrink the cluster this many times (:func:`scaled`) for speed.
-        seed: random seed (default: the scenario's).
-        costs: explicit costs (default: :func:`derive_costs` of the scaled scenario).
-    Returns:
-        dict with ``step_s`` (mean seconds per step after warm-up), ``effective_tokens_per_s`` (trained
-        tokens / s), ``gen_tokens_per_s``, ``gen_idle_frac`` / ``gen_prefill_frac`` / ``gen_load_frac`` /
-        ``gen_decode_frac`` (fractions of server time), ``trainer_idle_frac`` / ``trainer_train_frac`` /
-        ``trainer_save_frac``, ``staleness`` (lag -> fraction of trained samples), ``staleness_mean``,
-        ``staleness_max``, ``interrupted_per_step``, ``tokens_per_step``, ``mean_running_per_server``,
-        ``fill_s`` (time to the end of warm-up) and ``hours`` (predicted hours for ``sc.steps`` steps), all scaled
-        back to the full cluster for throughputs.
-    Raises:
-        ValueError: unknown mode.
-    """
-    spec = mode_spec(sc, mode, eta)
-    if mode == "sync_colocated":  # verl-style: every GPU generates, then every GPU trains
-        total = sc.gen_gpus + sc.train_gpus
-        sc = dataclasses.replace(sc, gen_gpus=total // sc.gen_tp * sc.gen_tp, train_gpus=total)
-    s = scaled(sc, scale)
-    c = costs or derive_costs(s)
-    sim = _Sim(s, spec, c, sc.seed if seed is None else seed, load_empirical_lengths(sc))
-    sim.run()
-    a, z = sim.snap, sim.snap_end
-    if a is None or z is None:  # pragma: no cover - run() only returns once both exist
-        raise RuntimeError("missing snapshots")
-    window = z["t"] - a["t"]
-    n_steps = s.sim_steps - s.warmup_steps
-    srv_time = window * len(sim.servers)
-    hist = {k: z["stale_hist"].get(k, 0) - a["stale_hist"].get(k, 0) for k in z["stale_hist"]}
-    n_samples = sum(hist.values()) or 1
-    stale = {int(k): v / n_samples for k, v in sorted(hist.items()) if v}
-    up = sc.n_servers / len(sim.servers)  # throughputs back to the full cluster
-    # trained tokens: steps warmup+1..sim_steps are those whose training started after the first snapshot
-    trained = sum(sim.step_tokens[s.warmup_steps:s.sim_steps])
-    step_s = window / n_steps
-    decode_s = z["decode_s"] - a["decode_s"]
-    gen_tokens = z["tokens"] - a["tokens"]
-    out = {
-        "mode": spec.name,
-        "eta": None if spec.eta >= UNBOUNDED_ETA else spec.eta,
-        "interruptible": spec.interruptible,
-        "step_s": step_s,
-        "effective_tokens_per_s": trained / window * up,
-        "gen_tokens_per_s": gen_tokens / window * up,
-        "tokens_per_step": trained / n_steps * up,
-        "gen_decode_frac": decode_s / srv_time,
-        "gen_prefill_frac": (z["prefill_s"] - a["prefill_s"]) / srv_time,
-        "gen_load_frac": (z["load_s"] - a["load_s"]) / srv_time,
-        "trainer_train_frac": (z["train_s"] - a["train_s"]) / window,
-        "trainer_save_frac": (z["save_s"] - a["save_s"]) / window,
-        "trainer_overhead_frac": (z["overhead_s"] - a["overhead_s"]) / window,
-        "staleness": stale,
-        "staleness_mean": sum(k * v for k, v in stale.items()),
-        "staleness_max": max(stale, default=0),
-        "interrupted_per_step": (z["interrupted"] - a["interrupted"]) / n_steps * up,
-        "mean_running_per_server": gen_tokens / max(z["decode_steps"] - a["decode_steps"], 1e-9),
-        "fill_s": a["t"],
-        "hours": (a["t"] + (sc.steps - s.warmup_steps) * step_s) / 3600.0,
-        "scale": scale,
-    }
-    out["gen_idle_frac"] = max(0.0, 1.0 - out["gen_decode_frac"] - out["gen_prefill_frac"] - out["gen_load_frac"])
-    out["trainer_idle_frac"] = max(0.0, 1.0 - out["trainer_train_frac"] - out["trainer_save_frac"]
-                                   - out["trainer_overhead_frac"])
-    return out

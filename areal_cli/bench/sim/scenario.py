@@ -218,7 +218,7 @@ def load_scenario(name_or_path: str) -> Scenario:
         UserError: unknown name, unreadable/invalid YAML, unknown key, wrong type or bad value (``file:line:
         field 'x': ...``).
     """
-    from areal_cli.typed_yaml import coerce, read_yaml
+    from areal_cli.typed_yaml import coerce, read_yaml, unknown_key
 
     p = Path(name_or_path)
     if p.suffix not in (".yaml", ".yml"):
@@ -234,10 +234,16 @@ def load_scenario(name_or_path: str) -> Scenario:
         raise UserError(f"{p}:1: a scenario must be a mapping of key: value")
     lines: dict[str, int] = {str(k): n for k, n in getattr(data, "lines", {}).items()}
     sc = Scenario(source=str(p), lines=lines)
+    if data.get("kind", "simulate") != "simulate" or ("kind" not in data and "recipe" in data):
+        other = data.get("kind") or "throughput"  # a measured benchmark's scenario names a recipe
+        reads = {"throughput": "areal bench throughput", "staleness": "areal bench staleness"}.get(str(other))
+        raise UserError(f"{p}:{lines.get('kind' if 'kind' in data else 'recipe', 1)}: field 'kind': "
+                        + (f"a scenario of `{reads} --scenario {p}`, not a cluster-model one (kind: simulate)" if reads
+                           else f"expected simulate, got {other!r}"))
     for key, value in data.items():
         where = f"{p}:{lines.get(str(key), 1)}"
         if key not in _FIELDS:
-            raise UserError(f"{where}: field '{key}': unknown key")
+            raise unknown_key(where, key, _FIELDS)
         setattr(sc, key, coerce(key, value, _TYPES[key], where))
     if "name" not in data:
         sc.name = p.stem
@@ -247,14 +253,14 @@ def load_scenario(name_or_path: str) -> Scenario:
 
 def apply_overrides(sc: Scenario, overrides: typing.Sequence[str]) -> Scenario:
     """``key=value`` overrides (value parsed as YAML). Raises: UserError naming the override."""
-    from areal_cli.typed_yaml import coerce, parse_override
+    from areal_cli.typed_yaml import coerce, parse_override, unknown_key
 
     sc = dataclasses.replace(sc, lines=dict(sc.lines))
     for item in overrides:
         where = f"-o {item}"
         key, value = parse_override(item)
         if key not in _FIELDS:
-            raise UserError(f"{where}: field '{key}': unknown key")
+            raise unknown_key(where, key, _FIELDS)
         setattr(sc, key, coerce(key, value, _TYPES[key], where))
         sc.lines.pop(key, None)
     src = sc.source

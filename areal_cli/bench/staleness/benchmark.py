@@ -30,8 +30,9 @@ def _run_cfg(scenario: Scenario, extra: list[str], items: list[str]):
 
 def check_configs(scenario: Scenario, extra: list[str], out: Path | None = None):
     """Build the configuration of every variant (and the synchronous baseline) with ``extra`` overrides, so that
-    a bad override, a cpu this process may not use or an ``out`` folder the run would refuse fails before any work
-    (also in ``--dry-run``). Returns the base config.
+    a bad override, a cpu this process may not use, a run that cannot start here
+    (:func:`areal_cli.train_loop.preflight`) or an ``out`` folder the run would refuse fails before any work (also in
+    ``--dry-run``). Returns the base config.
 
     Raises:
         UserError: a bad recipe, override or variant field (one line, naming the variant); ``out`` is a file or
@@ -45,6 +46,9 @@ def check_configs(scenario: Scenario, extra: list[str], out: Path | None = None)
     cpu_items = cpu_overrides(scenario.cpus)
     base_cfg = _run_cfg(scenario, extra, cpu_items)
     check_cpus(base_cfg)  # cpus this process may use, before a warm start is written into --out
+    from areal_cli.train_loop import preflight
+
+    preflight(base_cfg)  # what the warm start would refuse (no model here, a GPU engine's package missing, ...)
     for name, ov in [(SYNC, SYNC_OVERRIDES), *scenario.variants.items()]:
         try:
             _run_cfg(scenario, extra, cpu_items + override_items(ov) + RUN_CHECK_ITEMS)

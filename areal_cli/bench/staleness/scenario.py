@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from areal_cli.errors import UserError
+from areal_cli.typed_yaml import unknown_key
 
 #: Built-in variants: recipe overrides on top of the scenario's (eta = 0 runs once, as ``sync``).
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -100,7 +101,7 @@ def scenario_from_dict(data: Any, where: Callable[[str], str]) -> Scenario:
     known = {f.name for f in dataclasses.fields(Scenario)} - {"source", "locations"}
     for k in data:
         if k not in known:
-            raise UserError(f"{where(k)}: field '{k}': unknown key (known: {', '.join(sorted(known))})")
+            raise unknown_key(where(k), k, known)
     merged = {**DEFAULT_SCENARIO, **data}
 
     def bad(key: str, why: str) -> UserError:
@@ -167,7 +168,7 @@ def load_scenario(path: str | Path) -> Scenario:
     """
     from areal_cli.bench.throughput.scenario import read_scenario
 
-    return read_scenario(path, scenario_from_dict)
+    return read_scenario(path, scenario_from_dict, "staleness")
 
 
 def default_scenario() -> Scenario:

@@ -17,17 +17,18 @@ from areal_cli.bench.runs import machine_description
 from areal_cli.bench.throughput.accounting import (activity, after_eval, batch_straggler, covered_seconds,
                                                    effective_throughput, mean_occupancy, merge_intervals,
                                                    occupancy_curve, request_intervals, step_durations, sync_stragglers)
-from areal_cli.bench.throughput.analysis import (accuracy_comparison, decompose_ratio, first_crossing,
-                                                 mean_accuracy_curve, overlap_ceiling, paired_ratio, steady_state,
-                                                 steady_steps, summarize_run, time_to_accuracy)
+from areal_cli.bench.throughput.analysis import (DRIFT_THRESHOLD, accuracy_comparison, decompose_ratio,
+                                                 first_crossing, headline, machine_drift, mean_accuracy_curve,
+                                                 overlap_ceiling, paired_ratio, steady_state, steady_steps,
+                                                 summarize_run, time_to_accuracy)
 from areal_cli.bench.throughput.benchmark import SCHEMA, build_results, check_configs, describe_plan, run_benchmark
 from areal_cli.bench.throughput.generation import compare_generation
 from areal_cli.bench.throughput.scenario import default_scenario, load_scenario, run_plan
 from areal_cli.bench.throughput.table import results_table
 
-__all__ = ["SCHEMA", "accuracy_comparison", "activity", "after_eval", "batch_straggler", "build_results", "check_configs",
+__all__ = ["DRIFT_THRESHOLD", "SCHEMA", "accuracy_comparison", "activity", "after_eval", "batch_straggler", "build_results", "check_configs",
            "compare_generation", "covered_seconds", "decompose_ratio", "default_scenario", "describe_plan", "effective_throughput",
-           "first_crossing", "load_scenario", "machine_description", "mean_accuracy_curve", "mean_occupancy",
+           "first_crossing", "headline", "load_scenario", "machine_description", "machine_drift", "mean_accuracy_curve", "mean_occupancy",
            "merge_intervals", "occupancy_curve", "overlap_ceiling", "paired_ratio", "request_intervals",
            "results_table", "run_benchmark", "run_plan", "steady_state", "steady_steps", "step_durations",
            "summarize_run", "sync_stragglers", "time_to_accuracy"]

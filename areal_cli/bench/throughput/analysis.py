@@ -259,14 +259,20 @@ def steady_state(runs: list[dict], sync_mode: str = "sync", async_modes: tuple[s
     generation-bound pipeline must wait: the pipeline fill of the first steps, a generator slower than in the
     sync runs). ``<mode>_ceiling_under_contention`` = (G + T + P) /
     max(G_full, T' + P') with the mode's own T' and P': the ceiling once the trainer's slowdown is granted, and
-    ``<mode>_fraction_of_ceiling_under_contention`` the mode's ratio over it."""
+    ``<mode>_fraction_of_ceiling_under_contention`` the mode's ratio over it; only slowdowns are granted (T' and P'
+    below T and P count as T and P), so it is never below ``<mode>_fraction_of_ceiling``.
+
+    ``drift`` is :func:`machine_drift` of the sync runs, and ``steady`` False when it dominates: the steady-state
+    figures are then not a steady state of this workload but of a machine whose speed moved during the bench."""
     rs = [r for r in runs if r["mode"] == sync_mode and r.get("steady_step_seconds")]
     if not rs:
         return None
     g, t, p = mean_phases(rs, "steady_step_seconds")
     ceiling = (g + t + p) / max(g, t + p, 1e-12)
+    drift = machine_drift(runs, sync_mode)
     out: dict[str, Any] = {"ceiling": ceiling, "phases_s": {"generate": g, "train": t, "publish": p},
-                           "sync_step_s": statistics.fmean(r["steady_step_s"] for r in rs)}
+                           "sync_step_s": statistics.fmean(r["steady_step_s"] for r in rs),
+                           "drift": drift, "steady": not (drift and drift["dominates"])}
     strag = [r["straggler"]["straggler_s"] for r in rs if r.get("straggler")]
     full, g_full = None, g
     if len(strag) == len(rs):
@@ -287,11 +293,60 @@ def steady_state(runs: list[dict], sync_mode: str = "sync", async_modes: tuple[s
             w, t_a, p_a = mean_phases(ra, "steady_step_seconds")
             out[f"{mode}_gap_s"] = {"train_slowdown": t_a - t, "publish": p_a - p,
                                     "wait": w - max(0.0, g_full - t - p)}
-            under = (g + t + p) / max(g_full, t_a + p_a, 1e-12)
+            # only slowdowns are granted: a training or publish phase that came out shorter than the sync runs'
+            # (by the machine's drift) leaves the ceiling as it is
+            under = (g + t + p) / max(g_full, max(t_a, t) + max(p_a, p), 1e-12)
             out[f"{mode}_ceiling_under_contention"] = under
             if ratio:
                 out[f"{mode}_fraction_of_ceiling_under_contention"] = ratio["mean"] / under
     return out
+
+
+#: The most the sync runs' training phase T may vary within one bench (``(max - min) / median``) for its
+#: steady-state figures to be called steady: beyond it the machine's drift, not the schedule, moves the ratios.
+DRIFT_THRESHOLD = 0.10
+
+
+def machine_drift(runs: list[dict], sync_mode: str = "sync", threshold: float = DRIFT_THRESHOLD) -> dict | None:
+    """How much the machine's speed moved during one bench, read off the sync runs' training phase T.
+
+    Every sync run trains the same batches of the same size with the rollout side idle, so its mean T (steady
+    steps, else all steps; seconds per step) measures the trainer core's speed at that time:
+    ``spread = (max T - min T) / median T`` over the bench's sync runs, ``dominates = spread > threshold``.
+
+    Returns ``{"sync_train_s": [T per sync run, in run order], "min", "max", "median", "spread", "threshold",
+    "dominates"}``, or None with fewer than two sync runs (one run shows no drift between runs).
+    """
+    ts = [(r.get("steady_step_seconds") or r["step_seconds"])["train_s"] for r in runs
+          if r["mode"] == sync_mode and (r.get("steady_step_seconds") or r.get("step_seconds"))]
+    if len(ts) < 2:
+        return None
+    med = statistics.median(ts)
+    spread_ = (max(ts) - min(ts)) / med if med > 0 else 0.0
+    return {"sync_train_s": ts, "min": min(ts), "max": max(ts), "median": med, "spread": spread_,
+            "threshold": threshold, "dominates": spread_ > threshold}
+
+
+def headline(runs: list[dict], ceiling: dict | None, sync_mode: str = "sync",
+             async_modes: tuple[str, ...] = ("async", "async_noninterruptible", "async_in_place")) -> dict | None:
+    """The figure a bench leads with: per asynchronous mode, async/sync effective training throughput paired
+    per repeat (:func:`paired_ratio`; whole RL loop, pipeline fill included), as the median over the pairs with
+    their range, and that median's fraction of the overlap ceiling (:func:`overlap_ceiling`, whole-run sync
+    phases; the mean of the sync runs' ceilings).
+
+    Returns ``{mode: {"median", "min", "max", "n", "pairs", "fraction_of_ceiling"}, "ceiling": float}`` for the
+    modes that ran, or None without sync runs or a ceiling.
+    """
+    if not ceiling:
+        return None
+    out: dict[str, Any] = {"ceiling": ceiling["ceiling"]["mean"]}
+    for mode in async_modes:
+        ratio = paired_ratio(runs, mode, sync_mode)
+        if ratio:
+            med = statistics.median(ratio["pairs"])
+            out[mode] = {"median": med, "min": ratio["min"], "max": ratio["max"], "n": ratio["n"],
+                         "pairs": ratio["pairs"], "fraction_of_ceiling": med / out["ceiling"]}
+    return out if len(out) > 1 else None
 
 
 def decompose_ratio(runs: list[dict], sync_mode: str = "sync", async_mode: str = "async") -> dict | None:

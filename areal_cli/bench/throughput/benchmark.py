@@ -16,11 +16,13 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from areal_cli.bench.cpu_time import BUSY_CORES, cpu_sample, cpu_use_between
 from areal_cli.bench.runs import (PER_RUN_THROUGHPUT, RUN_CHECK_ITEMS, check_out_dir, cpu_overrides, located, machine_description,
                                   output_to, override_items, refuse_per_run_overrides,
                                   refuse_per_run_scenario_overrides, shared_warm_start)
-from areal_cli.bench.throughput.analysis import (accuracy_comparison, aggregate_modes, decompose_ratio, overlap_ceiling,
-                                                 paired_ratio, steady_state, summarize_run, time_to_accuracy)
+from areal_cli.bench.throughput.analysis import (accuracy_comparison, aggregate_modes, decompose_ratio, headline,
+                                                 overlap_ceiling, paired_ratio, steady_state, summarize_run,
+                                                 time_to_accuracy)
 from areal_cli.bench.throughput.generation import compare_generation
 from areal_cli.bench.throughput.scenario import MODES, PAUSE_MODE, Scenario, run_plan
 from areal_cli.errors import UserError
@@ -47,8 +49,9 @@ def _run_cfg(scenario: Scenario, extra_overrides: list[str], items: list[str], *
 
 def check_configs(scenario: Scenario, extra: list[str], out: Path | None = None):
     """Build the asynchronous and the synchronous runs' configuration with ``extra`` overrides, so that a bad
-    recipe, override or cpu list, a cpu this process may not use or an ``out`` folder the run would refuse fails
-    before any work (also in ``--dry-run``). Returns the base config.
+    recipe, override or cpu list, a cpu this process may not use, a run that cannot start here (the checks of
+    :func:`areal_cli.train_loop.preflight`: a GPU recipe's engine or model) or an ``out`` folder the run would
+    refuse fails before any work (also in ``--dry-run``). Returns the base config.
 
     Raises:
         UserError: one line naming the scenario field, ``-o`` item or ``out`` (a file, or holding a benchmark).
@@ -65,6 +68,9 @@ def check_configs(scenario: Scenario, extra: list[str], out: Path | None = None)
     for sync in (False, True):  # as every run is configured (what conflicts with deferred evaluations fails here)
         _run_cfg(scenario, extra, cpu_items + RUN_CHECK_ITEMS, sync=sync)
     check_cpus(base_cfg)  # cpus this process may use, before a warm start is written into --out
+    from areal_cli.train_loop import preflight
+
+    preflight(base_cfg)  # what the warm start would refuse (no model here, a GPU engine's package missing, ...)
     return base_cfg
 
 
@@ -79,6 +85,21 @@ def describe_plan(scenario: Scenario, base_seed: int) -> list[dict]:
                      "pause_mode": PAUSE_MODE.get(mode, "abort"),
                      "seed": base_seed + (rep if scenario.seed_per_repeat else 0)})
     return plan
+
+
+def run_config(scenario: Scenario, extra: list[str], run: dict, warm_weights: Path):
+    """The configuration of one run of :func:`describe_plan` (``run``): the recipe with the scenario's overrides,
+    ``extra`` (``-o``), the scenario's cpus, the run's seed, eta and update mode, starting from ``warm_weights``.
+
+    Raises:
+        UserError: a bad override (located in the scenario file).
+    """
+    items = cpu_overrides(scenario.cpus) + [
+        f"seed={run['seed']}", f"model.path={warm_weights.resolve()}", "sft.max_steps=0",
+        f"loop.max_steps={scenario.steps}", f"loop.eval_every={scenario.accuracy_every or scenario.steps}",
+        *RUN_CHECK_ITEMS, f"rollout.max_head_offpolicyness={run['eta']}",
+        f"rollout.interruptible={'true' if run['interruptible'] else 'false'}", f"rollout.pause_mode={run['pause_mode']}"]
+    return _run_cfg(scenario, extra, items, sync=run["mode"] == "sync")
 
 
 def run_benchmark(scenario: Scenario, out: Path, *, extra_overrides: list[str] | None = None,
@@ -114,25 +135,24 @@ def run_benchmark(scenario: Scenario, out: Path, *, extra_overrides: list[str] |
     for run in describe_plan(scenario, base_cfg.seed):
         label, mode, rep, eta, interruptible, seed = (run[k] for k in ("label", "mode", "repeat", "eta",
                                                                        "interruptible", "seed"))
-        items = cpu_items + [f"seed={seed}", f"model.path={Path(warm['weights']).resolve()}", "sft.max_steps=0",
-                             f"loop.max_steps={scenario.steps}", f"loop.eval_every={scenario.accuracy_every or scenario.steps}",
-                             *RUN_CHECK_ITEMS, f"rollout.max_head_offpolicyness={eta}",
-                             f"rollout.interruptible={'true' if interruptible else 'false'}",
-                             f"rollout.pause_mode={run['pause_mode']}"]
-        cfg = _run_cfg(scenario, extra, items, sync=mode == "sync")
+        cfg = run_config(scenario, extra, run, Path(warm["weights"]))
         run_dir = out / "runs" / label
+        before = cpu_sample()
         with output_to(out / "runs" / f"{label}.console.log"):
             summary = run_training(cfg, run_dir, live=False, record_timeline=True)
+        cpu = cpu_use_between(before, cpu_sample())
         tl = json.loads((run_dir / "timeline.json").read_text())
         r = summarize_run(tl, summary, label=label, mode=mode, repeat=rep, eta=eta, interruptible=interruptible,
                           eval_n_prompts=cfg.loop.eval_n_prompts)
-        r["seed"], r["dir"], r["pause_mode"] = seed, str(run_dir), run["pause_mode"]
+        r["seed"], r["dir"], r["pause_mode"], r["machine_cpu"] = seed, str(run_dir), run["pause_mode"], cpu
         runs.append(r)
         timelines.setdefault(mode, tl)  # the first run of each mode is plotted
         log(f"{label}: {r['effective_tokens_per_s']:.0f} tok/s effective, {r['step_s_mean']:.3f} s per step, "
             f"{r['rl_seconds']:.1f} s for "
             f"{r['steps']} steps, seed {seed}, accuracy {r['final_accuracy']:.3f}, idle trainer {r['idle'].get('trainer', 0):.2f} "
-            f"server {r['idle'].get('server0', 0):.2f}")
+            f"server {r['idle'].get('server0', 0):.2f}"
+            + (f"; BUSY MACHINE: other processes {cpu['other_cores']:.2f} cores, steal {cpu['steal_cores']:.2f}"
+               if cpu and cpu["busy"] else ""))
 
     # 3. continuous batching vs static generate
     gen = None
@@ -154,6 +174,19 @@ def run_benchmark(scenario: Scenario, out: Path, *, extra_overrides: list[str] |
                            out / results["plots"]["decomposition"])
     write_json_atomic(out / "results.json", results)
     return results
+
+
+def machine_cpu(runs: list[dict]) -> dict | None:
+    """What else used the machine during the runs (:mod:`areal_cli.bench.cpu_time`): the most cores other processes
+    and the hypervisor's steal took during one run, the runs where either passed ``BUSY_CORES``, and ``busy``.
+    None when no run carries the figures (not Linux, or results of older versions)."""
+    rs = [r for r in runs if r.get("machine_cpu")]
+    if not rs:
+        return None
+    busy = [r["label"] for r in rs if r["machine_cpu"]["busy"]]
+    return {"max_other_cores": max(r["machine_cpu"]["other_cores"] for r in rs),
+            "max_steal_cores": max(r["machine_cpu"]["steal_cores"] for r in rs),
+            "busy_cores": BUSY_CORES, "busy_runs": busy, "busy": bool(busy)}
 
 
 def build_results(scenario: Scenario, runs: list[dict], *, warm: dict, generate: dict | None, machine: dict,
@@ -225,13 +258,22 @@ def build_results(scenario: Scenario, runs: list[dict], *, warm: dict, generate:
                         "samples keep their KV cache) against sync (over_sync) and against aborting updates "
                         "(over_abort), with its accuracy comparison, time to accuracy and decomposition; null when "
                         "the mode did not run",
+            "machine_cpu": "per run (runs[].machine_cpu) and over the runs: cores used by this benchmark's processes, "
+                           "by other processes and by the hypervisor (steal) during each run; busy when either of the "
+                           "last two passed busy_cores",
+            "headline": "per async mode: async/sync effective throughput paired per repeat over the whole RL loop, "
+                        "the median over the pairs with their range, and that median over the overlap ceiling",
             "steady_state": "the overlap ceiling and sync/async step-time ratios (paired per repeat) over each run's "
                             "steady-state steps: the first step (it fills the pipeline) and the steps right after a "
                             "held-out evaluation (their batch was generated during it) left out; what a long run "
-                            "converges to, and what `areal bench simulate` predicts",
+                            "converges to, and what `areal bench simulate` predicts; steady is false when the "
+                            "machine's drift dominates (the sync runs' training phase T varied by more than "
+                            "drift.threshold of its median within the bench)",
         },
         "warm_start": warm, "runs": runs, "modes": aggregate_modes(runs), "ratios": ratios, "accuracy": accuracy,
-        "time_to_accuracy": tta, "in_place": in_place, "overlap_ceiling": ceiling, "steady_state": steady_state(runs),
+        "time_to_accuracy": tta, "in_place": in_place, "overlap_ceiling": ceiling, "headline": headline(runs, ceiling),
+        "machine_cpu": machine_cpu(runs),
+        "steady_state": steady_state(runs),
         "decomposition": decompose_ratio(runs),
         "generate": generate, "targets": {**TARGETS, "async_over_sync": target, "reached": reached},
         "plots": {"timeline": "timeline.png", "throughput": "throughput.png",

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from areal_cli.errors import UserError
 from areal_cli.bench.runs import override_locations
-from areal_cli.typed_yaml import LineDict, read_yaml
+from areal_cli.typed_yaml import LineDict, read_yaml, unknown_key
 
 MODES = ("sync", "async", "async_noninterruptible", "async_in_place")
 
@@ -104,7 +104,7 @@ def scenario_from_dict(data: Any, where: Callable[[str], str]) -> Scenario:
     known = {f.name for f in dataclasses.fields(Scenario)} - {"source", "locations"}
     for k in data:
         if k not in known:
-            raise UserError(f"{where(k)}: field '{k}': unknown key (known: {', '.join(sorted(known))})")
+            raise unknown_key(where(k), k, known)
     merged = {**DEFAULT_SCENARIO, **data}
 
     def need(key: str, typ: type, ok: Callable[[Any], bool] = lambda v: True, why: str = "") -> Any:
@@ -124,7 +124,9 @@ def scenario_from_dict(data: Any, where: Callable[[str], str]) -> Scenario:
     seed_per_repeat = need("seed_per_repeat", bool)
     cpus = need("cpus", dict)
     for k, v in cpus.items():
-        if k not in ("trainer", "server", "controller") or not isinstance(v, (str, int)) or isinstance(v, bool):
+        if k not in ("trainer", "server", "controller"):
+            raise unknown_key(where("cpus"), k, ("trainer", "server", "controller"), prefix="cpus")
+        if not isinstance(v, (str, int)) or isinstance(v, bool):
             raise UserError(f"{where('cpus')}: field 'cpus': keys trainer/server/controller with cpu lists, "
                             f"got {k}: {v!r}")
     cpus = {k: str(cpus.get(k, "")) for k in ("trainer", "server", "controller")}
@@ -138,7 +140,9 @@ def scenario_from_dict(data: Any, where: Callable[[str], str]) -> Scenario:
         gen = {**DEFAULT_SCENARIO["generate_compare"], **gen}
         for k, v in gen.items():
             typ = _GEN_KEYS.get(k)
-            if typ is None or not isinstance(v, typ) or (typ is int and (isinstance(v, bool) or v < (k != "seed"))):
+            if typ is None:
+                raise unknown_key(where('generate_compare'), k, _GEN_KEYS, prefix="generate_compare")
+            if not isinstance(v, typ) or (typ is int and (isinstance(v, bool) or v < (k != "seed"))):
                 raise UserError(f"{where('generate_compare')}: field 'generate_compare.{k}': bad value {v!r}")
         if gen["min_new_tokens"] > gen["max_new_tokens"]:
             raise UserError(f"{where('generate_compare')}: field 'generate_compare': min_new_tokens > max_new_tokens")
@@ -180,17 +184,34 @@ def load_scenario(path: str | Path) -> Scenario:
     return read_scenario(path, scenario_from_dict)
 
 
-def read_scenario(path: str | Path, from_dict: Callable[[dict, Callable[[str], str]], Any]) -> Any:
+#: The command that reads each ``kind:`` of scenario file in ``benchmarks/scenarios/``.
+SCENARIO_KINDS = {"throughput": "areal bench throughput", "staleness": "areal bench staleness",
+                  "simulate": "areal bench simulate"}
+
+
+def read_scenario(path: str | Path, from_dict: Callable[[dict, Callable[[str], str]], Any],
+                  kind: str = "throughput") -> Any:
     """A benchmark scenario read from ``path`` (a file, or a shipped name: :func:`resolve_scenario_path`) by
     ``from_dict(data, where)`` (``where(key)`` gives ``file:line``), with its ``source`` and the
     ``locations`` of its recipe overrides set.
 
+    An optional top-level ``kind:`` names the benchmark the file is for (:data:`SCENARIO_KINDS`): ``kind`` itself
+    is accepted and dropped; another benchmark's kind (a ``kind: simulate`` cluster-model scenario given to
+    ``areal bench throughput``) is refused with one line naming the command that reads it.
+
     Raises:
-        UserError: unreadable file, invalid YAML, or what ``from_dict`` raises.
+        UserError: unreadable file, invalid YAML, a scenario of another kind, or what ``from_dict`` raises.
     """
     p = resolve_scenario_path(path)
     data = read_yaml(p, "scenario")
     lines = dict(data.lines) if isinstance(data, LineDict) else {}
+    if isinstance(data, dict) and "kind" in data:
+        other = data.pop("kind")
+        if other != kind:
+            reads = SCENARIO_KINDS.get(other) if isinstance(other, str) else None
+            raise UserError(f"{p}:{lines.get('kind', 1)}: field 'kind': " + (
+                f"'{other}' is a scenario of `{reads} {p}`, not of `{SCENARIO_KINDS[kind]}`" if reads else
+                f"expected {kind} (or no kind), got {other!r}"))
     sc = from_dict(data if data is not None else {}, lambda k: f"{p}:{lines.get(k, 1)}")
     sc.source = str(p)
     sc.locations = override_locations(data, p)

@@ -10,6 +10,12 @@ from areal_cli.bench.throughput.scenario import MODES
 _ASYNC_LABELS = (("async", "async"), ("async_noninterruptible", "non-interr."), ("async_in_place", "in place"))
 
 
+def signed(x: float, digits: int = 3) -> str:
+    """``x`` with its sign at ``digits`` decimals, a value that rounds to zero as ``+0.000`` (never ``-0.000``)."""
+    v = round(x, digits)
+    return f"{(v if v != 0 else 0.0):+.{digits}f}"
+
+
 def results_table(results: dict):
     """A rich Table of the results (modes as columns, ratio last)."""
     from rich.table import Table
@@ -30,10 +36,16 @@ def results_table(results: dict):
     def ms(d: dict, fmt: str = "{:.0f}") -> str:
         return (fmt + " ± " + fmt).format(d["mean"], d["std"]) if d["n"] > 1 else fmt.format(d["mean"])
 
+    hl = results.get("headline") or {}
+    if hl:
+        t.add_row(f"async/sync effective, median of pairs \\[range]; % of the {hl['ceiling']:.2f}x overlap ceiling",
+                  *["" if m not in hl else f"{hl[m]['median']:.2f}x [{hl[m]['min']:.2f}-{hl[m]['max']:.2f}]; "
+                    f"{hl[m]['fraction_of_ceiling']:.0%}" for m in cols],
+                  f"{hl['async']['median']:.2f}x ({hl['async']['fraction_of_ceiling']:.0%})" if "async" in hl else "-")
     r = results["ratios"]["async_over_sync"]
     rg = results["ratios"]["async_over_sync_generation"]
     t.add_row("effective training throughput (tok/s)", *[ms(modes[m]["effective_tokens_per_s"]) for m in cols],
-              f"{r['mean']:.2f}x [{r['min']:.2f}-{r['max']:.2f}]" if r else "-")
+              f"{r['mean']:.2f}x mean [{r['min']:.2f}-{r['max']:.2f}]" if r else "-")
     t.add_row("generation throughput (tok/s)", *[ms(modes[m]["generation_tokens_per_s"]) for m in cols],
               f"{rg['mean']:.2f}x" if rg else "-")
     t.add_row("RL wall time (s)", *[ms(modes[m]["rl_seconds"], "{:.1f}") for m in cols], "")
@@ -54,9 +66,16 @@ def results_table(results: dict):
                   f"{oc['ceiling']['mean']:.2f}x" + (f" (async reached {oc['async_over_sync_fraction_of_ceiling']:.0%})"
                                                     if "async_over_sync_fraction_of_ceiling" in oc else ""))
     ss = results.get("steady_state")
+    drift = (ss or {}).get("drift")
+    if drift:
+        t.add_row(f"machine drift: the sync runs' T {drift['min']:.3f}-{drift['max']:.3f} s, "
+                  f"{drift['spread']:.0%} of its median (limit {drift['threshold']:.0%})", *["" for _ in cols],
+                  "DOMINATES: not steady" if drift["dominates"] else "within the limit")
     if ss:
         ph = ss["phases_s"]
-        t.add_row(f"  steady state (first step left out; and steps after an in-loop evaluation, in older runs): sync step = "
+        t.add_row(("  NOT STEADY (machine drift above the limit; figures of a machine whose speed moved): "
+                   if ss.get("steady") is False else "  steady state ")
+                  + f"(first step left out; and steps after an in-loop evaluation, in older runs): sync step = "
                   f"{ph['generate']:.3f} + {ph['train']:.3f} + {ph['publish']:.3f} s, ceiling {ss['ceiling']:.2f}x"
                   + (f" ({ss['ceiling_with_stragglers']:.2f}x with stragglers)" if "ceiling_with_stragglers" in ss
                      else ""),
@@ -72,7 +91,8 @@ def results_table(results: dict):
                       "waits for a batch, publishing above P; fraction of the ceiling once that longer training is "
                       "granted",
                       *["" for _ in cols],
-                      "; ".join(f"{label} {gp['train_slowdown']:+.3f} / {gp['wait']:+.3f} / {gp['publish']:+.3f}"
+                      "; ".join(f"{label} {signed(gp['train_slowdown'])} / {signed(gp['wait'])} / "
+                                f"{signed(gp['publish'])}"
                                 + (f" ({fr:.0%})" if fr is not None else "") for label, gp, fr in gaps))
     dc = results.get("decomposition")
     if dc:
@@ -123,6 +143,12 @@ def results_table(results: dict):
         t.add_row(f"continuous batching vs HF static generate: {g['embedded_server']['tokens_per_s']:.0f} vs "
                   f"{g['hf_static_batch']['tokens_per_s']:.0f} tok/s", *["" for _ in cols],
                   f"{g['continuous_over_static']:.2f}x")
+    mc = results.get("machine_cpu")
+    if mc:
+        t.add_row("other processes / hypervisor steal during a run: most cores", *["" for _ in cols],
+                  f"{mc['max_other_cores']:.2f} / {mc['max_steal_cores']:.2f}"
+                  + (f": BUSY MACHINE in {len(mc['busy_runs'])} runs (> {mc['busy_cores']:.2f}), ratios partly the "
+                     "machine's" if mc["busy"] else ""))
     load = results["machine"]["start"]["load_average"]
     reached = results["targets"]["reached"]
 
@@ -139,3 +165,27 @@ def results_table(results: dict):
                  f"continuous/static >= {TARGETS['continuous_over_static']}x "
                  f"({'not measured' if not results.get('generate') else said('continuous_over_static')})")
     return t
+
+
+def headline_line(results: dict) -> str | None:
+    """One line a bench ends with: each async mode's median async/sync effective ratio over the pairs, its range
+    and its fraction of the overlap ceiling; whether the machine's drift or other processes make it unsteady.
+    None without a headline (no sync runs)."""
+    hl = results.get("headline")
+    if not hl:
+        return None
+    names = dict(_ASYNC_LABELS) | {"async": "async (interruptible)"}
+    parts = [f"{names[m]} {hl[m]['median']:.2f}x [{hl[m]['min']:.2f}-{hl[m]['max']:.2f}] = "
+             f"{hl[m]['fraction_of_ceiling']:.0%}" for m, _ in _ASYNC_LABELS if m in hl]
+    line = f"headline (async/sync effective, median of {max(hl[m]['n'] for m, _ in _ASYNC_LABELS if m in hl)} " \
+           f"pairs; % of the {hl['ceiling']:.2f}x overlap ceiling): " + "; ".join(parts)
+    drift = (results.get("steady_state") or {}).get("drift")
+    if drift:
+        line += (f". Machine drift: sync T varied {drift['spread']:.0%}"
+                 + (f" (> {drift['threshold']:.0%}): not a steady state" if drift["dominates"] else ""))
+    mc = results.get("machine_cpu")
+    if mc and mc["busy"]:
+        line += (f". BUSY MACHINE: other processes took up to {mc['max_other_cores']:.2f} cores, steal "
+                 f"{mc['max_steal_cores']:.2f}")
+    return line
+

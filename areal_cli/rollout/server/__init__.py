@@ -3,7 +3,10 @@ per server (``python -m areal_cli.rollout.server --model-path DIR --port N``) on
 
 Modules:
 
-- :mod:`~areal_cli.rollout.server.app`: the HTTP routes (FastAPI) and the endpoint list.
+- :mod:`~areal_cli.rollout.server.app`: the FastAPI application, its status routes and the endpoint list, with the
+  routes of :mod:`~.generate_routes` (``/generate``, ``/v1/chat/completions``), :mod:`~.control_routes` (pause,
+  continue, abort, weight version) and :mod:`~.weight_routes` (weights from disk, the weight-update group);
+  :mod:`~.http_bodies` reads request bodies and writes error replies.
 - :mod:`~areal_cli.rollout.server.worker`: the engine thread and the state the handlers share with it.
 - :mod:`~areal_cli.rollout.server.__main__`: the child process (command line, model load, uvicorn).
 - :mod:`~areal_cli.rollout.server.launcher`: :class:`EmbeddedServer`, the parent's handle that starts the
