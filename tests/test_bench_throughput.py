@@ -333,6 +333,7 @@ def test_results_json_schema_plots_and_table(tmp_path):
     # the headline: the median pair with its range and its fraction of the ceiling, in the table and as one line
     hl = res["headline"]["async"]
     assert hl["median"] == pytest.approx((1.9 + 200 / 110) / 2) and hl["n"] == 2
+    assert hl["accuracy"]["equal_within_noise"] and hl["accuracy"]["difference"] == pytest.approx(0.0)
     assert "median of pairs [range]" in text and f"{hl['median']:.2f}x [{hl['min']:.2f}-{hl['max']:.2f}]" in text
     from areal_cli.bench.throughput.table import headline_line
 

@@ -334,8 +334,11 @@ def headline(runs: list[dict], ceiling: dict | None, sync_mode: str = "sync",
     their range, and that median's fraction of the overlap ceiling (:func:`overlap_ceiling`, whole-run sync
     phases; the mean of the sync runs' ceilings).
 
-    Returns ``{mode: {"median", "min", "max", "n", "pairs", "fraction_of_ceiling"}, "ceiling": float}`` for the
-    modes that ran, or None without sync runs or a ceiling.
+    A throughput ratio counts at equal accuracy only: ``accuracy`` is the mode's :func:`accuracy_comparison` with
+    the sync runs (difference of mean final accuracies, two standard errors, equal within them).
+
+    Returns ``{mode: {"median", "min", "max", "n", "pairs", "fraction_of_ceiling", "accuracy"}, "ceiling": float}``
+    for the modes that ran, or None without sync runs or a ceiling.
     """
     if not ceiling:
         return None
@@ -346,6 +349,11 @@ def headline(runs: list[dict], ceiling: dict | None, sync_mode: str = "sync",
             med = statistics.median(ratio["pairs"])
             out[mode] = {"median": med, "min": ratio["min"], "max": ratio["max"], "n": ratio["n"],
                          "pairs": ratio["pairs"], "fraction_of_ceiling": med / out["ceiling"]}
+            acc = accuracy_comparison(runs, mode, sync_mode) if all("final_accuracy" in r and "eval_n_prompts" in r
+                                                                   for r in runs) else None
+            if acc:
+                out[mode]["accuracy"] = {"difference": acc["difference"], "two_standard_errors":
+                                         acc["two_standard_errors"], "equal_within_noise": acc["equal_within_noise"]}
     return out if len(out) > 1 else None
 
 

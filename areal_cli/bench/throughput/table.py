@@ -175,8 +175,13 @@ def headline_line(results: dict) -> str | None:
     if not hl:
         return None
     names = dict(_ASYNC_LABELS) | {"async": "async (interruptible)"}
+    def accuracy(a: dict | None) -> str:
+        return "" if not a else (f", accuracy {signed(a['difference'])} vs sync ("
+                                 f"{'equal' if a['equal_within_noise'] else 'NOT equal'} within "
+                                 f"{a['two_standard_errors']:.3f})")
+
     parts = [f"{names[m]} {hl[m]['median']:.2f}x [{hl[m]['min']:.2f}-{hl[m]['max']:.2f}] = "
-             f"{hl[m]['fraction_of_ceiling']:.0%}" for m, _ in _ASYNC_LABELS if m in hl]
+             f"{hl[m]['fraction_of_ceiling']:.0%}{accuracy(hl[m].get('accuracy'))}" for m, _ in _ASYNC_LABELS if m in hl]
     line = f"headline (async/sync effective, median of {max(hl[m]['n'] for m, _ in _ASYNC_LABELS if m in hl)} " \
            f"pairs; % of the {hl['ceiling']:.2f}x overlap ceiling): " + "; ".join(parts)
     drift = (results.get("steady_state") or {}).get("drift")
