@@ -362,6 +362,30 @@ def restore_trainer(engine, ckpt: Checkpoint) -> None:
     engine.steps = int(ckpt.state.get("engine_steps", engine.steps))
 
 
+def _read_lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def _lines_up_to(lines: list[str], step: int) -> list[tuple[str, dict]]:
+    """``(line, parsed row)`` of the ``metrics.jsonl`` ``lines`` whose RL ``step`` is <= ``step``, in order; lines
+    that do not parse (a torn last line) or carry no int step are skipped."""
+    out = []
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] <= step:
+            out.append((line, row))
+    return out
+
+
+def metrics_up_to(path: Path, step: int) -> list[dict]:
+    """The rows of ``metrics.jsonl`` up to RL step ``step``: what a run resumed from that step keeps of it (the
+    lines :func:`truncate_metrics` keeps)."""
+    return [row for _, row in _lines_up_to(_read_lines(path), step)]
+
+
 def truncate_metrics(path: Path, step: int, *, write: bool = True) -> int:
     """Keep the lines of ``metrics.jsonl`` up to RL step ``step`` (drop later lines and a torn last line);
     written atomically (``write=False``: only check). Returns the number of lines dropped.
@@ -369,16 +393,11 @@ def truncate_metrics(path: Path, step: int, *, write: bool = True) -> int:
     Raises:
         UserError: the file lacks the line of ``step`` (it does not belong to this checkpoint).
     """
-    lines = path.read_text().splitlines() if path.exists() else []
+    lines = _read_lines(path)
     kept, seen = [], False
-    for line in lines:
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] <= step:
-            kept.append(line)
-            seen = seen or row["step"] == step
+    for line, row in _lines_up_to(lines, step):
+        kept.append(line)
+        seen = seen or row["step"] == step
     if not seen:
         raise UserError(f"{path}: no line for step {step}; it does not match the checkpoint")
     if write:

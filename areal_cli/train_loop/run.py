@@ -5,7 +5,6 @@ the RL steps of ``loop.epochs`` passes (:func:`steps_for_epochs`). Everything is
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import shutil
 from pathlib import Path
@@ -13,7 +12,7 @@ from pathlib import Path
 import torch
 
 from areal_cli.atomic import write_json_atomic
-from areal_cli.checkpoint import Checkpoint, load_checkpoint, truncate_metrics
+from areal_cli.checkpoint import Checkpoint, load_checkpoint, metrics_up_to, truncate_metrics
 from areal_cli.config import TrainConfig
 from areal_cli.errors import UserError
 from areal_cli.processes import check_cpus
@@ -136,19 +135,6 @@ def run_training(cfg: TrainConfig, out: Path, *, live: bool = True, record_timel
         raise FilterStarved(f"{summary['stopped']} (the run's metrics.jsonl and summary.json are in {out})")
     status.summary(summary)
     return summary
-
-
-def metrics_up_to(metrics: Path, step: int) -> list[dict]:
-    """The lines of ``metrics.jsonl`` up to RL step ``step`` (what a resumed run keeps of it; a torn line is skipped)."""
-    rows = []
-    for line in metrics.read_text().splitlines() if metrics.exists() else []:
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] <= step:
-            rows.append(row)
-    return rows
 
 
 def _has_rl_steps(metrics: Path) -> bool:

@@ -185,6 +185,12 @@ _FIELDS = {f.name: f for f in dataclasses.fields(Scenario) if f.name not in ("so
 _TYPES = typing.get_type_hints(Scenario)
 
 
+#: The command that reads each ``kind:`` of scenario file in :func:`scenarios_dir` (measured benchmarks' files may
+#: leave their kind out; the cluster model's say ``kind: simulate``).
+SCENARIO_KINDS = {"throughput": "areal bench throughput", "staleness": "areal bench staleness",
+                  "simulate": "areal bench simulate"}
+
+
 def scenarios_dir() -> Path:
     """``$AREAL_SCENARIOS_DIR`` or the shipped ``benchmarks/scenarios/`` (:mod:`areal_cli.resources`)."""
     import os
@@ -236,7 +242,7 @@ def load_scenario(name_or_path: str) -> Scenario:
     sc = Scenario(source=str(p), lines=lines)
     if data.get("kind", "simulate") != "simulate" or ("kind" not in data and "recipe" in data):
         other = data.get("kind") or "throughput"  # a measured benchmark's scenario names a recipe
-        reads = {"throughput": "areal bench throughput", "staleness": "areal bench staleness"}.get(str(other))
+        reads = SCENARIO_KINDS.get(str(other)) if other != "simulate" else None
         raise UserError(f"{p}:{lines.get('kind' if 'kind' in data else 'recipe', 1)}: field 'kind': "
                         + (f"a scenario of `{reads} --scenario {p}`, not a cluster-model one (kind: simulate)" if reads
                            else f"expected simulate, got {other!r}"))

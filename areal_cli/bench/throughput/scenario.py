@@ -184,24 +184,22 @@ def load_scenario(path: str | Path) -> Scenario:
     return read_scenario(path, scenario_from_dict)
 
 
-#: The command that reads each ``kind:`` of scenario file in ``benchmarks/scenarios/``.
-SCENARIO_KINDS = {"throughput": "areal bench throughput", "staleness": "areal bench staleness",
-                  "simulate": "areal bench simulate"}
-
-
 def read_scenario(path: str | Path, from_dict: Callable[[dict, Callable[[str], str]], Any],
                   kind: str = "throughput") -> Any:
     """A benchmark scenario read from ``path`` (a file, or a shipped name: :func:`resolve_scenario_path`) by
     ``from_dict(data, where)`` (``where(key)`` gives ``file:line``), with its ``source`` and the
     ``locations`` of its recipe overrides set.
 
-    An optional top-level ``kind:`` names the benchmark the file is for (:data:`SCENARIO_KINDS`): ``kind`` itself
+    An optional top-level ``kind:`` names the benchmark the file is for
+    (:data:`areal_cli.bench.sim.scenario.SCENARIO_KINDS`): ``kind`` itself
     is accepted and dropped; another benchmark's kind (a ``kind: simulate`` cluster-model scenario given to
     ``areal bench throughput``) is refused with one line naming the command that reads it.
 
     Raises:
         UserError: unreadable file, invalid YAML, a scenario of another kind, or what ``from_dict`` raises.
     """
+    from areal_cli.bench.sim.scenario import SCENARIO_KINDS
+
     p = resolve_scenario_path(path)
     data = read_yaml(p, "scenario")
     lines = dict(data.lines) if isinstance(data, LineDict) else {}
