@@ -222,6 +222,7 @@ def _register() -> None:
     from areal_cli.bench.staleness_cmd import staleness
     from areal_cli.bench.throughput_cmd import throughput
     from areal_cli.catalog_cmd import download, ls
+    from areal_cli.engine_cmd import engine
     from areal_cli.launch_cmd import launch
     from areal_cli.reproduce_cmd import reproduce
 
@@ -229,6 +230,7 @@ def _register() -> None:
     main.add_command(reproduce)
     main.add_command(download)
     main.add_command(launch)
+    main.add_command(engine)
     bench.add_command(throughput)
     bench.add_command(simulate)
     bench.add_command(staleness)

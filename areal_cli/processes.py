@@ -81,13 +81,10 @@ def launch_servers(cfg: TrainConfig, model_dir: Path, version: int, out: Path, l
         return launch_fleet(FleetSpec(engine="embedded", n_servers=cfg.rollout.n_servers,
                                       max_running_requests=cfg.rollout.server_max_running_requests,
                                       max_total_tokens=cfg.rollout.server_max_total_tokens, **common), wait=False)
-    import importlib.util
+    from areal_cli.rollout.sglang_env import resolve_sglang_python
+    from areal_cli.rollout.sglang_launcher import CPU_ENV, cpu_mode, sglang_args_from_config
 
-    from areal_cli.rollout.sglang_launcher import sglang_args_from_config
-
-    if importlib.util.find_spec("sglang") is None:
-        raise UserError("rollout.engine: sglang: the 'sglang' package is not installed in this environment "
-                        "(pip install 'sglang[all]', see benchmarks/gpu_smoke.sh), or use rollout.engine=embedded")
+    python = resolve_sglang_python(cfg.rollout.sglang_python)
     tp = cfg.rollout.sglang_tp_size
     n_gpus = torch.cuda.device_count()
     first = cfg.parallel.world_size  # the trainer ranks hold GPUs 0..W-1 (LOCAL_RANK); servers take the next ones
@@ -97,11 +94,17 @@ def launch_servers(cfg: TrainConfig, model_dir: Path, version: int, out: Path, l
         max_total_tokens=cfg.rollout.server_max_total_tokens or None, max_running_requests=cfg.rollout.server_max_running_requests or None,
         max_prompt_tokens=(cfg.rollout.sglang_context_length - cfg.rollout.max_new_tokens) if cfg.rollout.sglang_context_length
         else (cfg.task.max_prompt_len or 1024), max_new_tokens=cfg.rollout.max_new_tokens,
-        dtype=cfg.rollout.sglang_dtype, seed=cfg.seed, weight_version=str(version),
-        extra_args=shlex.split(cfg.rollout.sglang_extra_args))
-    log(f"starting {cfg.rollout.n_servers} SGLang rollout server(s) (tp {tp}, GPUs {gpu_ids})")
+        dtype=cfg.rollout.sglang_dtype or "bfloat16", seed=cfg.seed, weight_version=str(version),
+        # SGLang refuses min_new_tokens > 0 without its tokenizer (it needs the EOS id)
+        skip_tokenizer_init=cfg.rollout.min_new_tokens == 0, extra_args=shlex.split(cfg.rollout.sglang_extra_args))
+    env = None
+    if not n_gpus:  # SGLang's CPU mode (torch-native attention, float32 unless chosen, asleep when idle)
+        template = cpu_mode(template, dtype_given=bool(cfg.rollout.sglang_dtype))
+        env = dict(CPU_ENV)
+    where = f"GPUs {gpu_ids}" if n_gpus else f"CPU mode, {template.dtype}"
+    log(f"starting {cfg.rollout.n_servers} SGLang rollout server(s) (tp {tp}, {where}, {python})")
     return launch_fleet(FleetSpec(engine="sglang", n_servers=cfg.rollout.n_servers, gpu_ids=gpu_ids, sglang=template,
-                                  **common), wait=False)
+                                  python=python, env=env, **common), wait=False)
 
 
 def weight_sync_spec(cfg: TrainConfig, client: RolloutClient):

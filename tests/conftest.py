@@ -29,6 +29,20 @@ except ImportError:  # pragma: no cover
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
 
+def pytest_addoption(parser):
+    parser.addoption("--real-sglang", metavar="PY", default=None,
+                     help="run tests/real_sglang/ against real SGLang servers started with this Python (the "
+                          "environment `areal engine setup sglang` builds; .ci/real_sglang does both)")
+
+
+def pytest_ignore_collect(collection_path, config):
+    """``tests/real_sglang/`` needs a real SGLang environment: it is collected only with ``--real-sglang PY`` (the
+    real-SGLang CI job, ``.ci/real_sglang``), which then fails loudly if that environment is broken."""
+    if "real_sglang" in Path(collection_path).parts and not config.getoption("--real-sglang"):
+        return True
+    return None
+
+
 def pytest_configure(config):
     """Stop at once, with one line, when ../shared is missing: many modules read its data and SGLang recordings
     at import or collection time and would otherwise fail with raw FileNotFoundErrors."""

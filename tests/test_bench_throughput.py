@@ -197,8 +197,10 @@ def test_dry_run_checks_the_settings_and_prints_the_plan_without_running(tmp_pat
     import importlib.util
 
     if importlib.util.find_spec("sglang") is None:  # (a GPU machine with SGLang could plan it)
-        bad = CliRunner().invoke(throughput, ["boba2-14b-code", "--dry-run"])
-        assert bad.exit_code == 2 and "rollout.engine: sglang: the 'sglang' package is not installed" in bad.output
+        no_env = {"AREAL_HOME": str(tmp_path / "no-engines"), "AREAL_SGLANG_PYTHON": ""}
+        bad = CliRunner(env=no_env).invoke(throughput, ["boba2-14b-code", "--dry-run"])
+        assert bad.exit_code == 2 and "rollout.engine: sglang: no SGLang found" in bad.output
+        assert "areal engine setup sglang" in bad.output
     bad = CliRunner().invoke(throughput, ["--dry-run", "-o", "ppo.lrr=1"])
     assert bad.exit_code == 2 and "field 'ppo.lrr': unknown key" in bad.output
     # what the real run would refuse, the dry run refuses: an --out holding a benchmark, a cpu not ours

@@ -81,7 +81,20 @@ def test_sglang_engine_without_the_sglang_package_is_one_line_before_any_launch(
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "sglang" else real(name, *a))
+    monkeypatch.setenv("AREAL_HOME", str(tmp_path / "no-engines"))  # no environment built by `areal engine setup`
+    monkeypatch.delenv("AREAL_SGLANG_PYTHON", raising=False)
     cfg = apply_overrides(TrainConfig(), ["rollout.engine=sglang"])
-    with pytest.raises(UserError, match="'sglang' package is not installed"):
+    with pytest.raises(UserError, match="no SGLang found .* build one with `areal engine setup sglang`"):
         launch_servers(cfg, tmp_path / "model", 0, tmp_path / "out", log=lambda _: None)
+    assert not (tmp_path / "out").exists()
+    # a named interpreter that does not exist, and one that cannot import sglang: one line each
+    bad = apply_overrides(TrainConfig(), ["rollout.engine=sglang", f"rollout.sglang_python={tmp_path / 'nope'}"])
+    with pytest.raises(UserError, match="rollout.sglang_python: .*nope does not exist; build"):
+        launch_servers(bad, tmp_path / "model", 0, tmp_path / "out", log=lambda _: None)
+    from areal_cli.rollout.sglang_env import check_python
+
+    import sys
+
+    with pytest.raises(UserError, match="`import sglang` fails .*No module named sglang.*areal engine setup sglang"):
+        check_python(sys.executable, full=False)
     assert not (tmp_path / "out").exists()

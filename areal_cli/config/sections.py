@@ -187,10 +187,17 @@ class RolloutSection:
     """GPUs per SGLang server (tensor parallel)."""
     sglang_mem_fraction_static: float = 0.8
     """Share of GPU memory SGLang reserves for weights and KV cache, in (0, 1)."""
-    sglang_dtype: Literal["auto", "bfloat16", "float16", "float32"] = "bfloat16"
-    """SGLang's --dtype."""
+    sglang_dtype: Literal["", "auto", "bfloat16", "float16", "float32"] = ""
+    """SGLang's --dtype; "": bfloat16 on GPUs, float32 on a machine without CUDA (SGLang's CPU mode, the trainer's
+    precision there)."""
     sglang_extra_args: str = ""
     """Appended verbatim (shell-split) to ``python -m sglang.launch_server``."""
+    sglang_python: str = ""
+    """The Python that runs SGLang servers (SGLang pins its own torch, so it usually has an environment of its own):
+    a path to an interpreter or a virtual environment; "": $AREAL_SGLANG_PYTHON, else this Python if it imports
+    sglang, else the environment ``areal engine setup sglang`` built. On a machine without CUDA the servers run
+    in SGLang's CPU mode (``--device cpu --attention-backend torch_native --sleep-on-idle``,
+    ``SGLANG_USE_CPU_ENGINE=1``)."""
     sglang_context_length: int = 0
     """SGLang's --context-length; 0: max_prompt_len (or 1024) + max_new_tokens."""
     weight_update_mode: Literal["disk", "xccl"] = "disk"

@@ -66,8 +66,9 @@ def plan_for_config(config: str, *, nodes: int, gpus_per_node: int, run_dir: str
         raise UserError(f"{existing}: already holds a launch plan; choose another --out")
     if cfg.rollout.engine == "sglang" and "sglang" not in plan_kwargs:  # the servers each node starts
         context = cfg.rollout.sglang_context_length or (cfg.task.max_prompt_len or 1024) + cfg.rollout.max_new_tokens
-        plan_kwargs["sglang"] = {"mem_fraction_static": cfg.rollout.sglang_mem_fraction_static, "dtype": cfg.rollout.sglang_dtype,
-                                 "context_length": context, "skip_tokenizer_init": True,
+        plan_kwargs["sglang"] = {"mem_fraction_static": cfg.rollout.sglang_mem_fraction_static, "dtype": cfg.rollout.sglang_dtype or "bfloat16",
+                                 "context_length": context,
+                                 "skip_tokenizer_init": cfg.rollout.min_new_tokens == 0,
                                  "max_running_requests": cfg.rollout.server_max_running_requests or None,
                                  "max_total_tokens": cfg.rollout.server_max_total_tokens or None,
                                  "extra_args": shlex.split(cfg.rollout.sglang_extra_args)}

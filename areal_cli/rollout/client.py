@@ -23,6 +23,11 @@
   ``/pause_generation {"mode": "in_place"}``): in-flight requests keep their KV cache, computed with the old
   weights, and decode on with the new ones after the load (PipelineRL's in-flight weight update); nothing is
   aborted or re-prefilled, and the tokens after the update carry the new version in their spans.
+- (added) Prefix-cache namespaces: every request carries the policy version the servers hold as this client knows
+  it (:attr:`RolloutClient.weight_version`: set by its weight updates, raised by the versions responses carry) as
+  SGLang's ``extra_key``, so no request reuses KV that older weights computed; in in-place mode a chunk whose first
+  token is newer than the version it was sent under is relabelled with that version
+  (:func:`~areal_cli.rollout.completion.accumulate`, ``kv_floor``).
 - (added) Servers that die: the in-flight samples of a server marked down are re-issued on a live server with
   ``prompt + tokens so far`` and the remaining budget, exactly like a resumption after an abort (counted in
   :attr:`RolloutClient.reissued_samples`).
@@ -42,8 +47,9 @@ from areal_cli.rollout.completion import Completion, PartialSample, accumulate
 from areal_cli.rollout.http_exchange import ConnectFailed, Dropped
 from areal_cli.rollout.protocol.control import ContinueGenerationRequest, PauseGenerationRequest
 from areal_cli.rollout.protocol.errors import ProtocolError, ServerError, parse_error_message
-from areal_cli.rollout.protocol.generate_request import BatchGenerateRequest, GenerateRequest, SamplingParams
-from areal_cli.rollout.protocol.generate_response import parse_generate_response
+from areal_cli.rollout.protocol.generate_request import (BatchGenerateRequest, GenerateRequest, SamplingParams,
+                                                         cache_key)
+from areal_cli.rollout.protocol.generate_response import parse_generate_response, version_to_int
 from areal_cli.rollout.protocol.weight_update import UpdateWeightsFromDiskRequest
 from areal_cli.rollout.server_pool import CLOSED, ServerPool
 
@@ -88,6 +94,27 @@ class RolloutClient(ServerPool):
         self.interruptible = bool(interruptible)
         self.pause_mode = pause_mode
         self.reissued_samples = 0  # samples re-issued on another server after theirs went down
+        self.weight_version: int | None = None  # the policy version the servers hold, as far as this client knows
+
+    def set_weight_version(self, version: int | None) -> None:
+        """The servers hold policy ``version`` now (None: unknown): new requests are sent under its cache
+        namespace. Called by this client's own weight updates and by whoever started or reset the servers."""
+        self.weight_version = None if version is None else int(version)
+
+    def _sent_under(self) -> tuple[str | None, int | None]:
+        """``(extra_key, kv_floor)`` of a request sent now (module docstring: prefix-cache namespaces)."""
+        v = self.weight_version
+        return cache_key(v), (v if self.keeps_requests_on_update else None)
+
+    def _learn(self, resp) -> None:
+        """A response says the server holds at least the version it finished with: raise ours to it (a client
+        whose weight updates are made by another process learns them this way)."""
+        try:
+            v = version_to_int(resp.weight_version)
+        except ValueError:
+            return
+        if self.weight_version is None or v > self.weight_version:
+            self.weight_version = v
 
     # -- plumbing -------------------------------------------------------------------------------------------
 
@@ -159,9 +186,10 @@ class RolloutClient(ServerPool):
         url = self.choose_server(rid)
         if self._closed:
             return [Completion(prompt, [], [], [], "abort", 0, url, None, r) for r in rids]
+        key, floor = self._sent_under()
         try:
             body = await self._post_or_closed(url, "/generate", BatchGenerateRequest(
-                [prompt] * n, params, return_logprob=True, rids=rids).to_json())
+                [prompt] * n, params, return_logprob=True, rids=rids, extra_key=key).to_json())
         except Exception as e:
             if not self._recoverable(e):
                 raise
@@ -179,7 +207,8 @@ class RolloutClient(ServerPool):
         aborted: dict[int, PartialSample] = {}
         for i, (r, resp) in enumerate(zip(rids, resps)):
             part = PartialSample(r)
-            accumulate(resp, part.ids, part.lps, part.vers)
+            accumulate(resp, part.ids, part.lps, part.vers, kv_floor=floor)
+            self._learn(resp)
             if resp.finish_reason == "abort":
                 aborted[i] = part
             elif len(part.ids) > params.max_new_tokens:
@@ -215,13 +244,14 @@ class RolloutClient(ServerPool):
             order = list(parts)
             if not self._closed:
                 url = self.choose_server(parts[order[0]].rid)
+                key, floor = self._sent_under()
                 payload = BatchGenerateRequest(
                     [prompt + parts[i].ids for i in order],
                     [replace(params, max_new_tokens=budget - len(parts[i].ids),
                              min_new_tokens=max(0, params.min_new_tokens - len(parts[i].ids))) for i in order],
                     return_logprob=True,
                     # each attempt has its own wire id (a server may still be releasing the aborted one)
-                    rids=[f"{parts[i].rid}.r{parts[i].n_int}" for i in order],
+                    rids=[f"{parts[i].rid}.r{parts[i].n_int}" for i in order], extra_key=key,
                 ).to_json()
                 try:
                     body = await self._post_or_closed(url, "/generate", payload)
@@ -246,7 +276,8 @@ class RolloutClient(ServerPool):
             progressed = False
             for i, resp in zip(order, resps):
                 p = parts[i]
-                accumulate(resp, p.ids, p.lps, p.vers)
+                accumulate(resp, p.ids, p.lps, p.vers, kv_floor=floor)
+                self._learn(resp)
                 progressed = progressed or bool(resp.output_ids)
                 if resp.finish_reason != "abort":
                     if len(p.ids) > budget:
@@ -282,7 +313,8 @@ class RolloutClient(ServerPool):
                          min_new_tokens=max(0, params.min_new_tokens - len(out_ids)))
             # Each attempt has its own wire id (a server may still be releasing the aborted one).
             wire_rid = rid if n_int == 0 else f"{rid}.r{n_int}"
-            req = GenerateRequest(prompt + out_ids, sp, return_logprob=True, rid=wire_rid)
+            key, floor = self._sent_under()
+            req = GenerateRequest(prompt + out_ids, sp, return_logprob=True, rid=wire_rid, extra_key=key)
             url = self.choose_server(rid)
             try:
                 body = await self._post_or_closed(url, "/generate", req.to_json())
@@ -300,7 +332,8 @@ class RolloutClient(ServerPool):
             resp = parse_generate_response(body)
             if isinstance(resp, list):
                 raise ProtocolError("single /generate returned a list")
-            accumulate(resp, out_ids, out_lps, out_vers)
+            accumulate(resp, out_ids, out_lps, out_vers, kv_floor=floor)
+            self._learn(resp)
             if resp.finish_reason != "abort":
                 if len(out_ids) > budget:
                     raise ProtocolError(f"server returned {len(out_ids)} tokens for a budget of {budget}")
@@ -379,6 +412,7 @@ class RolloutClient(ServerPool):
             for url, r in res.items():
                 if isinstance(r, dict) and r.get("success") is False:
                     raise ServerError(200, parse_error_message(r), url)
+            self.set_weight_version(version)  # before the servers go on: new requests use its cache namespace
         except BaseException as e:  # noqa: BLE001 - re-raised after the servers are continued
             err = e
         if self.interruptible:

@@ -5,6 +5,16 @@ behaviour logprobs and per-token policy versions are appended to the sample's (:
 come from the server's ``meta_info.weight_versions`` spans (the weights that actually produced each token),
 falling back to ``meta_info.weight_version``; ``"default"`` -> 0. AReaL instead stamped each chunk with the
 client's version when the chunk returned (its §2.7 label race).
+
+Stale prefix KV (in-place updates): SGLang labels a token with the weights that computed its logits, but the KV it
+attends to may be older -- a request queued before an in-place weight update is prefilled after it, yet may reuse
+prefix-cache entries the old weights computed (or have half its prompt prefilled before the update), and SGLang
+labels its whole output with the new version. The kit sends each request with its policy version as the cache
+namespace (``extra_key``, :func:`~areal_cli.rollout.protocol.cache_key`), so every cached KV a request can reuse was
+computed by weights at least that old, and :func:`accumulate` with ``kv_floor`` relabels a chunk whose first token
+is newer than the version it was sent under with that older version: no token is labelled with a version whose
+weights did not compute all the KV it attended to. Tokens after an in-place update inside one sample keep SGLang's
+labels; the trainer marks them (``areal_cli.trainer.steps.kv_versions``).
 """
 
 from __future__ import annotations
@@ -53,9 +63,14 @@ class PartialSample:
     n_int: int = 0
 
 
-def accumulate(resp: GenerateResponse, ids: list[int], lps: list[float], vers: list[int]) -> None:
+def accumulate(resp: GenerateResponse, ids: list[int], lps: list[float], vers: list[int],
+               kv_floor: int | None = None) -> None:
     """Append the output ids, logprobs and per-token policy versions of one ``/generate`` chunk to a sample's.
 
+    Args:
+        kv_floor: the policy version the chunk was sent under (its prefix-cache namespace) when the servers keep
+            requests across weight updates (in-place pauses): if the chunk's first token is labelled newer, every
+            token of the chunk is labelled ``kv_floor`` instead (module docstring). None: labels as served.
     Raises:
         ProtocolError: the chunk has not one logprob per output id, or its version spans do not tile its output.
     """
@@ -66,4 +81,7 @@ def accumulate(resp: GenerateResponse, ids: list[int], lps: list[float], vers: l
     ids.extend(resp.output_ids)
     lps.extend(resp.output_logprobs)
     as_int = {v: version_to_int(v) for v in set(labels)}  # a few distinct labels, one per token
+    if kv_floor is not None and labels and as_int[labels[0]] > kv_floor:
+        vers.extend([int(kv_floor)] * n)
+        return
     vers.extend(as_int[v] for v in labels)

@@ -192,8 +192,12 @@ class Fleet:
                             continue
                         rc = s.proc.returncode
                         self.stop()
+                        tail = log_tail(s.log_path, TAIL_LINES)
+                        hint = ""
+                        if self.spec.engine == "sglang" and ("ImportError" in tail or "ModuleNotFoundError" in tail):
+                            hint = " - SGLang's environment is broken: rebuild it with `areal engine setup sglang --force`"
                         raise UserError(f"{self._describe(s)} exited with code {rc} during start-up "
-                                        f"(log {s.log_path}); last lines:\n{log_tail(s.log_path, TAIL_LINES)}")
+                                        f"(log {s.log_path}){hint}; last lines:\n{tail}")
                     try:
                         r = c.get(s.url + "/model_info")
                         if r.status_code == 200:

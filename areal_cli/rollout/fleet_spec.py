@@ -168,7 +168,8 @@ def child_env(spec: FleetSpec, i: int) -> dict[str, str]:
 def server_command(spec: FleetSpec, model_path: str, host: str, port: int, index: int) -> list[str]:
     """argv of server ``index`` listening on ``host:port`` and loading ``model_path``: SGLang's
     ``launch_server`` command (from ``spec.sglang``, seed + index) or ``python -m areal_cli.rollout.server``
-    with the embedded settings of ``spec`` (seed + index, ``--parent-pid`` = this process)."""
+    with the embedded settings of ``spec`` (seed + index, ``--parent-pid`` = this process,
+    ``--enable-deterministic-inference``: requests' ``sampling_seed`` honoured, which the kit's evaluations use)."""
     if spec.engine == "sglang":
         template = spec.sglang or SGLangServerArgs(model_path)
         return build_sglang_command(for_server(template, model_path=model_path, host=host, port=port,
@@ -177,7 +178,7 @@ def server_command(spec: FleetSpec, model_path: str, host: str, port: int, index
            "--port", str(port), "--max-running-requests", str(spec.max_running_requests),
            "--max-total-tokens", str(spec.max_total_tokens), "--seed", str(spec.seed + index),
            "--weight-version", str(spec.weight_version), "--num-threads", str(spec.num_threads),
-           "--parent-pid", str(os.getpid())]
+           "--parent-pid", str(os.getpid()), "--enable-deterministic-inference"]
     if spec.context_length is not None:
         cmd += ["--context-length", str(spec.context_length)]
     return cmd + list(spec.embedded_extra_args)

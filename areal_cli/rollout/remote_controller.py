@@ -321,6 +321,7 @@ async def _child(conn, spec: RolloutSpec) -> None:
                 forward = asyncio.create_task(forward_groups())
                 reporter = asyncio.create_task(report_stats_every())
             elif msg[0] == "version":
+                client.set_weight_version(msg[1])  # the servers hold it: new requests use its cache namespace
                 controller.notify_version(msg[1])
             elif msg[0] == "stale":
                 controller.release_stale()

@@ -13,7 +13,12 @@ Flag names were checked against SGLang's ``python/sglang/srt/server_args.py`` (s
 ``--dtype`` (choices auto, half, float16, bfloat16, float, float32), ``--random-seed``,
 ``--skip-tokenizer-init`` (a switch: token ids in, token ids out; ``text`` is not decoded),
 ``--attention-backend``, ``--device``, ``--weight-version`` (initial label, default "default"),
-``--log-level``. Anything else goes through ``extra_args`` verbatim.
+``--log-level``, ``--sleep-on-idle`` (an idle scheduler sleeps instead of polling: on CPU an idle server otherwise
+burns most of a core). Anything else goes through ``extra_args`` verbatim.
+
+SGLang's CPU mode (:func:`cpu_mode`): ``--device cpu --attention-backend torch_native --dtype float32
+--sleep-on-idle`` and ``SGLANG_USE_CPU_ENGINE=1`` in the server's environment (``shared/reference/sglang_cpu.md`` of
+the workspace).
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ class SGLangServerArgs:
         device: "cuda" (default when None), "cpu", ...
         weight_version: initial ``weight_version`` label (e.g. "3" when resuming; None: "default").
         log_level: one of :data:`LOG_LEVELS`.
+        sleep_on_idle: ``--sleep-on-idle``.
         extra_args: further flags, appended verbatim.
     """
 
@@ -67,6 +73,7 @@ class SGLangServerArgs:
     device: str | None = None
     weight_version: str | None = None
     log_level: str = "info"
+    sleep_on_idle: bool = False
     extra_args: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -112,8 +119,9 @@ def validate_sglang_args(a: SGLangServerArgs) -> None:
         raise _bad("dtype", f"must be one of {', '.join(DTYPES)}", a.dtype)
     if a.random_seed is not None:
         _int("random_seed", a.random_seed, 0, 2**31 - 1)
-    if not isinstance(a.skip_tokenizer_init, bool):
-        raise _bad("skip_tokenizer_init", "must be true or false", a.skip_tokenizer_init)
+    for name in ("skip_tokenizer_init", "sleep_on_idle"):
+        if not isinstance(getattr(a, name), bool):
+            raise _bad(name, "must be true or false", getattr(a, name))
     for name in ("attention_backend", "device", "weight_version"):
         if getattr(a, name) is not None:
             _word(name, getattr(a, name))
@@ -154,6 +162,8 @@ def build_sglang_command(args: SGLangServerArgs, python: str = sys.executable) -
         if v is not None:
             cmd += [flag, v]
     cmd += ["--log-level", a.log_level]
+    if a.sleep_on_idle:
+        cmd.append("--sleep-on-idle")
     cmd += list(a.extra_args)
     return cmd
 
@@ -164,7 +174,8 @@ def sglang_args_from_config(model_path: str, *, server_index: int = 0, host: str
                             max_running_requests: int | None = None, max_prompt_tokens: int | None = None,
                             max_new_tokens: int | None = None, dtype: str = "bfloat16", seed: int = 0,
                             weight_version: str | None = None, attention_backend: str | None = None,
-                            device: str | None = None, log_level: str = "info",
+                            device: str | None = None, log_level: str = "info", sleep_on_idle: bool = False,
+                            skip_tokenizer_init: bool = True,
                             extra_args: list[str] | tuple[str, ...] = ()) -> SGLangServerArgs:
     """One server's :class:`SGLangServerArgs` from the recipe's generation settings.
 
@@ -174,6 +185,9 @@ def sglang_args_from_config(model_path: str, *, server_index: int = 0, host: str
         tp_size, pp_size, dp_size: the allocation's generation parallelism per server (``sglang.dDmMpP``:
             one server per tp*pp GPUs, so dp_size stays 1 here unless one server should run DP itself).
         max_prompt_tokens, max_new_tokens: context length = their sum when both are given.
+        skip_tokenizer_init: token ids in and out, no tokenizer loaded (SGLang 0.5.23 then refuses requests with
+            ``min_new_tokens > 0``: it needs the tokenizer's EOS id; a run with ``rollout.min_new_tokens`` passes
+            False).
         Others: as in :class:`SGLangServerArgs`.
     Raises:
         UserError: a bad value (``sglang.<field>: ...``); a negative server_index or max_* value.
@@ -191,10 +205,23 @@ def sglang_args_from_config(model_path: str, *, server_index: int = 0, host: str
                          pp_size=pp_size, mem_fraction_static=mem_fraction_static,
                          max_total_tokens=max_total_tokens, max_running_requests=max_running_requests,
                          context_length=context_length, dtype=dtype, random_seed=seed + server_index,
-                         skip_tokenizer_init=True, attention_backend=attention_backend, device=device,
-                         weight_version=weight_version, log_level=log_level, extra_args=tuple(extra_args))
+                         skip_tokenizer_init=skip_tokenizer_init, attention_backend=attention_backend, device=device,
+                         weight_version=weight_version, log_level=log_level, sleep_on_idle=sleep_on_idle,
+                         extra_args=tuple(extra_args))
     validate_sglang_args(a)
     return a
+
+
+#: SGLang's CPU mode: the flags and the environment variable its CPU engine needs (measured with SGLang 0.5.23).
+CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1"}
+
+
+def cpu_mode(args: SGLangServerArgs, *, dtype_given: bool) -> SGLangServerArgs:
+    """``args`` for SGLang's CPU mode: ``device="cpu"``, ``attention_backend="torch_native"`` (the only attention
+    backend SGLang runs on a CPU without AMX), ``sleep_on_idle``, and ``dtype="float32"`` unless the dtype was
+    chosen (``dtype_given``). The server also needs :data:`CPU_ENV` in its environment."""
+    return replace(args, device=args.device or "cpu", attention_backend=args.attention_backend or "torch_native",
+                   sleep_on_idle=True, dtype=args.dtype if dtype_given else "float32")
 
 
 def for_server(template: SGLangServerArgs, *, model_path: str, host: str, port: int, server_index: int

@@ -6,7 +6,9 @@ server process. Each update splits the HF-named tensors into buckets of at most 
 (:class:`~areal_cli.rollout.protocol.UpdateWeightsFromDistributedRequest`) to every server (in a thread: the
 server answers only once it has received and loaded the bucket) and broadcasts each tensor from rank 0 in
 the same order. Server i's first process is rank ``1 + i*tp*pp`` of a group of ``1 + sum(tp*pp)`` ranks
-(AReaL ``connect_engine``).
+(AReaL ``connect_engine``). The buckets of one update are sent inside a weight-update session (``POST
+/begin_weight_update`` before the first, ``POST /end_weight_update`` after the last, also after a failure):
+SGLang 0.5.23 refuses ``/update_weights_from_distributed`` outside one.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from typing import Any, Callable, Iterable, Sequence
 from areal_cli.ports import free_port
 from areal_cli.rollout.process_group import destroy_process_group, init_custom_process_group
 from areal_cli.rollout.protocol import (
-    DEFAULT_GROUP_NAME, DTYPE_BYTES, ParamSpec, build_destroy_weights_update_group_payload,
+    DEFAULT_GROUP_NAME, DTYPE_BYTES, SESSION_OPEN, BeginWeightUpdateRequest, ParamSpec,
+    build_destroy_weights_update_group_payload,
     build_init_weights_update_group_payload, build_update_weights_from_distributed_payload, parse_error_message,
 )
 
@@ -229,6 +232,30 @@ class WeightSender:
             server_first = sorted(errors, key=lambda e: not e.startswith(tuple(self.urls)))
             raise WeightSyncError(f"{what} failed: " + "; ".join(server_first))
 
+    def _post_all(self, path: str, payload: dict, timeout_s: float) -> dict[str, str]:
+        """POST ``payload`` to every server at once; ``{url: error message}`` of those that failed."""
+        futs = {self._pool.submit(_post, self._http, u, path, payload, timeout_s): u for u in self.urls}
+        return {futs[f]: f.result() for f in futs if f.result() is not None}
+
+    def _begin_session(self) -> None:
+        """``POST /begin_weight_update`` to every server. A server that still has a session open (an update of a
+        process that died mid-way) gets ``/end_weight_update`` and a new begin.
+
+        Raises:
+            WeightSyncError: a server refused (its url and message).
+        """
+        body = BeginWeightUpdateRequest().to_json()
+        errors = self._post_all("/begin_weight_update", body, self.timeout_s)
+        stale = [u for u, e in errors.items() if SESSION_OPEN in e]
+        for u in stale:
+            log.warning("%s had a weight-update session open (an earlier update did not end): ending it", u)
+            _post(self._http, u, "/end_weight_update", {}, self.timeout_s)
+            errors[u] = _post(self._http, u, "/begin_weight_update", body, self.timeout_s)
+        errors = {u: e for u, e in errors.items() if e is not None}
+        if errors:
+            self._post_all("/end_weight_update", {}, 30.0)  # those that began
+            raise WeightSyncError("begin_weight_update failed: " + "; ".join(f"{u}: {e}" for u, e in errors.items()))
+
     def _abandon(self, coll: cf.Future) -> None:
         """Tear the group down after a failure: servers drop theirs, we drop ours (next send re-inits).
 
@@ -283,8 +310,9 @@ class WeightSender:
              chunk_mb: float = DEFAULT_CHUNK_MB, abort_all_requests: bool = True, flush_cache: bool = True) -> dict:
         """Send HF-named tensors to every server; the last bucket sets ``weight_version = str(version)``.
 
-        Per bucket: POST ``/update_weights_from_distributed`` to every server (threads) and broadcast each
-        tensor from rank 0 in payload order; wait for both.
+        ``/begin_weight_update`` on every server; per bucket: POST ``/update_weights_from_distributed`` to every
+        server (threads) and broadcast each tensor from rank 0 in payload order, wait for both;
+        ``/end_weight_update`` (also after a failure, best effort).
 
         Args:
             named_tensors: ``[(hf_name, tensor)]`` (or a dict); CPU tensors for gloo, any device for nccl
@@ -298,12 +326,11 @@ class WeightSender:
         Returns:
             ``{"seconds", "bytes", "buckets", "tensors"}``.
         Raises:
-            WeightSyncError: a server refused a bucket (its url and message), the broadcast failed or timed
-                out. The group is torn down; the next call forms a new one.
+            WeightSyncError: a server refused the session or a bucket (its url and message), the broadcast failed
+                or timed out. After a failed bucket the group is torn down; the next call forms a new one.
             ValueError: no tensors, or a dtype that cannot travel.
         """
         import torch
-        import torch.distributed as dist
 
         t0 = time.perf_counter()
         items = list(named_tensors.items()) if isinstance(named_tensors, dict) else list(named_tensors)
@@ -314,6 +341,24 @@ class WeightSender:
         tensors = {n: t for n, t in items}
         buckets = plan_buckets(specs, chunk_mb)
         device = torch.device("cuda", torch.cuda.current_device()) if self.backend == "nccl" else None
+        self._begin_session()
+        try:
+            self._send_buckets(buckets, tensors, version, abort_all_requests, flush_cache, device)
+        except BaseException:
+            self._post_all("/end_weight_update", {}, 30.0)  # best effort: the servers stay usable
+            raise
+        errors = self._post_all("/end_weight_update", {}, self.timeout_s)
+        if errors:
+            raise WeightSyncError("end_weight_update failed: " + "; ".join(f"{u}: {e}" for u, e in errors.items()))
+        return {"seconds": time.perf_counter() - t0, "bytes": sum(s.nbytes for s in specs),
+                "buckets": len(buckets), "tensors": len(specs)}
+
+    def _send_buckets(self, buckets: list[list[ParamSpec]], tensors: dict, version, abort_all_requests: bool,
+                      flush_cache: bool, device) -> None:
+        """Each bucket: POST ``/update_weights_from_distributed`` to every server while broadcasting its tensors."""
+        import torch
+        import torch.distributed as dist
+
         for i, bucket in enumerate(buckets):
             last = i == len(buckets) - 1
             payload = build_update_weights_from_distributed_payload(
@@ -331,8 +376,6 @@ class WeightSender:
 
             self._run(f"update_weights_from_distributed (bucket {i + 1}/{len(buckets)})", bcast,
                       "/update_weights_from_distributed", [payload] * len(self.urls))
-        return {"seconds": time.perf_counter() - t0, "bytes": sum(s.nbytes for s in specs),
-                "buckets": len(buckets), "tensors": len(specs)}
 
     def close(self) -> list[str]:
         """POST ``/destroy_weights_update_group`` to every server and destroy the group. Idempotent.

@@ -147,7 +147,8 @@ async def update_weights_distributed(client, run_sync: Callable[[], Awaitable[An
         client: a ``RolloutClient`` (only ``interruptible``, ``pause``, ``resume``, ``hold``, ``release``,
             ``urls``, ``on_activity`` are used).
         run_sync: coroutine function that performs the sync.
-        version: the new version (reported to ``on_activity`` only; the label travels in the payload).
+        version: the new version (the label travels in the payload; the client is told once it is loaded, and
+            ``on_activity`` hears of it).
     Returns:
         whatever ``run_sync`` returned.
     """
@@ -158,7 +159,10 @@ async def update_weights_distributed(client, run_sync: Callable[[], Awaitable[An
     else:  # no new request starts on half-updated weights between two buckets
         client.hold()
     try:
-        return await run_sync()
+        out = await run_sync()
+        if hasattr(client, "set_weight_version"):  # before the servers go on (the prefix-cache namespace)
+            client.set_weight_version(version)
+        return out
     finally:
         if paused:
             await client.resume()

@@ -63,12 +63,13 @@ def preflight(cfg: TrainConfig, *, resume: Checkpoint | None = None) -> Path | N
             raise UserError(f"model.path '{cfg.model.path}': not a model directory (no config.json) or .gguf file")
         ModelSpec.from_model_dir(model_dir)  # an unsupported family or feature: one line, before anything
     if cfg.rollout.engine == "sglang":
-        import importlib.util
+        from areal_cli.rollout.sglang_env import check_python, resolve_sglang_python
 
-        if importlib.util.find_spec("sglang") is None:
-            raise UserError(f"rollout.engine: sglang: the 'sglang' package is not installed here (a GPU run: "
-                            f"`areal reproduce {cfg.recipe}` on a machine with its GPUs, or `areal launch slurm "
-                            f"{cfg.recipe} ...` on a cluster; -o rollout.engine=embedded runs the CPU server)")
+        try:
+            check_python(resolve_sglang_python(cfg.rollout.sglang_python), full=False)
+        except UserError as e:
+            raise UserError(f"{e} (a GPU recipe: `areal reproduce {cfg.recipe}` on a machine with its GPUs, or "
+                            f"`areal launch slurm {cfg.recipe} ...` on a cluster)") from None
     if cfg.model.path is None and cfg.rollout.engine != "embedded" and resume is None:
         raise UserError(f"field 'model.path': rollout.engine {cfg.rollout.engine} serves a model directory; set "
                         f"-o model.path=DIR (a published recipe's base model: `areal download {cfg.recipe} "

@@ -30,6 +30,7 @@ from areal_cli.train_loop.context import RunContext
 from areal_cli.train_loop.loop import rl_loop
 from areal_cli.train_loop.resume import restore_weights_dir
 from areal_cli.train_loop.warm_start import warm_start
+from areal_cli.train_loop.weights import adopt_or_reset_external
 
 
 def sandbox_in_force(cfg: TrainConfig, task: Task, status: RunStatus) -> dict | None:
@@ -137,6 +138,9 @@ async def run_job(cfg: TrainConfig, out: Path, task: Task, status: RunStatus, ti
         client = RolloutClient(urls, vocab_size=vocab_size,
                                interruptible=cfg.rollout.interruptible,
                                pause_mode=cfg.rollout.pause_mode, on_activity=on_activity)
+        if cfg.rollout.engine == "external":  # servers someone else started: at the run's version, or loaded
+            await adopt_or_reset_external(client, serve_dir, serve_version, status.log)
+        client.set_weight_version(serve_version)
         if cfg.parallel.rollout_process:  # starts now, builds its controller during the warm start
             remote = RolloutProcess(RolloutSpec(cfg, str(base), urls, vocab_size,
                                                 controller_cpus, timeline is not None), on_activity=on_activity)

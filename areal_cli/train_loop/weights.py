@@ -107,6 +107,39 @@ async def sync_distributed(ctx: RunContext, version: int) -> None:
             version)
 
 
+async def adopt_or_reset_external(client, weights: Path, version: int, log) -> None:
+    """Servers someone else started (``rollout.engine: external``) at the start of a run: each must serve the run's
+    starting policy ``version`` (0, or a checkpoint's when resuming) with the weights in ``weights``. A server whose
+    ``/model_info`` says that version is adopted as it is; any other is reset by loading ``weights`` as
+    ``version``. One line says which for each server.
+
+    Raises:
+        ServerError: a server that cannot be asked or refuses the load (e.g. it cannot read ``weights``): its
+            message, the server and what to do.
+    """
+    from areal_cli.rollout.protocol import ServerError, version_to_int
+
+    for url in client.urls:
+        info = await client.model_info(url)
+        label = info.get("weight_version", "default")
+        try:
+            held = version_to_int(label)
+        except ValueError:
+            held = None
+        if held == version:
+            log(f"external server {url}: serves weight version {label!r}, the run's version {version}: adopted")
+            continue
+        try:
+            await client.load_weights_on(url, str(Path(weights).resolve()), version)
+        except ServerError as e:
+            raise ServerError(e.status, f"{url} serves weight version {label!r}, not the run's version {version}, "
+                                        f"and refused to load the run's weights {weights} as version {version} "
+                                        f"({e.message}); restart it on those weights with --weight-version "
+                                        f"{version}", url) from None
+        log(f"external server {url}: served weight version {label!r}; reset: loaded the run's weights "
+            f"({weights}) as version {version}")
+
+
 async def publish(ctx: RunContext, version: int, tag: str) -> Path:
     """Write the trainer's weights in HF format and load them on every server as ``version``."""
     path = await ctx.train("engine.save_hf", ctx.out / "weights" / tag)

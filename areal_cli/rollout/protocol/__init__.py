@@ -14,7 +14,8 @@ there; DESIGN.md §2) and, for the collective weight update that has no recordin
 - :mod:`~areal_cli.rollout.protocol.control`: ``/pause_generation``, ``/continue_generation``,
   ``/abort_request``, ``/update_weight_version``.
 - :mod:`~areal_cli.rollout.protocol.weight_update`: ``/update_weights_from_disk`` and the weight-update group
-  (``/init_weights_update_group``, ``/update_weights_from_distributed``, ``/destroy_weights_update_group``).
+  (``/init_weights_update_group``, ``/begin_weight_update``, ``/update_weights_from_distributed``,
+  ``/end_weight_update``, ``/destroy_weights_update_group``).
 - :mod:`~areal_cli.rollout.protocol.errors`: :class:`ProtocolError`, :class:`ServerError` and SGLang's error
   bodies; :mod:`~areal_cli.rollout.protocol.fields`: the type checks the parsers share.
 
@@ -33,14 +34,15 @@ from areal_cli.rollout.protocol.errors import (
 )
 from areal_cli.rollout.protocol.generate_request import (
     SGLANG_SAMPLING_KEYS, BatchGenerateRequest, GenerateRequest, SamplingParams, build_batch_generate_payload,
-    build_generate_payload, parse_generate_request,
+    build_generate_payload, cache_key, parse_generate_request,
 )
 from areal_cli.rollout.protocol.generate_response import (
     ABORT_FINISH_REASON, GenerateResponse, build_generate_response, finish_reason_json, parse_generate_response,
     spans_from_versions, version_to_int, versions_from_spans,
 )
 from areal_cli.rollout.protocol.weight_update import (
-    DEFAULT_GROUP_NAME, DTYPE_BYTES, DestroyWeightsUpdateGroupRequest, InitWeightsUpdateGroupRequest, ParamSpec,
+    DEFAULT_GROUP_NAME, DTYPE_BYTES, NO_SESSION, NO_SESSION_TO_END, SESSION_OPEN, BeginWeightUpdateRequest,
+    DestroyWeightsUpdateGroupRequest, InitWeightsUpdateGroupRequest, ParamSpec,
     UpdateWeightsFromDiskRequest, UpdateWeightsFromDistributedRequest, WeightUpdateReply,
     build_destroy_weights_update_group_payload, build_init_weights_update_group_payload,
     build_update_weights_from_disk_payload, build_update_weights_from_distributed_payload,
@@ -49,15 +51,15 @@ from areal_cli.rollout.protocol.weight_update import (
 )
 
 __all__ = [
-    "ABORT_FINISH_REASON", "DEFAULT_GROUP_NAME", "DTYPE_BYTES", "PAUSE_MODES", "SGLANG_SAMPLING_KEYS",
-    "AbortRequest", "BatchGenerateRequest", "ContinueGenerationRequest", "DestroyWeightsUpdateGroupRequest",
+    "ABORT_FINISH_REASON", "DEFAULT_GROUP_NAME", "DTYPE_BYTES", "NO_SESSION", "NO_SESSION_TO_END", "PAUSE_MODES",
+    "SESSION_OPEN", "SGLANG_SAMPLING_KEYS", "AbortRequest", "BeginWeightUpdateRequest", "BatchGenerateRequest", "ContinueGenerationRequest", "DestroyWeightsUpdateGroupRequest",
     "GenerateRequest", "GenerateResponse", "InitWeightsUpdateGroupRequest", "ParamSpec", "PauseGenerationRequest",
     "ProtocolError", "SamplingParams", "ServerError", "UpdateWeightVersionRequest", "UpdateWeightsFromDiskRequest",
     "UpdateWeightsFromDistributedRequest", "WeightUpdateReply",
     "build_abort_payload", "build_batch_generate_payload", "build_continue_payload",
     "build_destroy_weights_update_group_payload", "build_generate_payload", "build_generate_response",
     "build_init_weights_update_group_payload", "build_pause_payload", "build_update_weights_from_disk_payload",
-    "build_update_weights_from_distributed_payload", "error_body", "finish_reason_json", "is_error_body",
+    "build_update_weights_from_distributed_payload", "cache_key", "error_body", "finish_reason_json", "is_error_body",
     "parse_destroy_weights_update_group_request", "parse_error_message", "parse_generate_request",
     "parse_generate_response", "parse_init_weights_update_group_request",
     "parse_update_weights_from_distributed_request", "spans_from_versions", "version_to_int", "versions_from_spans",

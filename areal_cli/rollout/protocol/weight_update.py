@@ -15,6 +15,11 @@ Over a collective (:mod:`areal_cli.rollout.weight_sync`). No recording of these 
   weight_version: Optional[str] = None, load_format: Optional[str] = None, torch_empty_cache = False``.
   ``dtypes`` are torch dtype names without the ``torch.`` prefix (``"bfloat16"``, ``"float32"``).
 - ``DestroyWeightsUpdateGroupReqInput``: ``group_name = "weight_update_group"``.
+- ``BeginWeightUpdateReqInput`` (``POST /begin_weight_update``): ``selector: "target" | "draft" | "all" = "all"``;
+  ``EndWeightUpdateReqInput`` (``POST /end_weight_update``): no field. SGLang 0.5.23 refuses
+  ``/update_weights_from_distributed`` outside such a session (HTTP 400 "update_weights_from_distributed must run
+  between begin_weight_update() and end_weight_update()"), and a second begin while one is open ("a
+  weight-update session is already open; call end_weight_update() first"). Checked against a real server (CPU).
 - Replies (``*ReqOutput``): ``{"success": bool, "message": str}``, HTTP 200 or 400.
 """
 
@@ -240,6 +245,44 @@ class UpdateWeightsFromDistributedRequest:
             flush_cache=bool_field(body, "flush_cache", True),
             extra={k: v for k, v in body.items() if k not in known},
         )
+
+
+#: SGLang 0.5.23's refusals around weight-update sessions, verbatim (servers answer them; the sender recognises them).
+NO_SESSION = "{op} must run between begin_weight_update() and end_weight_update()"
+SESSION_OPEN = "a weight-update session is already open; call end_weight_update() first"
+NO_SESSION_TO_END = "no weight-update session is open; call begin_weight_update() first"
+SELECTORS = ("target", "draft", "all")
+
+
+@dataclass(frozen=True)
+class BeginWeightUpdateRequest:
+    """``POST /begin_weight_update`` body (SGLang ``BeginWeightUpdateReqInput``): open a weight-update session, in
+    which ``/update_weights_from_distributed`` may load buckets; ``/end_weight_update`` closes it.
+
+    Attributes:
+        selector: the runners the session covers: "target", "draft" (speculative decoding) or "all".
+    """
+
+    selector: str = "all"
+
+    def to_json(self) -> dict:
+        """``{"selector": selector}``."""
+        return {"selector": self.selector}
+
+    @classmethod
+    def from_json(cls, body: Any) -> "BeginWeightUpdateRequest":
+        """Parse a decoded body (None or ``{}``: selector "all").
+
+        Raises:
+            ProtocolError: not an object, or an unknown selector.
+        """
+        body = {} if body is None else body
+        if not isinstance(body, dict):
+            raise ProtocolError("The request body must be a JSON object.")
+        sel = body.get("selector", "all")
+        if sel not in SELECTORS:
+            raise ProtocolError(f"selector must be one of {', '.join(SELECTORS)}, got {sel!r}")
+        return cls(sel)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,12 @@ def _parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-prefill-tokens", type=int, default=8192)
     p.add_argument("--context-length", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--skip-tokenizer-init", action="store_true",
+                   help="as SGLang's: requests with min_new_tokens > 0 are refused (SGLang needs the tokenizer's EOS "
+                        "id for them)")
+    p.add_argument("--enable-deterministic-inference", action="store_true",
+                   help="honour each request's sampling_seed (SGLang's flag; without it, as in SGLang, the field is "
+                        "accepted and ignored)")
     p.add_argument("--weight-version", default="0")
     p.add_argument("--num-threads", type=int, default=1, help="torch intra-op threads (default 1)")
     p.add_argument("--step-delay-s", type=float, default=0.0,

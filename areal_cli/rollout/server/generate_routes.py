@@ -22,6 +22,11 @@ from areal_cli.rollout.protocol.generate_response import build_generate_response
 from areal_cli.rollout.server.http_bodies import error_response, read_json
 from areal_cli.rollout.server.worker import ServerState
 
+#: SGLang 0.5.23's refusal (``sampling_params.raise_if_tokenizer_required``), answered when started with
+#: ``--skip-tokenizer-init`` as SGLang answers it.
+MIN_NEW_TOKENS_NEEDS_TOKENIZER = ("min_new_tokens={} is unavailable when skip_tokenizer_init=True (requires tokenizer "
+                                  "for eos_token_id).")
+
 
 def add_generate_routes(app, state: ServerState) -> None:
     """Add ``/generate`` and ``/v1/chat/completions`` (serving ``state``) to the FastAPI ``app``."""
@@ -80,7 +85,7 @@ def add_generate_routes(app, state: ServerState) -> None:
             errors = []
             for r in reqs:
                 try:
-                    engine.add_request(r.rid, r.input_ids, r.sampling_params,
+                    engine.add_request(r.rid, r.input_ids, honoured_seed(r.sampling_params),
                                        logprob_start_len=r.logprob_start_len if r.return_logprob else -1)
                 except EngineError as e:
                     errors.append((r.rid, str(e)))
@@ -96,6 +101,11 @@ def add_generate_routes(app, state: ServerState) -> None:
             return error_response(400, errors[0][1])
         return list(await asyncio.gather(*futs))
 
+    def honoured_seed(sp):
+        """``sp`` with its ``sampling_seed`` kept only under ``--enable-deterministic-inference``: SGLang 0.5.23
+        accepts the field and ignores it otherwise (each request then draws its seed from the server's stream)."""
+        return sp if state.args.enable_deterministic_inference or sp.seed is None else dataclasses.replace(sp, seed=None)
+
     @app.post("/generate")
     async def generate(request: Request):
         t_recv = time.monotonic()
@@ -105,6 +115,8 @@ def add_generate_routes(app, state: ServerState) -> None:
                                                     context_length=eng.context_length)
             for r in reqs:
                 eng.validate(r.input_ids, r.sampling_params)  # pure checks; safe off the engine thread
+                if state.args.skip_tokenizer_init and r.sampling_params.min_new_tokens > 0:
+                    raise ProtocolError(MIN_NEW_TOKENS_NEEDS_TOKENIZER.format(r.sampling_params.min_new_tokens))
         except (ProtocolError, EngineError) as e:
             return error_response(400, str(e))
         results = await submit(reqs, t_recv)
@@ -152,6 +164,7 @@ def add_generate_routes(app, state: ServerState) -> None:
             budget = min(req.max_tokens, room) if req.max_tokens is not None else room
             sp = SamplingParams(max_new_tokens=budget, temperature=req.temperature, top_p=req.top_p,
                                 top_k=req.top_k, stop_token_ids=stops, seed=req.seed)
+            sp = honoured_seed(sp)
             try:
                 eng.validate(prompt, sp)
             except EngineError as e:

@@ -13,13 +13,15 @@ def error_response(status: int, message: str):
     return JSONResponse(error_body(message), status_code=status)
 
 
-async def read_json(request) -> Any:
-    """The decoded JSON body of a FastAPI ``request``.
+async def read_json(request, *, empty_ok: bool = False) -> Any:
+    """The decoded JSON body of a FastAPI ``request`` (``empty_ok``: an empty body reads as None).
 
     Raises:
-        ProtocolError: an empty body or invalid JSON (the message the route answers with 400).
+        ProtocolError: an empty body (unless ``empty_ok``) or invalid JSON (the message the route answers with 400).
     """
     raw = await request.body()
+    if not raw and empty_ok:
+        return None
     if not raw:
         raise ProtocolError("The request body is empty (expected a JSON object).")
     try:

@@ -64,6 +64,8 @@ class EmbeddedServer:
             startup_timeout_s: give up (kill the child, raise) after this many seconds.
             num_threads: torch threads in the child (default 1: machines are shared).
             step_delay_s: testing knob, sleep after each engine step.
+            extra_args: more flags; ``--no-deterministic-inference`` (not passed on) starts it as SGLang starts by
+                default, ignoring requests' ``sampling_seed`` (otherwise ``--enable-deterministic-inference``).
             wait: (added) False returns right after spawning; call :meth:`wait_until_ready` later (lets a
                 caller overlap the child's start-up with its own work).
         Raises:
@@ -111,6 +113,10 @@ class EmbeddedServer:
                "--max-total-tokens", str(max_total_tokens), "--seed", str(seed),
                "--weight-version", str(weight_version), "--num-threads", str(num_threads),
                "--parent-pid", str(os.getpid())]
+        if "--no-deterministic-inference" in extra_args:  # the SGLang default: sampling_seed ignored
+            extra_args = [a for a in extra_args if a != "--no-deterministic-inference"]
+        else:  # the kit's launches honour each request's sampling_seed (evaluations are seeded per sample)
+            cmd.append("--enable-deterministic-inference")
         if context_length is not None:
             cmd += ["--context-length", str(context_length)]
         if step_delay_s:

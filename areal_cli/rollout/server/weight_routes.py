@@ -9,8 +9,11 @@
   backend}`` (SGLang ``InitWeightsUpdateGroupReqInput``; backend "gloo" only on this CPU server): joins a
   new process group as rank ``rank_offset`` (in a thread; answers once the group formed). A group of the
   same name is replaced.
+- ``POST /begin_weight_update`` ``{selector?}`` / ``POST /end_weight_update`` ``{}``: open and close a weight-update
+  session, as SGLang 0.5.23 does (a second begin, or an end without a begin, is refused with SGLang's message;
+  unless paused, a begin first waits for in-flight requests, like SGLang's writer lock).
 - ``POST /update_weights_from_distributed`` ``{names, dtypes, shapes, group_name, weight_version?,
-  abort_all_requests?, flush_cache?}``: receives one broadcast tensor per entry from rank 0 (allocated by
+  abort_all_requests?, flush_cache?}``: refused outside a session (SGLang's message, HTTP 400); receives one broadcast tensor per entry from rank 0 (allocated by
   the payload's shapes/dtypes, so the group stays in step even when the load is then refused), then loads
   them like ``/update_weights_from_disk`` (same abort/drain/hold rules, same reply shapes). A failed
   receive drops the group.
@@ -24,7 +27,7 @@ import time
 
 from areal_cli.rollout.protocol.errors import ProtocolError
 from areal_cli.rollout.protocol.weight_update import (
-    DestroyWeightsUpdateGroupRequest, InitWeightsUpdateGroupRequest, UpdateWeightsFromDiskRequest,
+    NO_SESSION, NO_SESSION_TO_END, SESSION_OPEN, BeginWeightUpdateRequest, DestroyWeightsUpdateGroupRequest, InitWeightsUpdateGroupRequest, UpdateWeightsFromDiskRequest,
     UpdateWeightsFromDistributedRequest, WeightUpdateReply,
 )
 from areal_cli.rollout.server.control_routes import abort_all_and_wait
@@ -143,12 +146,35 @@ def add_weight_routes(app, state: ServerState) -> None:
         await asyncio.to_thread(drop_group, name)
         return weight_reply(True, "Succeeded to destroy custom process group.")
 
+    @app.post("/begin_weight_update")
+    async def begin_weight_update(request: Request):
+        try:
+            BeginWeightUpdateRequest.from_json(await read_json(request, empty_ok=True))
+        except ProtocolError as e:
+            return weight_reply(False, str(e), 400)
+        async with state.update_lock:
+            if state.weight_session:
+                return weight_reply(False, SESSION_OPEN, 400)
+            await quiesce(False)
+            state.weight_session = True
+        return weight_reply(True, "Success")
+
+    @app.post("/end_weight_update")
+    async def end_weight_update(request: Request):
+        async with state.update_lock:
+            if not state.weight_session:
+                return weight_reply(False, NO_SESSION_TO_END, 400)
+            state.weight_session = False
+        return weight_reply(True, "Success")
+
     @app.post("/update_weights_from_distributed")
     async def update_weights_from_distributed(request: Request):
         try:
             req = UpdateWeightsFromDistributedRequest.from_json(await read_json(request))
         except ProtocolError as e:
             return weight_reply(False, str(e), 400)
+        if not state.weight_session:
+            return weight_reply(False, NO_SESSION.format(op="update_weights_from_distributed"), 400)
         name = req.group_name
         if name not in state.weight_groups:
             return weight_reply(False, f"Weight update group {name!r} is not initialized: call "

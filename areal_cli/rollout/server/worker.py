@@ -126,6 +126,7 @@ class ServerState:
         self.worker = EngineWorker(engine, self.on_result, step_delay_s=args.step_delay_s)
         self.weight_groups: dict[str, Any] = {}  # group_name -> torch process group (weight sync)
         self.receiving: set[str] = set()  # groups a receive is blocked on
+        self.weight_session = False  # between /begin_weight_update and /end_weight_update
         self.started = time.time()
         self.held_requests = 0  # /generate requests waiting for a pause (or a draining update) to end
         self.health_requests = 0  # GET /health calls received (the kit's own clients never make any)

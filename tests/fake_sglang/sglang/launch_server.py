@@ -38,6 +38,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--log-level", default="info")
     p.add_argument("--skip-server-warmup", action="store_true")
     p.add_argument("--disable-cuda-graph", action="store_true")
+    p.add_argument("--sleep-on-idle", action="store_true")
+    p.add_argument("--enable-deterministic-inference", action="store_true")
     return p.parse_args(argv)
 
 
@@ -46,7 +48,8 @@ def main(argv=None) -> None:
     print(f"fake sglang: tp={a.tp_size} dp={a.dp_size} pp={a.pp_size} mem_fraction_static="
           f"{a.mem_fraction_static} dtype={a.dtype} attention_backend={a.attention_backend} device={a.device} "
           f"schedule_policy={a.schedule_policy} context_length={a.context_length} "
-          f"skip_tokenizer_init={a.skip_tokenizer_init}: not used by the embedded server", flush=True)
+          f"skip_tokenizer_init={a.skip_tokenizer_init} sleep_on_idle={a.sleep_on_idle}: not used by the embedded "
+          f"server", flush=True)
     cmd = [sys.executable, "-m", "areal_cli.rollout.server", "--model-path", a.model_path, "--host", a.host,
            "--port", str(a.port), "--weight-version", a.weight_version, "--log-level", a.log_level,
            "--seed", str(a.random_seed or 0)]
@@ -54,6 +57,10 @@ def main(argv=None) -> None:
         cmd += ["--max-total-tokens", str(a.max_total_tokens)]
     if a.max_running_requests is not None:
         cmd += ["--max-running-requests", str(a.max_running_requests)]
+    if a.skip_tokenizer_init:
+        cmd.append("--skip-tokenizer-init")
+    if a.enable_deterministic_inference:
+        cmd.append("--enable-deterministic-inference")
     if a.context_length is not None:
         cmd += ["--context-length", str(a.context_length)]
     if os.environ.get("FAKE_SGLANG_STEP_DELAY_S"):
