@@ -96,7 +96,10 @@ def launch_servers(cfg: TrainConfig, model_dir: Path, version: int, out: Path, l
         else (cfg.task.max_prompt_len or 1024), max_new_tokens=cfg.rollout.max_new_tokens,
         dtype=cfg.rollout.sglang_dtype or "bfloat16", seed=cfg.seed, weight_version=str(version),
         # SGLang refuses min_new_tokens > 0 without its tokenizer (it needs the EOS id)
-        skip_tokenizer_init=cfg.rollout.min_new_tokens == 0, extra_args=shlex.split(cfg.rollout.sglang_extra_args))
+        skip_tokenizer_init=cfg.rollout.min_new_tokens == 0,
+        # in-place updates: exact version spans (the overlap scheduler labels its in-flight forward's tokens new)
+        disable_overlap_schedule=cfg.rollout.interruptible and cfg.rollout.pause_mode == "in_place",
+        extra_args=shlex.split(cfg.rollout.sglang_extra_args))
     env = None
     if not n_gpus:  # SGLang's CPU mode (torch-native attention, float32 unless chosen, asleep when idle)
         template = cpu_mode(template, dtype_given=bool(cfg.rollout.sglang_dtype))

@@ -300,12 +300,19 @@ def run_eval(
     done = {sample_key(r): r for r in partial.records}
     todo = [j for j in jobs if j.key not in done]
     server = None
+    server_seeds: bool | None = None if server_url is not None else True  # the embedded server honours them
     try:
         with open_graders(graders, grader_timeout_s, grader_workers) as graders:
             graders.start(graders_kinds(problems_by_ds))
             new: list[dict[str, Any]] = []
             if todo:
                 url = server_url
+                if url is not None:
+                    server_seeds = server_honours_seeds(url)
+                    if server_seeds is False and (proto.temperature > 0 and proto.n_samples > 0):
+                        console.print(f"note: {url} ignores each request's sampling_seed (started without "
+                                      f"--enable-deterministic-inference; SGLang on CPU cannot enable it): samples "
+                                      f"at temperature {proto.temperature} are not reproducible by --seed")
                 if url is None and generator is None:
                     from areal_cli.rollout.server import EmbeddedServer
 
@@ -348,6 +355,7 @@ def run_eval(
             "model": model_label,
             "model_dir": str(model_path),
             "server_url": server_url,
+            "server_honours_seeds": server_seeds,
             "protocol": protocol_record(preset, proto),
             "n": proto.n_samples,
             "temperature": float(proto.temperature),
@@ -374,6 +382,20 @@ def run_eval(
     partial.remove()
     render_table(results, console, out_dir=out_dir)
     return results
+
+
+def server_honours_seeds(url: str) -> bool | None:
+    """Whether the server at ``url`` samples each request with its ``sampling_seed``: its ``/server_info``
+    ``enable_deterministic_inference`` (SGLang's flag; without it SGLang accepts the seed and ignores it). None: the
+    server does not say."""
+    import httpx
+
+    try:
+        info = httpx.get(url.rstrip("/") + "/server_info", timeout=30).json()
+    except (httpx.HTTPError, ValueError):
+        return None
+    v = info.get("enable_deterministic_inference") if isinstance(info, dict) else None
+    return v if isinstance(v, bool) else None
 
 
 def _has_samples(path: Path) -> bool:

@@ -69,6 +69,7 @@ def plan_for_config(config: str, *, nodes: int, gpus_per_node: int, run_dir: str
         plan_kwargs["sglang"] = {"mem_fraction_static": cfg.rollout.sglang_mem_fraction_static, "dtype": cfg.rollout.sglang_dtype or "bfloat16",
                                  "context_length": context,
                                  "skip_tokenizer_init": cfg.rollout.min_new_tokens == 0,
+                                 "disable_overlap_schedule": cfg.rollout.interruptible and cfg.rollout.pause_mode == "in_place",
                                  "max_running_requests": cfg.rollout.server_max_running_requests or None,
                                  "max_total_tokens": cfg.rollout.server_max_total_tokens or None,
                                  "extra_args": shlex.split(cfg.rollout.sglang_extra_args)}

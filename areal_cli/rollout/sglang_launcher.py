@@ -14,7 +14,7 @@ Flag names were checked against SGLang's ``python/sglang/srt/server_args.py`` (s
 ``--skip-tokenizer-init`` (a switch: token ids in, token ids out; ``text`` is not decoded),
 ``--attention-backend``, ``--device``, ``--weight-version`` (initial label, default "default"),
 ``--log-level``, ``--sleep-on-idle`` (an idle scheduler sleeps instead of polling: on CPU an idle server otherwise
-burns most of a core). Anything else goes through ``extra_args`` verbatim.
+burns most of a core), ``--disable-overlap-schedule`` (see :class:`SGLangServerArgs`). Anything else goes through ``extra_args`` verbatim.
 
 SGLang's CPU mode (:func:`cpu_mode`): ``--device cpu --attention-backend torch_native --dtype float32
 --sleep-on-idle`` and ``SGLANG_USE_CPU_ENGINE=1`` in the server's environment (``shared/reference/sglang_cpu.md`` of
@@ -53,6 +53,11 @@ class SGLangServerArgs:
         weight_version: initial ``weight_version`` label (e.g. "3" when resuming; None: "default").
         log_level: one of :data:`LOG_LEVELS`.
         sleep_on_idle: ``--sleep-on-idle``.
+        disable_overlap_schedule: ``--disable-overlap-schedule``. SGLang's overlap scheduler launches the next
+            forward before it has processed the last one's tokens; a pause in place then lands with one forward in
+            flight, and its tokens, computed by the old weights, come back labelled with the new version after the
+            update (measured on SGLang 0.5.23: the first token after the span boundary matched the old weights;
+            with the overlap off the boundary is exact). The kit turns it off for in-place updates.
         extra_args: further flags, appended verbatim.
     """
 
@@ -74,6 +79,7 @@ class SGLangServerArgs:
     weight_version: str | None = None
     log_level: str = "info"
     sleep_on_idle: bool = False
+    disable_overlap_schedule: bool = False
     extra_args: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -119,7 +125,7 @@ def validate_sglang_args(a: SGLangServerArgs) -> None:
         raise _bad("dtype", f"must be one of {', '.join(DTYPES)}", a.dtype)
     if a.random_seed is not None:
         _int("random_seed", a.random_seed, 0, 2**31 - 1)
-    for name in ("skip_tokenizer_init", "sleep_on_idle"):
+    for name in ("skip_tokenizer_init", "sleep_on_idle", "disable_overlap_schedule"):
         if not isinstance(getattr(a, name), bool):
             raise _bad(name, "must be true or false", getattr(a, name))
     for name in ("attention_backend", "device", "weight_version"):
@@ -164,6 +170,8 @@ def build_sglang_command(args: SGLangServerArgs, python: str = sys.executable) -
     cmd += ["--log-level", a.log_level]
     if a.sleep_on_idle:
         cmd.append("--sleep-on-idle")
+    if a.disable_overlap_schedule:
+        cmd.append("--disable-overlap-schedule")
     cmd += list(a.extra_args)
     return cmd
 
@@ -175,7 +183,7 @@ def sglang_args_from_config(model_path: str, *, server_index: int = 0, host: str
                             max_new_tokens: int | None = None, dtype: str = "bfloat16", seed: int = 0,
                             weight_version: str | None = None, attention_backend: str | None = None,
                             device: str | None = None, log_level: str = "info", sleep_on_idle: bool = False,
-                            skip_tokenizer_init: bool = True,
+                            skip_tokenizer_init: bool = True, disable_overlap_schedule: bool = False,
                             extra_args: list[str] | tuple[str, ...] = ()) -> SGLangServerArgs:
     """One server's :class:`SGLangServerArgs` from the recipe's generation settings.
 
@@ -188,6 +196,7 @@ def sglang_args_from_config(model_path: str, *, server_index: int = 0, host: str
         skip_tokenizer_init: token ids in and out, no tokenizer loaded (SGLang 0.5.23 then refuses requests with
             ``min_new_tokens > 0``: it needs the tokenizer's EOS id; a run with ``rollout.min_new_tokens`` passes
             False).
+        disable_overlap_schedule: see :class:`SGLangServerArgs` (in-place weight updates).
         Others: as in :class:`SGLangServerArgs`.
     Raises:
         UserError: a bad value (``sglang.<field>: ...``); a negative server_index or max_* value.
@@ -207,6 +216,7 @@ def sglang_args_from_config(model_path: str, *, server_index: int = 0, host: str
                          context_length=context_length, dtype=dtype, random_seed=seed + server_index,
                          skip_tokenizer_init=skip_tokenizer_init, attention_backend=attention_backend, device=device,
                          weight_version=weight_version, log_level=log_level, sleep_on_idle=sleep_on_idle,
+                         disable_overlap_schedule=disable_overlap_schedule,
                          extra_args=tuple(extra_args))
     validate_sglang_args(a)
     return a

@@ -13,16 +13,19 @@ from areal_cli.rollout.protocol import (ContinueGenerationRequest, UpdateWeights
                                         build_abort_payload)
 
 
-def real_fleet(python: str, model_dir, run_dir, *, n_servers: int = 1, weight_version: str = "0"):
+def real_fleet(python: str, model_dir, run_dir, *, n_servers: int = 1, weight_version: str = "0",
+               in_place: bool = False, wait: bool = True):
     """Real SGLang servers on ``model_dir`` started as ``rollout.engine=sglang`` starts them on a CPU machine
-    (:func:`areal_cli.rollout.sglang_launcher.cpu_mode`), waited for."""
+    (:func:`areal_cli.rollout.sglang_launcher.cpu_mode`); ``in_place``: as for ``rollout.pause_mode: in_place``
+    (``--disable-overlap-schedule``)."""
     from areal_cli.rollout.fleet import FleetSpec, launch_fleet
     from areal_cli.rollout.sglang_launcher import CPU_ENV, cpu_mode, sglang_args_from_config
 
     args = cpu_mode(sglang_args_from_config(str(model_dir), max_total_tokens=65536, max_running_requests=64,
-                                            seed=0, weight_version=weight_version), dtype_given=False)
+                                            seed=0, weight_version=weight_version, disable_overlap_schedule=in_place),
+                    dtype_given=False)
     return launch_fleet(FleetSpec(engine="sglang", n_servers=n_servers, model_path=model_dir, sglang=args,
-                                  python=python, env=dict(CPU_ENV), run_dir=run_dir, startup_timeout_s=600))
+                                  python=python, env=dict(CPU_ENV), run_dir=run_dir, startup_timeout_s=600), wait=wait)
 
 
 #: url -> log file of the real servers started here (:func:`wait_decoding` reads SGLang's decode log lines)

@@ -34,12 +34,32 @@ def models(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def real_server(sglang_python, models, tmp_path_factory):
-    """One real SGLang server (CPU mode, float32, torch-native attention) on the tiny model, label "0"."""
-    fleet = real_fleet(sglang_python, models[0], tmp_path_factory.mktemp("real-sglang"))
-    SERVER_LOGS[fleet.urls[0]] = fleet.log_paths[0]
-    yield fleet.urls[0]
-    fleet.stop()
+def real_servers(sglang_python, models, tmp_path_factory):
+    """Two real SGLang servers (CPU mode, float32, torch-native attention) on the tiny model, label "0", started
+    together: as the kit starts them for abort-mode runs (SGLang's defaults, overlap scheduler on), and as for
+    in-place runs (``--disable-overlap-schedule``)."""
+    fleets = {name: real_fleet(sglang_python, models[0], tmp_path_factory.mktemp(f"real-sglang-{name}"),
+                               in_place=name == "in_place", wait=False) for name in ("default", "in_place")}
+    try:
+        for fleet in fleets.values():
+            fleet.wait_ready()
+            SERVER_LOGS[fleet.urls[0]] = fleet.log_paths[0]
+        yield {name: fleet.urls[0] for name, fleet in fleets.items()}
+    finally:
+        for fleet in fleets.values():
+            fleet.stop()
+
+
+@pytest.fixture(scope="session")
+def real_server(real_servers):
+    """The real server started with SGLang's defaults (abort-mode runs)."""
+    return real_servers["default"]
+
+
+@pytest.fixture(scope="session")
+def real_in_place_server(real_servers):
+    """The real server started as for in-place runs (``--disable-overlap-schedule``)."""
+    return real_servers["in_place"]
 
 
 @pytest.fixture(scope="session")
@@ -49,6 +69,6 @@ def embedded_server(models, tmp_path_factory):
     from helpers.servers import spawn_server
 
     srv = spawn_server(models[0], tmp_path_factory, log_folder="embedded", weight_version="0",
-                       extra_args=["--no-deterministic-inference"])
+                       extra_args=["--no-deterministic-inference", "--skip-tokenizer-init"])
     yield srv.url
     srv.stop()

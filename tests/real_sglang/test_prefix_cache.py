@@ -36,10 +36,10 @@ def hf(models):
 
 
 @pytest.fixture
-def srv(real_server, models):
-    reset(real_server, models[0])
-    yield real_server
-    reset(real_server, models[0])
+def srv(real_in_place_server, models):
+    reset(real_in_place_server, models[0])
+    yield real_in_place_server
+    reset(real_in_place_server, models[0])
 
 
 def _gen(url: str, req: GenerateRequest):

@@ -39,6 +39,7 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--skip-server-warmup", action="store_true")
     p.add_argument("--disable-cuda-graph", action="store_true")
     p.add_argument("--sleep-on-idle", action="store_true")
+    p.add_argument("--disable-overlap-schedule", action="store_true")
     p.add_argument("--enable-deterministic-inference", action="store_true")
     return p.parse_args(argv)
 
