@@ -218,6 +218,7 @@ def test_end_to_end_with_embedded_server_writes_results_and_samples_reproducibly
         res2 = call(out2, datasets="aime24,amc23", data_dir=data, model_dir=model_dir, n=2, max_new_tokens=12,
                     seed=3, max_concurrency=1, server_url=server.url, protocol="chat-template")
     assert res2["config"]["server_url"] == server.url and not (out2 / "eval_server.log").exists()
+    assert res2["config"]["server_honours_seeds"] is True  # the kit starts it with --enable-deterministic-inference
     key = lambda s: (s["dataset"], s["problem_id"], s["sample_index"])  # noqa: E731
     again = sorted((json.loads(line) for line in (out2 / "samples.jsonl").read_text().splitlines()), key=key)
     assert [s["output_ids"] for s in again] == [s["output_ids"] for s in sorted(samples, key=key)]

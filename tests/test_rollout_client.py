@@ -445,3 +445,79 @@ def test_a_dead_server_is_marked_down_and_its_samples_are_reissued_on_a_live_one
     assert all(len(comp.output_ids) == 6 and comp.server_url == server.url for g in groups for comp in g)
     assert list(c.down) == [dead] and len(downs) == 1 and dead in downs[0][1]
     assert c.reissued_samples >= 3 and c.live_urls() == [server.url]
+
+
+def _with_version(body: dict, label: str) -> dict:
+    """A recorded response relabelled as if produced by weights ``label`` (one span over its output)."""
+    b = copy.deepcopy(body)
+    n = len(b["output_ids"])
+    b["meta_info"]["weight_version"] = label
+    b["meta_info"]["weight_versions"] = [{"version": label, "start": 0, "end": n}]
+    return b
+
+
+def test_requests_carry_the_policy_version_as_their_prefix_cache_namespace():
+    """Each request is sent with ``extra_key`` = the version the servers hold (set by the client's updates, raised
+    by the versions responses carry), so SGLang never shares prefix-cache entries across policy versions."""
+    final = _fixture("generate_single.json")["response"]
+    prompt = _fixture("generate_single.json")["request"]["input_ids"]
+    replay = Replay([(200, _with_version(final, "0")), (200, _with_version(final, "3")), (200, final), (200, final)])
+
+    async def run():
+        c = replay.client()
+        try:
+            sp = SamplingParams(max_new_tokens=16, temperature=1.0)
+            await c.generate(prompt, sp)  # version unknown: no key
+            c.set_weight_version(2)
+            await c.generate(prompt, sp)  # sent under 2, answered by 3: the client learns 3
+            await c.generate(prompt, sp)
+            await c.update_weights_from_disk("/some/weights", 4)
+            await c.generate(prompt, sp)
+        finally:
+            await c.aclose()
+
+    asyncio.run(run())
+    keys = [b.get("extra_key") for _, path, b in replay.calls if path == "/generate"]
+    assert keys == [None, "areal-v2", "areal-v3", "areal-v4"]
+
+
+@pytest.mark.parametrize("pause_mode, expected", [("in_place", [5] * 16), ("abort", [6] * 16)])
+def test_a_chunk_newer_than_its_namespace_is_labelled_with_the_older_version_in_place(pause_mode, expected):
+    """In place, a request queued across a weight update runs on the new weights over cached KV of the version it
+    was sent under, while SGLang labels it new: the kit labels it with the version it was sent under. Aborting
+    updates flush the cache, so the labels stay as served."""
+    final = _fixture("generate_single.json")["response"]
+    prompt = _fixture("generate_single.json")["request"]["input_ids"]
+    replay = Replay([(200, _with_version(final, "6"))])
+
+    async def run():
+        c = RolloutClient(["http://a:1"], vocab_size=1024, transport=httpx.MockTransport(replay.handler),
+                          pause_mode=pause_mode)
+        c.set_weight_version(5)
+        try:
+            return await c.generate(prompt, SamplingParams(max_new_tokens=16, temperature=1.0))
+        finally:
+            await c.aclose()
+
+    assert asyncio.run(run()).output_versions == expected
+
+
+def test_accumulate_relabels_only_a_chunk_that_starts_newer_than_its_floor():
+    from areal_cli.rollout.completion import accumulate
+    from areal_cli.rollout.protocol import GenerateResponse
+
+    def resp(spans):
+        n = spans[-1][2]
+        return GenerateResponse(rid="r", text="", output_ids=list(range(n)), output_logprobs=[-1.0] * n,
+                                finish_reason="length", matched_stop=None, prompt_tokens=3, completion_tokens=n,
+                                weight_version=spans[-1][0], weight_version_spans=spans)
+
+    for spans, floor, want in [
+        ([("3", 0, 2), ("4", 2, 4)], 3, [3, 3, 4, 4]),  # in flight across an update: SGLang's spans kept
+        ([("4", 0, 4)], 3, [3, 3, 3, 3]),  # queued across it: the version it was sent under
+        ([("4", 0, 2), ("5", 2, 4)], 3, [3, 3, 3, 3]),
+        ([("4", 0, 4)], None, [4, 4, 4, 4]),  # no floor: as served
+    ]:
+        ids, lps, vers = [], [], []
+        accumulate(resp(spans), ids, lps, vers, kv_floor=floor)
+        assert vers == want, (spans, floor)

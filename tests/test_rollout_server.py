@@ -289,9 +289,37 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def test_sampling_seed_extra_key_and_min_new_tokens_follow_sglangs_flags(server, http, dirs, tmp_path_factory):
+    """As SGLang 0.5.23 (tests/real_sglang checks it there): ``sampling_seed`` is honoured only with
+    ``--enable-deterministic-inference`` (the kit starts its servers with it), ``min_new_tokens > 0`` is refused
+    under ``--skip-tokenizer-init``, and ``extra_key`` (the prefix-cache namespace) is accepted (the embedded engine
+    keeps no prefix cache across requests, so it changes nothing) but must be a string."""
+    from areal_cli.rollout.server.generate_routes import MIN_NEW_TOKENS_NEEDS_TOKENIZER
+
+    sp = {"sampling_seed": 1234, "ignore_eos": True}
+    seeded = [_gen(http, PROMPTS[0], 16, 1.0, sp=sp).json()["output_ids"] for _ in range(2)]
+    assert seeded[0] == seeded[1]  # the kit's launches: --enable-deterministic-inference
+    assert http.get("/server_info").json()["enable_deterministic_inference"] is True
+    assert _gen(http, PROMPTS[0], 4, extra_key="areal-v0").status_code == 200
+    bad = _gen(http, PROMPTS[0], 4, extra_key=5)
+    assert bad.status_code == 400 and "extra_key" in bad.json()["error"]["message"]
+    plain = spawn_server(dirs[0], tmp_path_factory, log_folder="plain",
+                         extra_args=["--no-deterministic-inference", "--skip-tokenizer-init"])
+    try:
+        with httpx.Client(base_url=plain.url, timeout=60) as h:
+            outs = {tuple(_gen(h, PROMPTS[0], 16, 1.0, sp=sp).json()["output_ids"]) for _ in range(3)}
+            assert len(outs) > 1  # the same seed, other samples: ignored, as SGLang does
+            assert h.get("/server_info").json()["enable_deterministic_inference"] is False
+            r = _gen(h, PROMPTS[0], 8, sp={"min_new_tokens": 2})
+            assert r.status_code == 400 and r.json()["error"]["message"] == MIN_NEW_TOKENS_NEEDS_TOKENIZER.format(2)
+    finally:
+        plain.stop()
+
+
 def test_stop_is_idempotent_and_frees_the_port(server):
     server.stop()
     server.stop()
     assert not server.alive()
     with pytest.raises(httpx.ConnectError):
         httpx.get(server.url + "/health", timeout=2)
+

@@ -164,9 +164,11 @@ def test_gloo_broadcast_in_buckets_loads_what_a_disk_update_loads(server, http, 
     via_disk = _greedy(http)
     assert [o[:2] for o in via_disk] == [o[:2] for o in via_broadcast]  # exact: same weights, same numbers
     # destroyed on close: an update on that group is refused at once
+    assert http.post("/begin_weight_update", json={}).status_code == 200
     r = http.post("/update_weights_from_distributed",
                   json=build_update_weights_from_distributed_payload(param_specs(list(new.items())[:1]),
                                                                      "wsync-test"))
+    assert http.post("/end_weight_update", json={}).status_code == 200
     assert r.status_code == 400 and not r.json()["success"] and "not initialized" in r.json()["message"]
 
 
@@ -341,3 +343,28 @@ def test_routable_address_is_the_interface_that_reaches_the_server():
 
     assert routable_address("http://127.0.0.1:30000") == "127.0.0.1"
     assert routable_address("localhost:30000") == "127.0.0.1"
+
+
+@pytest.mark.multiproc
+def test_distributed_updates_need_a_weight_update_session_like_sglang(server, http, dirs):
+    """SGLang 0.5.23 refuses /update_weights_from_distributed outside /begin_weight_update ... /end_weight_update
+    (checked against a real server, tests/real_sglang); the embedded server answers the same, and the sender opens
+    and closes a session around every update, ending one that a dead sender left open."""
+    from areal_cli.rollout.protocol import NO_SESSION, NO_SESSION_TO_END, SESSION_OPEN
+
+    new = _perturbed(dirs[0], seed=5)
+    r = http.post("/update_weights_from_distributed",
+                  json=build_update_weights_from_distributed_payload(param_specs(list(new.items())[:1]), "x"))
+    assert r.status_code == 400 and r.json() == {"success": False,
+                                                 "message": NO_SESSION.format(op="update_weights_from_distributed")}
+    r = http.post("/end_weight_update", json={})
+    assert r.status_code == 400 and r.json()["message"] == NO_SESSION_TO_END
+    assert http.post("/begin_weight_update", json={}).json() == {"success": True, "message": "Success"}
+    r = http.post("/begin_weight_update", json={"selector": "all"})
+    assert r.status_code == 400 and r.json()["message"] == SESSION_OPEN
+    assert http.post("/begin_weight_update", json={"selector": "nope"}).status_code == 400
+    # the session is still open (a sender died in it): the next update ends it and begins its own
+    with WeightSender([server.url], backend="gloo", group_name="wsync-session", timeout_s=20) as sender:
+        sender.send(list(new.items()), version=21, chunk_mb=0.25)
+    assert http.get("/model_info").json()["weight_version"] == "21"
+    assert http.post("/end_weight_update", json={}).status_code == 400  # the sender closed its session

@@ -139,7 +139,8 @@ async def run_job(cfg: TrainConfig, out: Path, task: Task, status: RunStatus, ti
                                interruptible=cfg.rollout.interruptible,
                                pause_mode=cfg.rollout.pause_mode, on_activity=on_activity)
         if cfg.rollout.engine == "external":  # servers someone else started: at the run's version, or loaded
-            await adopt_or_reset_external(client, serve_dir, serve_version, status.log)
+            await adopt_or_reset_external(client, serve_dir, serve_version, status.log,
+                                          in_place=cfg.rollout.interruptible and cfg.rollout.pause_mode == "in_place")
         client.set_weight_version(serve_version)
         if cfg.parallel.rollout_process:  # starts now, builds its controller during the warm start
             remote = RolloutProcess(RolloutSpec(cfg, str(base), urls, vocab_size,

@@ -107,11 +107,13 @@ async def sync_distributed(ctx: RunContext, version: int) -> None:
             version)
 
 
-async def adopt_or_reset_external(client, weights: Path, version: int, log) -> None:
+async def adopt_or_reset_external(client, weights: Path, version: int, log, *, in_place: bool = False) -> None:
     """Servers someone else started (``rollout.engine: external``) at the start of a run: each must serve the run's
     starting policy ``version`` (0, or a checkpoint's when resuming) with the weights in ``weights``. A server whose
     ``/model_info`` says that version is adopted as it is; any other is reset by loading ``weights`` as
-    ``version``. One line says which for each server.
+    ``version``. One line says which for each server. With ``in_place`` (``rollout.pause_mode: in_place``), a real
+    SGLang server running its overlap scheduler gets a warning line: its version spans put the token in flight at an
+    update one position late (``areal_cli.rollout.sglang_launcher``; the kit starts its own without it).
 
     Raises:
         ServerError: a server that cannot be asked or refuses the load (e.g. it cannot read ``weights``): its
@@ -138,6 +140,12 @@ async def adopt_or_reset_external(client, weights: Path, version: int, log) -> N
                                         f"{version}", url) from None
         log(f"external server {url}: served weight version {label!r}; reset: loaded the run's weights "
             f"({weights}) as version {version}")
+    if in_place:
+        for url in client.urls:
+            if (await client.server_info(url)).get("disable_overlap_schedule") is False:
+                log(f"warning: external server {url} runs SGLang's overlap scheduler: with rollout.pause_mode "
+                    f"in_place the token in flight at each weight update is labelled with the new version though "
+                    f"the old weights computed it; start it with --disable-overlap-schedule")
 
 
 async def publish(ctx: RunContext, version: int, tag: str) -> Path:
