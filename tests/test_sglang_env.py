@@ -100,8 +100,12 @@ def test_engine_commands_refuse_bad_input_in_one_line(tmp_path, monkeypatch):
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "notes.txt").write_text("mine")
     res = CliRunner().invoke(main, ["engine", "setup", "sglang", "--env", str(tmp_path / "full")])
-    one_line_error(res, "exists and is not a virtual environment")
+    one_line_error(res, "exists and is not an environment `areal engine setup sglang` built")
     assert (tmp_path / "full" / "notes.txt").read_text() == "mine"  # nothing touched
+    (tmp_path / "full" / "pyvenv.cfg").write_text("home = /usr/bin\n")  # someone's own venv: not replaced either
+    res = CliRunner().invoke(main, ["engine", "setup", "sglang", "--env", str(tmp_path / "full")])
+    one_line_error(res, "is not an environment `areal engine setup sglang` built")
+    assert (tmp_path / "full" / "notes.txt").exists()
     old = tmp_path / "python3.9"
     old.write_text("#!/bin/sh\necho 3.9\n")
     old.chmod(0o755)

@@ -17,7 +17,9 @@ The measured recipe, endpoint table and figures: ``shared/reference/sglang_cpu.m
 proves and what it does not (SGLang's scheduler, HTTP API, weight loading and radix cache on CPU with torch-native
 attention; not its CUDA kernels, NCCL or CUDA graphs): README, "Real SGLang".
 
-A finished environment holds :data:`MARKER` (written last): an environment without it is incomplete and is rebuilt.
+A finished environment holds :data:`MARKER` (written last); one being built holds :data:`BUILDING`. Only a folder
+with one of them is ever removed (an unfinished build, or pins that changed): a virtual environment of someone
+else's is refused.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from areal_cli.errors import UserError
 SGLANG_VERSION = "0.5.23"
 FILES = Path(__file__).resolve().parent / "sglang_cpu"
 MARKER = "areal-sglang-env.json"
+BUILDING = "areal-sglang-env.building"
 ENV_PYTHON = "AREAL_SGLANG_PYTHON"  # overrides where "auto" looks first
 SETUP_COMMAND = "areal engine setup sglang"
 SHIMS = ("sgl_kernel", "areal_torchvision_ops.py", "areal_torchvision_ops.pth")
@@ -98,7 +101,8 @@ def check_python(python: str | Path, *, full: bool = True, timeout_s: float = 30
                         f"(or set rollout.sglang_python to a Python that imports sglang)")
     env = dict(os.environ, SGLANG_USE_CPU_ENGINE="1")
     try:
-        out = subprocess.run([str(py), "-c", _CHECK.format(full=bool(full))], capture_output=True, text=True, timeout=timeout_s, env=env)
+        out = subprocess.run([str(py), "-c", _CHECK.format(full=bool(full))], capture_output=True, text=True,
+                             timeout=timeout_s, env=env)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise UserError(f"SGLang environment {py}: cannot run it ({type(e).__name__}: {e}); rebuild it with "
                         f"`{SETUP_COMMAND}`") from None
@@ -136,7 +140,7 @@ def build_env(env_dir: Path | None = None, *, python: str = sys.executable, forc
             build is on this machine's disk for 3.11).
     Raises:
         UserError: one line: the folder is not ours to replace, the interpreter is unsupported, pip failed (its
-            last lines are in ``env_dir/build.log``), or the check failed.
+            output is in ``<env_dir>.build.log`` beside the folder), or the check failed.
     """
     env_dir = Path(env_dir or default_env_dir()).expanduser().absolute()
     digest = requirements_digest()
@@ -146,13 +150,17 @@ def build_env(env_dir: Path | None = None, *, python: str = sys.executable, forc
         info = check_python(py)
         log(f"SGLang {info['sglang']} environment ready: {py}")
         return py
-    if env_dir.exists() and any(env_dir.iterdir()) and not (env_dir / "pyvenv.cfg").exists():
-        raise UserError(f"{env_dir}: exists and is not a virtual environment; give another --env")
-    vi = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], capture_output=True,
-                        text=True).stdout.strip()
+    ours = marker is not None or (env_dir / BUILDING).exists()
+    if env_dir.exists() and any(env_dir.iterdir()) and not ours:
+        raise UserError(f"{env_dir}: exists and is not an environment `{SETUP_COMMAND}` built; give another --env")
+    try:
+        vi = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                            capture_output=True, text=True, timeout=120).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise UserError(f"{python}: cannot run it ({type(e).__name__}: {e})") from None
     if vi not in ("3.10", "3.11", "3.12"):
         raise UserError(f"{python}: Python {vi or '?'}; SGLang {SGLANG_VERSION} needs 3.10-3.12")
-    if env_dir.exists():
+    if env_dir.exists() and ours:
         log(f"removing the {'stale' if marker else 'unfinished'} environment {env_dir}")
         shutil.rmtree(env_dir)
     env_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -165,7 +173,9 @@ def build_env(env_dir: Path | None = None, *, python: str = sys.executable, forc
     ]
     try:
         with open(build_log, "w") as logf:
-            for what, cmd in steps:
+            for i, (what, cmd) in enumerate(steps):
+                if i == 1:
+                    (env_dir / BUILDING).write_text("")
                 log(what)
                 logf.write(f"$ {' '.join(cmd)}\n")
                 logf.flush()
@@ -187,6 +197,7 @@ def build_env(env_dir: Path | None = None, *, python: str = sys.executable, forc
         shutil.rmtree(env_dir, ignore_errors=True)
         raise
     (env_dir / MARKER).write_text(json.dumps({"digest": digest, **info}, indent=1) + "\n")
+    (env_dir / BUILDING).unlink()
     log(f"SGLang {info['sglang']} environment ready: {py} (torch {info['torch']})")
     return py
 
