@@ -49,6 +49,6 @@ def check(name: str, python: str) -> None:
     """Check that NAME's servers can start: the Python a run would use imports SGLang's server."""
     from areal_cli.rollout.sglang_env import check_python, resolve_sglang_python
 
-    py = resolve_sglang_python(python)
+    py = resolve_sglang_python(python, what="--python")
     info = check_python(py)
     click.echo(f"{py}: sglang {info['sglang']}, torch {info['torch']}: its server imports")

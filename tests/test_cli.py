@@ -176,6 +176,9 @@ def _math_dir(tmp_path):
          ["protocol 'qwen3-think-pure' is for code benchmarks; 'aime24' is a math benchmark"]),
         (["--regrade", "{data}/none.jsonl"], ["none.jsonl: generations file not found"]),
         (["--regrade", "{data}/aime24.jsonl", "--server-url", "http://x"], ["does not take --server-url"]),
+        # a server that is not there: refused at once, not after the 600 s a generation waits for a server
+        (["--data", "aime24", "--data-dir", "{data}", "--server-url", "http://127.0.0.1:9", "--model", "{data}"],
+         ["option 'server_url': http://127.0.0.1:9 does not answer GET /model_info", "is the server running?"]),
     ],
 )
 def test_eval_bad_options_are_one_line_and_write_nothing(tmp_path, args, needles):

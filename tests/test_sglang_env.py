@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -154,3 +155,85 @@ def test_launch_servers_passes_the_environment_the_cpu_flags_and_the_run_modes(t
     processes.launch_servers(cfg, model, 0, tmp_path / "out", log=lambda _: None)
     a = seen[-1].sglang
     assert a.dtype == "bfloat16" and a.disable_overlap_schedule is False and a.skip_tokenizer_init is True
+
+
+@pytest.mark.multiproc
+def test_unwritable_places_unrunnable_pythons_and_foreign_pythons_are_one_line(tmp_path):
+    from areal_cli.cli import main
+
+    (tmp_path / "afile").write_text("x")
+    res = CliRunner().invoke(main, ["engine", "setup", "sglang", "--env", str(tmp_path / "afile" / "env")])
+    one_line_error(res, "cannot write there", "give another --env")
+    res = CliRunner().invoke(main, ["engine", "setup", "sglang", "--env", "/proc/areal-env"])
+    one_line_error(res, "/proc/areal-env")
+    notexec = tmp_path / "python"
+    notexec.write_text("#!/bin/sh\n")
+    res = CliRunner().invoke(main, ["engine", "check", "sglang", "--python", str(notexec)])
+    one_line_error(res, "cannot be run (permission denied)", "chmod +x")
+    res = CliRunner().invoke(main, ["engine", "check", "sglang", "--python", sys.executable])
+    one_line_error(res, "it is not an SGLang environment: build one with `areal engine setup sglang`")
+
+
+@pytest.mark.multiproc
+def test_a_forced_rebuild_cut_short_leaves_an_unfinished_environment_never_a_finished_looking_one(tmp_path):
+    """The finished marker goes first: a rebuild that fails (or is interrupted) leaves a folder the next setup
+    rebuilds, never one that claims to be finished; an empty folder given as --env stays (emptied)."""
+    env = tmp_path / "env"
+    (env / "bin").mkdir(parents=True)
+    (env / sglang_env.MARKER).write_text('{"digest": "old"}')
+    (env / "junk").write_text("x")
+    fake = tmp_path / "py"  # answers the version check, fails to make a venv
+    fake.write_text('#!/bin/sh\ncase "$*" in *version_info*) echo 3.11;; *) echo "venv: no space left" >&2; '
+                    'exit 1;; esac\n')
+    fake.chmod(0o755)
+    lines: list[str] = []
+    with pytest.raises(UserError, match="failed while creating the virtual environment .*no space left"):
+        sglang_env.build_env(env, python=str(fake), force=True, log=lines.append)
+    assert lines[0] == f"removing {env} to build it again (--force)"
+    assert sglang_env.built_env(env) is None and not any(env.iterdir())  # emptied, never "finished"
+    assert (tmp_path / "env.build.log").exists()  # the failed build's log is kept
+    empty = tmp_path / "mine"
+    empty.mkdir()
+    with pytest.raises(UserError):
+        sglang_env.build_env(empty, python=str(fake), log=lambda m: None)
+    assert empty.is_dir() and not any(empty.iterdir())
+
+
+@pytest.mark.multiproc
+def test_a_relative_sglang_python_is_kept_absolute_and_a_failed_start_keeps_its_log(tmp_path, monkeypatch):
+    """The run's config.json names SGLang's Python absolutely (a resume from another folder finds it), and a server
+    that fails to start leaves its log where the one-line error says, though the half-made run folder is gone."""
+    from areal_cli.cli import main
+    from areal_cli.config import TrainConfig, apply_overrides
+    from areal_cli.train_loop.run import preflight
+
+    fake = Path(__file__).resolve().parent / "fake_sglang"
+    monkeypatch.setenv("PYTHONPATH", str(fake) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    monkeypatch.chdir(tmp_path)
+    rel = os.path.relpath(sys.executable, tmp_path)  # this venv's Python, named relative to here
+    cfg = apply_overrides(TrainConfig(), ["rollout.engine=sglang", f"rollout.sglang_python={rel}",
+                                          f"model.path={_tiny(tmp_path)}"])
+    preflight(cfg)
+    assert cfg.rollout.sglang_python == os.path.abspath(tmp_path / rel) == os.path.abspath(sys.executable)
+    res = CliRunner().invoke(main, ["train", "--out", str(tmp_path / "run"), "--no-live", "-o", "rollout.engine=sglang",
+                                    "-o", f"rollout.sglang_python={rel}", "-o", f"model.path={_tiny(tmp_path)}",
+                                    "-o", "sft.max_steps=0", "-o", "rollout.sglang_extra_args=--bogus-flag"])
+    line = next(x for x in res.output.splitlines() if x.startswith("error: "))  # then the log's last lines
+    assert res.exit_code == 2 and line.startswith("error: rollout server 0 (sglang") and "exited with code 2" in line
+    assert not (tmp_path / "run").exists()
+    log = Path(line.split("(log ")[1].split(")")[0])
+    assert log.is_file() and "--bogus-flag" in log.read_text()
+
+
+def _tiny(tmp_path: Path) -> Path:
+    from areal_cli.models.tiny import build_tiny_model
+    from areal_cli.recipes import load_train_config
+    from areal_cli.tasks.task import Task
+
+    d = tmp_path / "model"
+    if not (d / "config.json").exists():
+        cfg, _ = load_train_config("tiny-arith")
+        build_tiny_model(d, seed=cfg.seed, corpus=Task(cfg).tokenizer_corpus(), vocab_size=cfg.model.vocab_size,
+                         hidden_size=cfg.model.hidden_size, num_layers=cfg.model.num_layers,
+                         chat_template=cfg.model.chat_template)
+    return d

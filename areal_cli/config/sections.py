@@ -169,8 +169,9 @@ class RolloutSection:
     after the first steps): check the numerics with a short run in abort mode. With SGLang, in_place loads ask
     for no prefix-cache flush (SGLang asserts the flush succeeds, and it fails while requests run)."""
     engine: Literal["embedded", "sglang", "external"] = "embedded"
-    """``embedded`` (the kit's CPU server, n_servers of them), ``sglang`` (n_servers SGLang servers launched as
-    children; GPUs) or ``external`` (servers already running: server_urls or $AREAL_LLM_SERVER_ADDRS)."""
+    """``embedded`` (the kit's CPU server, n_servers of them), ``sglang`` (n_servers real SGLang servers launched as
+    children from ``sglang_python``: on GPUs, or in SGLang's CPU mode on a machine without CUDA) or ``external``
+    (servers already running: server_urls or $AREAL_LLM_SERVER_ADDRS)."""
     server_urls: str = ""
     """External engine: comma-separated host:port."""
     server_max_running_requests: int = 256

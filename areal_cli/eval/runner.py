@@ -246,6 +246,8 @@ def run_eval(
     if server_url is not None and model_dir is None:
         raise UserError("option 'server_url' needs option 'model' (the directory of the served model, for its "
                         "tokenizer and vocabulary)")
+    if server_url is not None and generator is None:
+        _check_reachable(server_url)
     problems_by_ds, reports = load_selected(datasets, data_dir, revision=revision, date_from=date_from,
                                             date_to=date_to)
     if limit is not None:
@@ -382,6 +384,21 @@ def run_eval(
     partial.remove()
     render_table(results, console, out_dir=out_dir)
     return results
+
+
+def _check_reachable(url: str, timeout_s: float = 30.0) -> None:
+    """Refuse a server that does not answer ``GET /model_info`` (one line), before anything is generated.
+
+    Raises:
+        UserError: no connection, or no answer within ``timeout_s``.
+    """
+    import httpx
+
+    try:
+        httpx.get(url.rstrip("/") + "/model_info", timeout=timeout_s)
+    except httpx.HTTPError as e:
+        raise UserError(f"option 'server_url': {url} does not answer GET /model_info ({type(e).__name__}: "
+                        f"{e or 'no answer'}); is the server running?") from None
 
 
 def server_honours_seeds(url: str) -> bool | None:

@@ -5,6 +5,7 @@ the RL steps of ``loop.epochs`` passes (:func:`steps_for_epochs`). Everything is
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import shutil
 from pathlib import Path
@@ -65,11 +66,10 @@ def preflight(cfg: TrainConfig, *, resume: Checkpoint | None = None) -> Path | N
     if cfg.rollout.engine == "sglang":
         from areal_cli.rollout.sglang_env import check_python, resolve_sglang_python
 
-        try:
-            check_python(resolve_sglang_python(cfg.rollout.sglang_python), full=False)
-        except UserError as e:
-            raise UserError(f"{e} (a GPU recipe: `areal reproduce {cfg.recipe}` on a machine with its GPUs, or "
-                            f"`areal launch slurm {cfg.recipe} ...` on a cluster)") from None
+        if cfg.rollout.sglang_python and not Path(cfg.rollout.sglang_python).expanduser().is_absolute():
+            # kept in the run's config.json: a relative path must still name it from wherever --resume runs
+            cfg.rollout.sglang_python = os.path.abspath(os.path.expanduser(cfg.rollout.sglang_python))
+        check_python(resolve_sglang_python(cfg.rollout.sglang_python), full=False)
     if cfg.model.path is None and cfg.rollout.engine != "embedded" and resume is None:
         raise UserError(f"field 'model.path': rollout.engine {cfg.rollout.engine} serves a model directory; set "
                         f"-o model.path=DIR (a published recipe's base model: `areal download {cfg.recipe} "
@@ -122,11 +122,19 @@ def run_training(cfg: TrainConfig, out: Path, *, live: bool = True, record_timel
         with status:
             summary = asyncio.run(run_job(cfg, out, task, status, timeline, resume, model_dir, tracker))
         tracker.summary(summary)
-    except UserError:
+    except UserError as e:
         # bad input found before the first RL step ended (a prompt the tokenizer cannot take, a workflow or reward
         # that breaks at once, a micro-batch budget too small, ...): nothing worth keeping was made, so leave
         # nothing behind -- a half-made run directory would block the same --out next time
         if resume is None and created and not _has_rl_steps(out / "metrics.jsonl"):
+            logs = out / "logs"
+            if logs.is_dir() and str(logs) in str(e):  # e.g. a server that failed to start: its log is the clue
+                import tempfile
+
+                kept = Path(tempfile.mkdtemp(prefix="areal-failed-run-logs-"))
+                shutil.move(str(logs), str(kept / "logs"))
+                shutil.rmtree(out, ignore_errors=True)
+                raise type(e)(str(e).replace(str(logs), str(kept / "logs"))) from None
             shutil.rmtree(out, ignore_errors=True)
         raise
     finally:
