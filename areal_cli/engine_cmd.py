@@ -31,7 +31,7 @@ def engine() -> None:
 @click.option("--force", is_flag=True, help="Rebuild even when a finished environment matches the pinned files.")
 @one_line_errors
 def setup(name: str, env_dir: Path | None, force: bool) -> None:
-    """Build NAME's environment (SGLang 0.5.23, CPU mode: pinned packages, about 3.3 GB, 2-3 minutes with a warm
+    """Build NAME's environment (SGLang 0.5.23, CPU mode: pinned packages, about 3.2 GB, 2-3 minutes with a warm
     pip cache), or check an existing one. Prints the Python that runs its servers."""
     from areal_cli.rollout.sglang_env import build_env
 

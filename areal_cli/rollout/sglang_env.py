@@ -144,7 +144,7 @@ def build_env(env_dir: Path | None = None, *, python: str = sys.executable, forc
               log: Callable[[str], None] = print) -> Path:
     """Build (or verify) SGLang's CPU environment in ``env_dir``; return its Python.
 
-    Steps: ``python -m venv``; ``pip install --no-deps -r sglang_cpu/requirements.txt`` (about 3.3 GB, 2-3 minutes
+    Steps: ``python -m venv``; ``pip install --no-deps -r sglang_cpu/requirements.txt`` (about 3.2 GB, 2-3 minutes
     with a warm pip cache); the shims copied into its site-packages; :func:`check_python`; the marker written last.
     An environment whose marker matches the pinned files is only checked (``force``: rebuilt anyway); one without
     a marker (an interrupted build) or with another digest is removed and rebuilt.
@@ -194,7 +194,7 @@ def build_env(env_dir: Path | None = None, *, python: str = sys.executable, forc
         raise UserError(f"{env_dir}: cannot write there ({e.strerror or e}); give another --env") from None
     steps = [
         ("creating the virtual environment", [python, "-m", "venv", str(env_dir)]),
-        (f"installing SGLang {SGLANG_VERSION} and its CPU dependencies (pinned, --no-deps; 2-3 min, ~3.3 GB)",
+        (f"installing SGLang {SGLANG_VERSION} and its CPU dependencies (pinned, --no-deps; 2-3 min, ~3.2 GB)",
          [str(py), "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", "-q",
           "-r", str(FILES / "requirements.txt")]),
     ]

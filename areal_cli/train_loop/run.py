@@ -70,7 +70,8 @@ def preflight(cfg: TrainConfig, *, resume: Checkpoint | None = None) -> Path | N
             # kept in the run's config.json: a relative path must still name it from wherever --resume runs
             cfg.rollout.sglang_python = os.path.abspath(os.path.expanduser(cfg.rollout.sglang_python))
         check_python(resolve_sglang_python(cfg.rollout.sglang_python), full=False)
-    if cfg.model.path is None and cfg.rollout.engine != "embedded" and resume is None:
+    if cfg.model.path is None and cfg.rollout.engine == "external" and resume is None:
+        # (launched SGLang servers serve the tiny model the run builds, as embedded ones do)
         raise UserError(f"field 'model.path': rollout.engine {cfg.rollout.engine} serves a model directory; set "
                         f"-o model.path=DIR (a published recipe's base model: `areal download {cfg.recipe} "
                         f"--local-dir DIR`, then -o model.path=DIR/model -o task.dataset=DIR/data/FILE)")

@@ -121,10 +121,11 @@ def test_in_place_disk_updates_heal_a_killed_server_and_resume_after_a_killed_tr
     assert summary["final_version"] == 6
 
 
-def test_collective_weight_sync_with_aborting_updates(sglang_python, arith_model, tmp_path):
+def test_collective_weight_sync_with_aborting_updates(sglang_python, tmp_path):
+    """As the README shows it: no model.path, the real server serves the tiny model the run builds."""
     out = tmp_path / "run"
     run = _train(out, "tiny-arith", "--out", str(out), *FAST, "-o", "rollout.engine=sglang",
-                 "-o", f"rollout.sglang_python={sglang_python}", "-o", f"model.path={arith_model}",
+                 "-o", f"rollout.sglang_python={sglang_python}",
                  "-o", "rollout.weight_update_mode=xccl", "-o", "rollout.weight_update_chunk_mb=0.5",
                  "-o", "loop.max_steps=3")
     assert _finish(run, out) == 0, _log(out)[-4000:]
