@@ -8,8 +8,8 @@ same 128 held-out prompts through the multi-turn workflow with the multi-turn re
 run: wall time, RL steps' generated samples and tokens. Results: ``OUT/results.json`` (one entry per seed and
 recipe, plus means), runs in ``OUT/<recipe>-seed<N>/`` (weights removed afterwards, metrics kept).
 
-Run: .venv/bin/python benchmarks/multi_turn_vs_single_turn.py --out benchmarks/results/multi-turn [--seeds 1,2,3]
-[--steps 40]. One training at a time (2 cores).
+Run: .venv/bin/python benchmarks/multi_turn_vs_single_turn.py --out benchmarks/results/multi-turn-vs-single-turn-$(date +%F)
+[--seeds 1,2,3] [--steps 40]. One training at a time (2 cores). Recorded: benchmarks/results/multi-turn-vs-single-turn-2026-12-02/.
 """
 
 from __future__ import annotations

@@ -32,8 +32,8 @@ def rows(path: Path) -> list[dict]:
 
 # ------------------------------------------------------------------------------------ a user's own task
 def readme_block(first_line: str) -> str:
-    """The README code block whose first line is ``first_line`` (the worked example a user copies)."""
-    text = (REPO / "README.md").read_text()
+    """The code block of the own-task guide whose first line is ``first_line`` (the worked example a user copies)."""
+    text = (REPO / "docs" / "guides" / "own-task.md").read_text()
     start = text.index(first_line)
     return text[start: text.index("```", start)]
 

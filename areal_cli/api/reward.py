@@ -83,7 +83,7 @@ def call_reward(spec: str, code_dir: str, prompt: str, completion: str, prompt_i
     """Pool entry point: call the user reward ``spec`` (imported once per worker process).
 
     Raises:
-        whatever the reward raises (the pool turns it into status ``"error"``).
+        Exception: whatever the reward raises (the pool turns it into status ``"error"``).
     """
     fn = _CACHE.get(spec)
     if fn is None:

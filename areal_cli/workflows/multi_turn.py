@@ -156,7 +156,9 @@ class MultiTurnWorkflow:
         stop_on_success: end a conversation at its first right answer (AReaL; ``final`` requires it). boba²
             ran all turns: ``false``, with ``success_feedback`` after a right answer.
         success_feedback: the user message after a right answer when conversations go on.
-        turn_reward_bias, turn_reward_scaling: ``per_turn`` shaping of each turn's reward before discounting.
+        turn_reward_bias: ``per_turn`` shaping: added to each turn's reward, before the scaling and the discount
+            (``(r + turn_reward_bias) * turn_reward_scaling``).
+        turn_reward_scaling: ``per_turn`` shaping: multiplies each turn's biased reward, before the discount.
         n_samples: conversations per prompt (default: the run's ``rollout.group_size``).
         max_new_tokens: generation budget of EACH turn (default: the run's ``rollout.max_new_tokens``).
         max_total_tokens: cap on a conversation's length in tokens (prompt + every turn + template ids), e.g. the
