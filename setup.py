@@ -2,7 +2,7 @@
 
 ``recipes/``, ``evaluation/``, ``benchmarks/scenarios/`` and ``data_cards/`` stay where they are in the
 repository; ``build_py`` copies them into ``areal_cli/_shipped/`` of the build, where
-``areal_cli.resources.shipped_dir`` finds them in an installed wheel. Editable installs read the repository's
+``areal_cli.foundations.resources.shipped_dir`` finds them in an installed wheel. Editable installs read the repository's
 folders directly, so nothing is copied for them. Everything else is in ``pyproject.toml``.
 """
 
@@ -13,7 +13,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
-# keep in sync with areal_cli.resources.SHIPPED (checked by tests/test_wheel_install.py)
+# keep in sync with areal_cli.foundations.resources.SHIPPED (checked by tests/test_wheel_install.py)
 SHIPPED = {"recipes": "recipes", "evaluation": "evaluation", "scenarios": "benchmarks/scenarios",
            "data_cards": "data_cards"}
 

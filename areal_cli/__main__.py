@@ -1,6 +1,6 @@
-"""``python -m areal_cli``: the ``areal`` command (:func:`areal_cli.cli.main`)."""
+"""``python -m areal_cli``: the ``areal`` command (:func:`areal_cli.commands.main.main`)."""
 
-from areal_cli.cli import main
+from areal_cli.commands.main import main
 
 if __name__ == "__main__":
     main(prog_name="areal")

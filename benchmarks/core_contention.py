@@ -173,7 +173,7 @@ def _measure(args: argparse.Namespace, out: Path) -> int:
     work_cpu, other_cpu = cpus[0], cpus[1]
     import torch
 
-    from areal_cli.atomic import write_json_atomic
+    from areal_cli.foundations.atomic import write_json_atomic
     from areal_cli.models.tiny import build_tiny_model
 
     times: dict[str, list[float]] = {k: [] for k in KINDS}

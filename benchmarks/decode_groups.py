@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     import torch
 
-    from areal_cli.atomic import write_json_atomic
+    from areal_cli.foundations.atomic import write_json_atomic
     from areal_cli.models.tiny import build_tiny_model
 
     torch.set_num_threads(1)

@@ -69,7 +69,7 @@ def build_models(names: list[str], work: Path) -> dict[str, dict]:
             d = build_tiny_model(work / "tiny", seed=0)
             prompts = [[(7 * i + 3 * j) % 200 + 20 for j in range(12)] for i in range(32)]
         elif name == "smollm2":
-            from areal_cli.errors import UserError
+            from areal_cli.foundations.errors import UserError
             from areal_cli.models.packaged import packaged_file
 
             try:
@@ -238,7 +238,7 @@ def main() -> None:
         render(json.loads(args.render.read_text()), args.render.parent)
         return
     from areal_cli.bench.cpu_time import BUSY_CORES, cpu_sample, cpu_use_between
-    from areal_cli.errors import UserError
+    from areal_cli.foundations.errors import UserError
     from areal_cli.rollout.sglang_env import check_python, resolve_sglang_python
 
     if args.repeats < 1 or args.new_tokens < 1:

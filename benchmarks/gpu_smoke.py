@@ -97,7 +97,7 @@ def main(argv=None) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from areal_cli.atomic import write_json_atomic
+    from areal_cli.foundations.atomic import write_json_atomic
     from areal_cli.config import apply_overrides
     from areal_cli.recipes import load_train_config
     from areal_cli.models.tiny import build_tiny_model

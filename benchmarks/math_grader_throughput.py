@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from areal_cli.atomic import write_json_atomic  # noqa: E402
+from areal_cli.foundations.atomic import write_json_atomic  # noqa: E402
 from areal_cli.reward.math_grader import GRADE_FN, grade_in_pool, normalize_gold, plain_number  # noqa: E402
 from areal_cli.reward.pool import RewardPool  # noqa: E402
 

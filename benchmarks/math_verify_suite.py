@@ -50,7 +50,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from areal_cli.atomic import write_json_atomic
+from areal_cli.foundations.atomic import write_json_atomic
 from areal_cli.reward.math_grader import extract_answer, grade, is_equivalent
 
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "math_verify_suite.json"

@@ -51,7 +51,7 @@ def main() -> None:
             run = args.out / key
             shutil.rmtree(run, ignore_errors=True)
             t0 = time.monotonic()
-            subprocess.run([sys.executable, "-m", "areal_cli.cli", "train", recipe, "--out", str(run), "--no-live",
+            subprocess.run([sys.executable, "-m", "areal_cli.commands.main", "train", recipe, "--out", str(run), "--no-live",
                             "-o", f"seed={seed}", "-o", f"loop.max_steps={args.steps}", "-o", "loop.target_accuracy=0",
                             "-o", f"loop.eval_every={max(1, args.steps // 8)}"],
                            check=True, stdout=subprocess.DEVNULL)

@@ -28,7 +28,7 @@ def main() -> None:
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("-o", "--override", dest="overrides", action="append", default=[])
     args = ap.parse_args()
-    from areal_cli.errors import UserError
+    from areal_cli.foundations.errors import UserError
     from areal_cli.models.packaged import packaged_file
 
     try:
@@ -39,7 +39,7 @@ def main() -> None:
     runs = {}
     for seed in [int(s) for s in args.seeds.split(",")]:
         run = args.out / f"seed{seed}"
-        cmd = [sys.executable, "-m", "areal_cli.cli", "train", str(HERE / "smollm2_arith" / "recipe.yaml"),
+        cmd = [sys.executable, "-m", "areal_cli.commands.main", "train", str(HERE / "smollm2_arith" / "recipe.yaml"),
                "--model", str(gguf), "--out", str(run), "--no-live", "-o", f"seed={seed}"]
         for o in args.overrides:
             cmd += ["-o", o]
@@ -61,7 +61,7 @@ def main() -> None:
         "seed_spread_final": (max(finals) - min(finals)) if len(finals) > 1 else None,
     }
     (args.out / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
-    from areal_cli.plots import plot_learning_curve
+    from areal_cli.foundations.plots import plot_learning_curve
 
     seeds = list(runs)
     plot_learning_curve(args.out / f"seed{seeds[0]}" / "metrics.jsonl", args.out / "learning_curve.png",

@@ -32,7 +32,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from areal_cli.atomic import write_json_atomic
+from areal_cli.foundations.atomic import write_json_atomic
 from areal_cli.reward.code_grader import TestSuite, grade_code
 from areal_cli.sandbox import network_isolation
 

@@ -121,7 +121,7 @@ def main() -> None:
     doc = {"results": results, "load_avg_1min": load, "units": "seconds, bytes"}
     print(json.dumps(doc))
     if args.out:
-        from areal_cli.atomic import write_json_atomic
+        from areal_cli.foundations.atomic import write_json_atomic
 
         write_json_atomic(Path(args.out), doc)
 

@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 from areal_cli.bench import staleness as st
-from areal_cli.bench.staleness_cmd import staleness
+from areal_cli.commands.bench_staleness import staleness
 from areal_cli.config import TrainConfig, apply_overrides
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -73,12 +73,12 @@ def test_command_module_imports_only_click_and_stdlib_and_is_registered(tmp_path
     import subprocess
     import sys
 
-    code = ("import sys; import areal_cli.bench.staleness_cmd as m; "
+    code = ("import sys; import areal_cli.commands.bench_staleness as m; "
             "print(sorted(x for x in ('torch', 'numpy', 'yaml', 'rich', 'matplotlib', 'transformers', 'httpx') "
             "if x in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "[]"
-    from areal_cli.cli import main
+    from areal_cli.commands.main import main
 
     res = CliRunner().invoke(main, ["bench", "staleness", "--dry-run", "--etas", "0,4", "--variants", "naive",
                                     "--seeds", "2"])

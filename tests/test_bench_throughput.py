@@ -17,10 +17,10 @@ import pytest
 from click.testing import CliRunner
 
 from areal_cli.bench import throughput as tp
-from areal_cli.bench.throughput_cmd import throughput
+from areal_cli.commands.bench_throughput import throughput
 from areal_cli.bench.throughput.plots import plot_throughput_bars, plot_timelines
 from areal_cli.config import TrainConfig, apply_overrides, parse_cpu_list
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.rollout.client import RolloutClient
 from areal_cli.rollout.protocol import SamplingParams
 
@@ -380,7 +380,7 @@ def test_in_place_runs_get_their_own_ratios_accuracy_and_targets():
 
 @pytest.mark.multiproc
 def test_command_module_imports_only_click_and_stdlib():
-    code = ("import sys; import areal_cli.bench.throughput_cmd as m; "
+    code = ("import sys; import areal_cli.commands.bench_throughput as m; "
             "print(sorted(x for x in ('torch', 'numpy', 'yaml', 'rich', 'matplotlib', 'transformers', 'httpx') "
             "if x in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)

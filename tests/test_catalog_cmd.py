@@ -11,7 +11,7 @@ import huggingface_hub
 import pytest
 from click.testing import CliRunner
 
-from areal_cli.catalog_cmd import download, ls
+from areal_cli.commands.catalog import download, ls
 from areal_cli.recipes import recipe_names
 from helpers.one_line import one_line_error
 
@@ -68,7 +68,7 @@ def test_download_prints_where_each_part_went(tmp_path, monkeypatch):
 
 @pytest.mark.multiproc
 def test_importing_the_commands_is_light():
-    code = ("import sys, areal_cli.catalog_cmd; "
+    code = ("import sys, areal_cli.commands.catalog; "
             "bad = [m for m in ('huggingface_hub', 'rich', 'torch', 'transformers') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,4 +1,4 @@
-"""Checkpoints and `areal train --resume` (areal_cli.checkpoint): atomic, checksummed checkpoints; a corrupted
+"""Checkpoints and `areal train --resume` (areal_cli.train_loop.checkpoint): atomic, checksummed checkpoints; a corrupted
 one is named in one line and nothing is written; a run killed with SIGKILL and resumed has every step once and,
 when synchronous and greedy, the same losses, rewards and final weights as an uninterrupted run."""
 
@@ -18,7 +18,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from areal_cli.checkpoint import (
+from areal_cli.train_loop.checkpoint import (
     PromptStream,
     capture_rng,
     latest_checkpoint,
@@ -29,8 +29,8 @@ from areal_cli.checkpoint import (
     staleness_capacity,
     truncate_metrics,
 )
-from areal_cli.cli import main
-from areal_cli.errors import UserError
+from areal_cli.commands.main import main
+from areal_cli.foundations.errors import UserError
 from helpers.one_line import assert_one_line
 
 REPO = Path(__file__).resolve().parents[1]
@@ -195,7 +195,7 @@ def _start(out: Path, model: Path, extra: list[str], resume: bool = False) -> su
     args = ["train", "--resume", str(out)] if resume else ["train", "--out", str(out), *COMMON,
                                                          "-o", f"model.path={model}", *extra]
     log = open(f"{out}.{'resume' if resume else 'run'}.log", "w")
-    return subprocess.Popen([sys.executable, "-m", "areal_cli.cli", *args, "--no-live"], cwd=REPO, stdout=log,
+    return subprocess.Popen([sys.executable, "-m", "areal_cli.commands.main", *args, "--no-live"], cwd=REPO, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from areal_cli.cli import main
+from areal_cli.commands.main import main
 from areal_cli.config import TrainConfig, apply_overrides
 from areal_cli.recipes import load_train_config
 from helpers.one_line import cli_error_line
@@ -22,7 +22,7 @@ def run(args):
 @pytest.mark.multiproc
 def test_help_does_not_import_torch():
     code = (
-        "import sys; from click.testing import CliRunner; from areal_cli.cli import main; "
+        "import sys; from click.testing import CliRunner; from areal_cli.commands.main import main; "
         "r = CliRunner().invoke(main, ['--help']); assert r.exit_code == 0; "
         "assert 'train' in r.output and 'eval' in r.output; "
         "bad = [m for m in ('torch', 'transformers', 'megatron') if m in sys.modules]; "
@@ -120,7 +120,7 @@ def test_eval_record_without_answer(tmp_path):
 @pytest.mark.multiproc
 def test_bad_input_via_console_script_has_no_traceback(tmp_path):
     exe = Path(sys.executable).with_name("areal")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "areal_cli.cli"]
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "areal_cli.commands.main"]
     p = subprocess.run(cmd + ["train", "nope", "--out", str(tmp_path / "o")], capture_output=True, text=True)
     assert p.returncode == 2
     assert p.stderr.strip().splitlines() == [p.stderr.strip()] and "Traceback" not in p.stderr

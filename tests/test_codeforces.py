@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.eval.codeforces import (
     ContestProblem,
     ContestResult,

@@ -135,7 +135,7 @@ def test_head_version_and_staleness_skip_environment_tokens():
 def test_multi_turn_workflow_concat_layout_gives_one_masked_sample_per_conversation(tmp_path):
     from helpers.scripted import ScriptedEngine, episode_client, ids_of, item_of
 
-    from areal_cli.errors import UserError
+    from areal_cli.foundations.errors import UserError
     from areal_cli.models.tiny import build_tiny_model, load_tokenizer
     from areal_cli.workflows.multi_turn import MultiTurnWorkflow
 

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SANDBOX_LOCAL = {"child", "guard", "namespaces"}
 # declared though never imported by name, with the reason
 NOT_IMPORTED = {"accelerate": "transformers needs it to dequantise .gguf files (areal_cli.models.gguf)",
-                "tensorboard": "torch.utils.tensorboard writes the event files with it (areal_cli.tracking)"}
+                "tensorboard": "torch.utils.tensorboard writes the event files with it (areal_cli.train_loop.tracking)"}
 
 
 def _imported_top_level_modules() -> set[str]:

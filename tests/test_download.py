@@ -15,8 +15,8 @@ import huggingface_hub
 import pytest
 from huggingface_hub import errors as hf_errors
 
-from areal_cli.download import download, plan
-from areal_cli.errors import UserError
+from areal_cli.reproduce.download import download, plan
+from areal_cli.foundations.errors import UserError
 from areal_cli.recipes import load_recipe
 from helpers.one_line import assert_one_line
 
@@ -185,7 +185,7 @@ def test_hub_errors_are_one_line(tmp_path, monkeypatch, exc, needle):
 def test_the_real_client_offline_fails_in_one_line_without_network(tmp_path):
     """A fresh process with HF_HUB_OFFLINE=1 and an empty HF_HOME: huggingface_hub itself refuses."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
-    code = "from areal_cli.catalog_cmd import download; download.main(['Qwen/Qwen3-8B'], prog_name='areal download')"
+    code = "from areal_cli.commands.catalog import download; download.main(['Qwen/Qwen3-8B'], prog_name='areal download')"
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     lines = [x for x in res.stderr.splitlines() if x.strip()]
     assert res.returncode == 2, res.stderr
@@ -199,12 +199,12 @@ def _hub_reachable(monkeypatch, request):
     so the reachability probe is told the hub is up (offline behaviour is tested with HF_HUB_OFFLINE and in
     test_an_unreachable_hub_reads_the_cache_only)."""
     if "unreachable" not in request.node.name:
-        monkeypatch.setattr("areal_cli.hub.hub_reachable", lambda *a, **k: True)
+        monkeypatch.setattr("areal_cli.foundations.hub.hub_reachable", lambda *a, **k: True)
 
 
 def test_an_unreachable_hub_reads_the_cache_only_and_fails_in_one_line_at_once(monkeypatch, tmp_path):
-    import areal_cli.download as dl
-    import areal_cli.hub as hub
+    import areal_cli.reproduce.download as dl
+    import areal_cli.foundations.hub as hub
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(hub, "hub_reachable", lambda *a, **k: False)

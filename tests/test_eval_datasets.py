@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.eval.benchmarks import BENCHMARKS_JSON, load_benchmark_specs
 from areal_cli.eval.datasets import (
     load_benchmark,
@@ -375,4 +375,4 @@ def _hub_reachable(monkeypatch, request):
     so the reachability probe is told the hub is up (offline behaviour is tested with HF_HUB_OFFLINE and in
     test_an_unreachable_hub_reads_the_cache_only)."""
     if "unreachable" not in request.node.name:
-        monkeypatch.setattr("areal_cli.hub.hub_reachable", lambda *a, **k: True)
+        monkeypatch.setattr("areal_cli.foundations.hub.hub_reachable", lambda *a, **k: True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.eval.prompts import USER_TEMPLATE, prompt_ids, prompt_text, tokenize_prompt, user_message
 
 

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.eval.protocols import (
     PROTOCOLS,
     apply_overrides,

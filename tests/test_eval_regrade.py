@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from areal_cli.cli import main
+from areal_cli.commands.main import main
 from areal_cli.eval.datasets import load_datasets
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
@@ -109,7 +109,7 @@ def test_n_samples_per_problem_without_sample_index_are_samples_0_to_n_minus_1_i
     ],
 )
 def test_unequal_or_mixed_samples_name_the_problem_and_the_line(tmp_path, problems, recs_of, needle):
-    from areal_cli.errors import UserError
+    from areal_cli.foundations.errors import UserError
     from areal_cli.eval.regrade import match_problems, read_generations
 
     gens = write_jsonl(tmp_path / "gens.jsonl", recs_of(problems["aime24"]))
@@ -386,7 +386,7 @@ def test_code_regrade_honours_a_tolerance_declared_in_the_statement(tmp_path):
 
 
 def test_read_generations_supplies_the_data_benchmark_and_reads_completion(tmp_path):
-    from areal_cli.errors import UserError
+    from areal_cli.foundations.errors import UserError
     from areal_cli.eval.regrade import read_generations
 
     gens = write_jsonl(tmp_path / "gens.jsonl", [{"problem_id": 60, "completion": "a"},

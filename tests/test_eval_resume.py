@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.eval.datasets import load_datasets
 from areal_cli.eval.grading import Graders
 from areal_cli.eval.runner import run_eval

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.eval.runner import ensure_tiny_model, render_table, run_eval, write_results
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"

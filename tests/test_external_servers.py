@@ -65,7 +65,7 @@ def test_areal_train_against_an_external_server_left_at_version_200(tmp_path, tm
     srv = spawn_server(model, tmp_path_factory, log_folder="ext200", weight_version="200")
     try:
         out = tmp_path / "run"
-        proc = subprocess.run([sys.executable, "-m", "areal_cli.cli", "train", "tiny-arith", "--out", str(out),
+        proc = subprocess.run([sys.executable, "-m", "areal_cli.commands.main", "train", "tiny-arith", "--out", str(out),
                                "--no-live", "-o", "rollout.engine=external", "-o", f"rollout.server_urls={srv.url}",
                                "-o", f"model.path={model}", "-o", "sft.max_steps=0", "-o", "loop.max_steps=1",
                                "-o", "loop.eval_n_prompts=8", "-o", "rollout.batch_size=8",

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.trainer import hf_mcore
 from helpers.one_line import assert_one_line
 from helpers.perturbed_models import make_model_dir
@@ -155,7 +155,7 @@ def test_areal_eval_on_an_unsupported_family_is_one_line_exit_2(models, tmp_path
     cfg = json.loads((d / "config.json").read_text())
     (d / "config.json").write_text(json.dumps({**cfg, "model_type": "mistral", "architectures": ["MistralForCausalLM"]}))
     repo = Path(__file__).resolve().parents[1]
-    r = subprocess.run([sys.executable, "-m", "areal_cli.cli", "eval", "--model", str(d), "--data", "aime24",
+    r = subprocess.run([sys.executable, "-m", "areal_cli.commands.main", "eval", "--model", str(d), "--data", "aime24",
                         "--data-dir", str(shared_dir / "data" / "math"), "--protocol", "chat-template",
                         "--out", str(tmp_path / "o")], capture_output=True, text=True, cwd=tmp_path,
                        env={**os.environ, "PYTHONPATH": str(repo)})

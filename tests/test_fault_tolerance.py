@@ -19,7 +19,7 @@ FAST = ["--no-live", "-o", "sft.max_steps=0", "-o", "rollout.success_rate_lb=0",
 
 
 def _start(out: Path, *overrides: str, **env) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "areal_cli.cli", "train", "tiny-arith", "--out", str(out), *FAST,
+    return subprocess.Popen([sys.executable, "-m", "areal_cli.commands.main", "train", "tiny-arith", "--out", str(out), *FAST,
                              *overrides], cwd=out.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, env={**os.environ, "PYTHONPATH": str(ROOT), **env})
 
@@ -206,7 +206,7 @@ def test_a_dying_trainer_rank_ends_the_run_with_one_line_naming_it_and_resume_co
     (line,) = [x for x in stderr.strip().splitlines() if not x.startswith(("/", "  warnings.warn"))]
     assert line.startswith("error: trainer rank 1 died (exit code -9, SIGKILL) during ")
     assert f"log {out / 'logs' / 'trainer-rank1.log'}" in line and line.endswith(f"areal train --resume {out}")
-    r = subprocess.run([sys.executable, "-m", "areal_cli.cli", "train", "--resume", str(out), "--no-live"],
+    r = subprocess.run([sys.executable, "-m", "areal_cli.commands.main", "train", "--resume", str(out), "--no-live"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=300,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0, r.stderr[-3000:]

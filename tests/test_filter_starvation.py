@@ -80,7 +80,7 @@ def test_a_run_whose_filter_never_passes_exits_2_with_one_line_and_a_consistent_
     after 2 batches' worth (4 groups) dropped in a row; what it wrote is whole and says why it stopped."""
     out = tmp_path / "run"
     r = subprocess.run(
-        [sys.executable, "-m", "areal_cli.cli", "train", "tiny-arith", "--out", str(out), "--no-live",
+        [sys.executable, "-m", "areal_cli.commands.main", "train", "tiny-arith", "--out", str(out), "--no-live",
          "--max-steps", "3", "-o", "sft.max_steps=1", "-o", "sft.n_examples=64", "-o", "sft.batch_size=8",
          "-o", "rollout.batch_size=2", "-o", "rollout.group_size=1", "-o", "rollout.success_rate_lb=0.5",
          "-o", "rollout.success_rate_ub=0.5", "-o", "rollout.filter_patience_batches=2",

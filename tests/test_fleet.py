@@ -19,8 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from areal_cli.errors import UserError
-from areal_cli.ports import free_port
+from areal_cli.foundations.errors import UserError
+from areal_cli.foundations.ports import free_port
 from areal_cli.rollout.client import RolloutClient
 from areal_cli.rollout.fleet import (
     ENV_ADDRS, FleetSpec, ServerDiedError, launch_fleet, parse_server_addrs,

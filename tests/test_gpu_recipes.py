@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.recipes import gpu_train_config
 from areal_cli.recipes import load_recipe, train_config_from_recipe
 
@@ -116,7 +116,7 @@ def test_each_gpu_recipe_runs_two_steps_of_its_own_task_through_the_sglang_path(
 @pytest.mark.multiproc
 @pytest.mark.slow
 def test_the_sft_recipe_runs_two_steps_of_its_sft_job(tiny_models, tmp_path):
-    from areal_cli.sft_job import run_sft_job
+    from areal_cli.sft.job import run_sft_job
 
     data = tmp_path / "boba-sft.jsonl"
     with data.open("w") as f:
@@ -150,7 +150,7 @@ def test_reproduce_trains_a_gpu_recipe_only_where_its_gpus_are():
 
 @pytest.mark.multiproc
 def test_reproduce_without_the_gpus_is_one_line_exit_2(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "areal_cli.cli", "reproduce", "boba2-14b-code", "--out",
+    r = subprocess.run([sys.executable, "-m", "areal_cli.commands.main", "reproduce", "boba2-14b-code", "--out",
                         str(tmp_path / "o")], capture_output=True, text=True, cwd=tmp_path,
                        env={**os.environ, "PYTHONPATH": str(REPO)})
     assert r.returncode == 2 and "needs 384 GPUs" in r.stderr and "Traceback" not in r.stderr
@@ -205,7 +205,7 @@ def test_launch_slurm_writes_the_multi_node_job_of_a_gpu_recipe(tmp_path):
     (tmp_path / "data" / "train.jsonl").write_text(DATA["code-rl"].read_text())
 
     def launch(*extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "areal_cli.cli", "launch", "slurm", "boba2-14b-code", "--nodes",
+        return subprocess.run([sys.executable, "-m", "areal_cli.commands.main", "launch", "slurm", "boba2-14b-code", "--nodes",
                                "48", "--gpus-per-node", "8", "--out", str(tmp_path / "job"), *extra],
                               capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)})
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from areal_cli.ports import free_port
+from areal_cli.foundations.ports import free_port
 from areal_cli.trainer import cpu_compat, hf_mcore
 from helpers.perturbed_models import make_model_dir as make_untied_model_dir
 from helpers.perturbed_models import perturb_weights

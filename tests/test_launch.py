@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.launch.node import discovery_dir, torchrun_command
 from areal_cli.launch.plan import build_plan, read_plan, write_plan
 from areal_cli.launch.setup import plan_for_config
 from areal_cli.launch.slurm import sbatch_text, write_slurm_files
-from areal_cli.launch_cmd import launch
-from areal_cli.placement import parse_allocation, place
-from areal_cli.ports import free_port
+from areal_cli.commands.launch import launch
+from areal_cli.recipes.placement import parse_allocation, place
+from areal_cli.foundations.ports import free_port
 from helpers.one_line import last_error_line
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,7 +43,7 @@ def test_sbatch_script_runs_one_launch_node_task_per_node_with_slurm_host_names(
                  "#SBATCH --cpus-per-task=12", "#SBATCH --time=02:00:00",
                  f"#SBATCH --output={tmp_path / 'run' / 'logs' / 'slurm-%j.out'}",
                  'HOSTS=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | paste -sd, -)',
-                 f'srun --kill-on-bad-exit=1 --nodes=2 --ntasks-per-node=1 {shlex.quote(sys.executable)} -m areal_cli.cli launch '
+                 f'srun --kill-on-bad-exit=1 --nodes=2 --ntasks-per-node=1 {shlex.quote(sys.executable)} -m areal_cli.commands.main launch '
                  f'node --plan "$RUN/launch/plan.json" --hosts "$HOSTS"'):
         assert line in text.splitlines(), line
     assert os.access(sbatch, os.X_OK) and (plan.authkey_path.stat().st_mode & 0o777) == 0o600
@@ -53,7 +53,7 @@ def test_sbatch_script_runs_one_launch_node_task_per_node_with_slurm_host_names(
     assert got.placement.trainer_ranks == [(1, g) for g in range(8)]
     assert got.server["engine"] == "sglang" and got.server["sglang"] == {"tp_size": 2, "pp_size": 1}
     assert got.controller["command"][1:] == [
-        "-m", "areal_cli.cli", "train", "tiny-arith", "--out", str((tmp_path / "run" / "train").resolve()),
+        "-m", "areal_cli.commands.main", "train", "tiny-arith", "--out", str((tmp_path / "run" / "train").resolve()),
         "--no-live", "-o", "sft.max_steps=0", "-o", "rollout.n_servers=4", "-o", "rollout.engine=external",
         "-o", "rollout.sglang_tp_size=2", "-o", "parallel.data=2", "-o", "parallel.tensor=2",
         "-o", "parallel.pipeline=2"]
@@ -164,7 +164,7 @@ def start_nodes(plan_path: Path, extra_env: dict[int, dict] | None = None) -> li
     procs = []
     for k in (0, 1):
         env = {**os.environ, "SLURM_NODEID": str(k), "PYTHONPATH": str(REPO), **((extra_env or {}).get(k, {}))}
-        procs.append(subprocess.Popen([sys.executable, "-m", "areal_cli.cli", "launch", "node", "--plan", str(plan_path),
+        procs.append(subprocess.Popen([sys.executable, "-m", "areal_cli.commands.main", "launch", "node", "--plan", str(plan_path),
                                        "--hosts", "127.0.0.1,127.0.0.1"], env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True, start_new_session=True))
     return procs

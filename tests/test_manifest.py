@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from areal_cli import manifest as mf
+from areal_cli.foundations import manifest as mf
 from areal_cli.recipes import load_recipe
 
 SNAPSHOT = "0123456789abcdef0123456789abcdef01234567"

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from areal_cli.config import TrainConfig
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.trainer.batch import build_train_batch
 from areal_cli.trainer.megatron_engine import MegatronEngine
 from areal_cli.trainer.micro_batches import attention_cost, ffd_allocate, pack_rows, split_by_tokens, width_classes

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from areal_cli.api.workflow import make_workflow
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.rollout.client import Completion, RolloutClient
 from areal_cli.rollout.episode import EpisodeClient
 from areal_cli.rollout.protocol import SamplingParams
@@ -321,7 +321,7 @@ def test_bad_workflow_args_are_one_line_errors(args, match):
 def test_bad_workflow_args_stop_areal_train_with_one_line(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text("task:\n  preset: tiny-arith-multiturn\n  workflow_args: {max_turns: 2, turn_discount: 2.0}\n")
-    p = subprocess.run([sys.executable, "-m", "areal_cli.cli", "train", str(recipe), "--out", str(tmp_path / "o"),
+    p = subprocess.run([sys.executable, "-m", "areal_cli.commands.main", "train", str(recipe), "--out", str(tmp_path / "o"),
                         "--no-live"], capture_output=True, text=True, timeout=120, check=False)
     assert p.returncode == 2, p.stderr[-2000:]
     assert p.stderr.strip().splitlines() == [

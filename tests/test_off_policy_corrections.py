@@ -15,7 +15,7 @@ import torch
 
 from areal_cli.config import BEHAV_IMP_WEIGHT_MODES as CONFIG_MODES
 from areal_cli.config import TrainConfig
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.trainer.batch import TrainBatch
 from areal_cli.trainer.decoupled_ppo import (
     BEHAV_IMP_WEIGHT_MODES,

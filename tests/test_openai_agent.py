@@ -310,7 +310,7 @@ class BadAgent:
 
 
 def test_a_reward_of_the_wrong_type_and_bad_workflow_args_are_one_line_errors(tok):
-    from areal_cli.errors import UserError
+    from areal_cli.foundations.errors import UserError
 
     wf = AgentWorkflow(BadAgent)
 
@@ -431,7 +431,7 @@ def test_proxy_records_exact_ids_and_versions_through_a_weight_update(server, di
 
 @pytest.mark.multiproc
 def test_proxy_in_front_of_the_sglang_stand_in(dirs, tmp_path):
-    from areal_cli.ports import free_port
+    from areal_cli.foundations.ports import free_port
 
     port = free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([FAKE_SGLANG, str(Path(__file__).resolve().parents[1])])}

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.models import packaged
 from areal_cli.models.packaged import packaged_file
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.trainer import hf_mcore
 from areal_cli.trainer import parallel_shard as psh
 from areal_cli.trainer.collectives import dp_row_ranges

@@ -9,8 +9,8 @@ import io
 import pytest
 from rich.console import Console
 
-from areal_cli.errors import UserError
-from areal_cli.placement import MEGATRON_ORDER, Allocation, Parallel, parse_allocation, place, placement_from_dict
+from areal_cli.foundations.errors import UserError
+from areal_cli.recipes.placement import MEGATRON_ORDER, Allocation, Parallel, parse_allocation, place, placement_from_dict
 from areal_cli.recipes import allocation_gpus, load_recipe, recipe_names
 from helpers.one_line import assert_one_line
 

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def gguf_file() -> Path:
-    from areal_cli.errors import UserError
+    from areal_cli.foundations.errors import UserError
     from areal_cli.models.packaged import packaged_file
 
     try:
@@ -115,7 +115,7 @@ def test_server_logprobs_agree_with_the_trainers_recomputation(smollm2, prompts)
 
 
 def areal(*args: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "areal_cli.cli", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "areal_cli.commands.main", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, "PYTHONPATH": str(REPO)})
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from areal_cli.cli import main
+from areal_cli.commands.main import main
 from areal_cli.config import apply_overrides
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.recipes import (check_runs_here, gpu_recipe_edits, load_recipe, load_train_config, recipe_names,
                                train_config_from_recipe)
 from helpers.one_line import assert_one_line, one_line_error
@@ -159,7 +159,7 @@ def test_the_cpu_engine_for_a_gpu_recipe_names_both_server_caps_in_one_line(tmp_
 def test_areal_train_of_a_copied_gpu_recipe_on_this_machine_is_one_line_naming_every_edit(tmp_path):
     import importlib.util
 
-    from areal_cli.manifest import gpu_count
+    from areal_cli.foundations.manifest import gpu_count
 
     if gpu_count() >= 192 and importlib.util.find_spec("sglang") is not None:
         pytest.skip("this machine has the recipe's 192 GPUs and SGLang")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.recipes import (
     BENCHMARK_CARDS,
     CF_PERCENTILE_PER_ELO,

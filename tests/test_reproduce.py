@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from areal_cli import download as dl
-from areal_cli.errors import UserError
+from areal_cli.reproduce import download as dl
+from areal_cli.foundations.errors import UserError
 from areal_cli.eval import runner
 from areal_cli.recipes import Measured, allocation_gpus, compare, load_recipe, recipe_names
-from areal_cli.placement import parse_allocation
+from areal_cli.recipes.placement import parse_allocation
 from areal_cli.reproduce import (
     check_checkpoint,
     estimate_hours,
@@ -31,7 +31,7 @@ from areal_cli.reproduce import (
     reproduce,
     rough_hours,
 )
-from areal_cli.reproduce_cmd import reproduce as reproduce_cmd
+from areal_cli.commands.reproduce import reproduce as reproduce_cmd
 from helpers.consoles import quiet_console, text_of
 from helpers.one_line import assert_one_line, one_line_error
 
@@ -423,7 +423,7 @@ def test_eval_settings_can_be_overridden_and_the_override_is_recorded(tmp_path, 
 @pytest.mark.slow
 def test_areal_reproduce_tiny_arith_trains_on_cpu_and_meets_the_expected_numbers(tmp_path):
     out = tmp_path / "rep"
-    proc = subprocess.run([sys.executable, "-m", "areal_cli.cli", "reproduce", "tiny-arith", "--out", str(out), "--no-live"],
+    proc = subprocess.run([sys.executable, "-m", "areal_cli.commands.main", "reproduce", "tiny-arith", "--out", str(out), "--no-live"],
                           capture_output=True, text=True, cwd=tmp_path, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "PASS: 2 passed, 0 failed, 0 skipped" in proc.stdout
@@ -448,7 +448,7 @@ def test_areal_reproduce_tiny_arith_trains_on_cpu_and_meets_the_expected_numbers
 
 @pytest.mark.multiproc
 def test_importing_the_command_is_light():
-    code = ("import sys, areal_cli.reproduce_cmd; "
+    code = ("import sys, areal_cli.commands.reproduce; "
             "print(sorted(m for m in ('torch', 'rich', 'huggingface_hub', 'transformers', 'yaml') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

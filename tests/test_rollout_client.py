@@ -422,7 +422,7 @@ def test_embedded_server_rejects_what_the_client_would_not_send(server, hf_model
 def test_a_dead_server_is_marked_down_and_its_samples_are_reissued_on_a_live_one(server, hf_models):
     """A server that refuses connections: the first group sent to it is re-issued on the live server (prefix
     empty, full budget), the dead one leaves the rotation (callback once), and control calls skip it."""
-    from areal_cli.ports import free_port
+    from areal_cli.foundations.ports import free_port
 
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     V = hf_models[0].config.vocab_size

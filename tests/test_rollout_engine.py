@@ -10,7 +10,7 @@ import shutil
 import pytest
 import torch
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.rollout.engine import EngineError, InferenceEngine
 from areal_cli.rollout.protocol import SamplingParams
 from helpers.hf_reference import hf_logits, hf_logprobs

@@ -4,7 +4,7 @@ import io
 
 from rich.console import Console
 
-from areal_cli import run_status
+from areal_cli.train_loop import run_status
 from areal_cli.config import TrainConfig
 
 

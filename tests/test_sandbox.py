@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from areal_cli.ports import free_port
+from areal_cli.foundations.ports import free_port
 from areal_cli.reward.code_grader import judge_run
 from areal_cli.sandbox import Limits, SandboxRun, network_isolation, run_python, run_tests
 from areal_cli.sandbox.limits import MiB

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from areal_cli.cli import main
+from areal_cli.commands.main import main
 
 pytestmark = pytest.mark.multiproc  # every test here starts processes
 
@@ -110,7 +110,7 @@ class _Task:
 
 def test_train_states_the_level_for_code_tasks_and_refuses_under_strict(reduced_mode):
     from areal_cli.config import TrainConfig
-    from areal_cli.errors import UserError
+    from areal_cli.foundations.errors import UserError
     from areal_cli.train_loop.setup import sandbox_in_force
 
     assert sandbox_in_force(TrainConfig(), _Task("math"), _Status()) is None

@@ -1,4 +1,4 @@
-"""The SFT stage (areal_cli.sft): AReaL's first-fit-decreasing micro-batches, packing without attention across
+"""The SFT stage (areal_cli.sft.stage): AReaL's first-fit-decreasing micro-batches, packing without attention across
 sequences, loss on response tokens only, its own recipe keys (boba-sft-32b and the tiny warm start)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import math
 import pytest
 import torch
 
-from areal_cli.errors import UserError
-from areal_cli.sft import (
+from areal_cli.foundations.errors import UserError
+from areal_cli.sft.stage import (
     SftConfig,
     SftStage,
     ffd_allocate,
@@ -226,7 +226,7 @@ def test_boba_sft_settings_run_as_a_whole_stage_on_the_tiny_model(tmp_path):
 
     from areal_cli.models.tiny import build_tiny_model, load_tokenizer
     from areal_cli.recipes import load_recipe
-    from areal_cli.sft import run_sft
+    from areal_cli.sft.stage import run_sft
 
     model = build_tiny_model(tmp_path / "m", seed=5, corpus=CORPUS, hidden_size=64, intermediate_size=128)
     tok = load_tokenizer(model)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.rollout import sglang_env
 from areal_cli.rollout.sglang_launcher import build_sglang_command, cpu_mode, sglang_args_from_config
 
@@ -92,7 +92,7 @@ def test_the_python_that_runs_sglang_is_found_or_named_in_one_line(tmp_path, mon
 
 @pytest.mark.multiproc
 def test_engine_commands_refuse_bad_input_in_one_line(tmp_path, monkeypatch):
-    from areal_cli.cli import main
+    from areal_cli.commands.main import main
 
     res = CliRunner().invoke(main, ["engine", "check", "sglang", "--python", str(tmp_path / "no" / "python")])
     one_line_error(res, "does not exist", "areal engine setup sglang")
@@ -135,7 +135,7 @@ def test_a_cpu_machine_starts_sglang_in_its_cpu_mode():
 def test_launch_servers_passes_the_environment_the_cpu_flags_and_the_run_modes(tmp_path, monkeypatch):
     """`rollout.engine=sglang` on a machine without CUDA: SGLang's Python, SGLANG_USE_CPU_ENGINE=1, CPU mode;
     in-place updates turn SGLang's overlap scheduler off, min_new_tokens keeps SGLang's tokenizer."""
-    import areal_cli.processes as processes
+    import areal_cli.train_loop.processes as processes
     from areal_cli.config import TrainConfig, apply_overrides
 
     seen = []
@@ -159,7 +159,7 @@ def test_launch_servers_passes_the_environment_the_cpu_flags_and_the_run_modes(t
 
 @pytest.mark.multiproc
 def test_unwritable_places_unrunnable_pythons_and_foreign_pythons_are_one_line(tmp_path):
-    from areal_cli.cli import main
+    from areal_cli.commands.main import main
 
     (tmp_path / "afile").write_text("x")
     res = CliRunner().invoke(main, ["engine", "setup", "sglang", "--env", str(tmp_path / "afile" / "env")])
@@ -203,7 +203,7 @@ def test_a_forced_rebuild_cut_short_leaves_an_unfinished_environment_never_a_fin
 def test_a_relative_sglang_python_is_kept_absolute_and_a_failed_start_keeps_its_log(tmp_path, monkeypatch):
     """The run's config.json names SGLang's Python absolutely (a resume from another folder finds it), and a server
     that fails to start leaves its log where the one-line error says, though the half-made run folder is gone."""
-    from areal_cli.cli import main
+    from areal_cli.commands.main import main
     from areal_cli.config import TrainConfig, apply_overrides
     from areal_cli.train_loop.run import preflight
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.rollout.sglang_launcher import (
     SGLangServerArgs, build_sglang_command, for_server, sglang_args_from_config,
 )

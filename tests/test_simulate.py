@@ -15,8 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from areal_cli.bench import sim
-from areal_cli.bench.simulate_cmd import simulate as simulate_cmd
-from areal_cli.errors import UserError
+from areal_cli.commands.bench_simulate import simulate as simulate_cmd
+from areal_cli.foundations.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -291,7 +291,7 @@ def test_command_writes_results_and_plots(tmp_path):
 
 @pytest.mark.multiproc
 def test_importing_the_command_pulls_in_no_numpy_rich_or_matplotlib():
-    code = ("import sys; import areal_cli.bench.simulate_cmd; "
+    code = ("import sys; import areal_cli.commands.bench_simulate; "
             "print([m for m in ('numpy', 'rich', 'matplotlib', 'torch', 'yaml') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "[]"

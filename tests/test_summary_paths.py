@@ -17,7 +17,7 @@ import pytest
 from rich.console import Console
 
 from areal_cli.config import TrainConfig
-from areal_cli.run_status import RunStatus
+from areal_cli.train_loop.run_status import RunStatus
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -96,7 +96,7 @@ def test_areal_train_in_an_80_column_tmux_window_shows_the_whole_run_folder(tmp_
     out = _long_path(tmp_path)
     session = f"areal-test-{os.getpid()}"
     done = tmp_path / "done"
-    cmd = (f"PYTHONPATH={ROOT} {sys.executable} -m areal_cli.cli train --out '{out}' --max-steps 1 "
+    cmd = (f"PYTHONPATH={ROOT} {sys.executable} -m areal_cli.commands.main train --out '{out}' --max-steps 1 "
            f"-o sft.max_steps=0 -o rollout.batch_size=2 -o rollout.group_size=2 -o loop.eval_n_prompts=4 "
            f"-o rollout.success_rate_lb=0 -o rollout.success_rate_ub=1 -o loop.target_accuracy=0; echo $? > {done}; "
            f"sleep 600")  # the window stays open until its screen is read

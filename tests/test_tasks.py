@@ -14,7 +14,7 @@ import pytest
 from areal_cli.api.records import heldout_by_hash, iter_records, parse_source, read_records
 from areal_cli.api.reward import reward_kwargs
 from areal_cli.config import TrainConfig
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
 MINI_MATH = REPO / "recipes" / "data" / "boba-106k-mini.jsonl"
@@ -22,7 +22,7 @@ MINI_CODE = REPO / "recipes" / "data" / "boba2-rl-code-mini.jsonl"
 
 
 def areal(*args: str, cwd: Path, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "areal_cli.cli", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "areal_cli.commands.main", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
 
 

@@ -1,4 +1,4 @@
-"""Experiment tracking (areal_cli.tracking): TensorBoard event files and an offline W&B run of a real
+"""Experiment tracking (areal_cli.train_loop.tracking): TensorBoard event files and an offline W&B run of a real
 `areal train`, read back and compared with metrics.jsonl; bad logger names and missing packages are one line."""
 
 import json
@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from areal_cli.errors import UserError
-from areal_cli.tracking import flatten, parse_loggers
+from areal_cli.foundations.errors import UserError
+from areal_cli.train_loop.tracking import flatten, parse_loggers
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _areal(*args, cwd, timeout=600, **env):
-    return subprocess.run([sys.executable, "-m", "areal_cli.cli", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "areal_cli.commands.main", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT), **env})
 
 
@@ -119,7 +119,7 @@ def _wandb_records(path: Path):
 
 
 def test_wandb_goes_online_only_when_logged_in(tmp_path, monkeypatch):
-    from areal_cli.tracking import _wandb_logged_in
+    from areal_cli.train_loop.tracking import _wandb_logged_in
 
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
@@ -158,7 +158,7 @@ class _FakeWandbRun:
 ])
 def test_a_resumed_online_wandb_run_fills_what_it_lacks_and_never_logs_a_step_it_would_drop(
         tmp_path, monkeypatch, server_next, replayed, logged):
-    import areal_cli.tracking as tracking
+    import areal_cli.train_loop.tracking as tracking
 
     run = _FakeWandbRun(server_next)
     monkeypatch.setattr(tracking, "_start_wandb", lambda *a, **k: run)
@@ -191,7 +191,7 @@ def test_a_killed_and_resumed_run_continues_the_same_wandb_run_and_tensorboard_l
             "-o", "rollout.group_size=2", "-o", "rollout.success_rate_lb=0", "-o", "rollout.success_rate_ub=1",
             "-o", "loop.eval_n_prompts=4", "-o", "loop.target_accuracy=0", "-o", "loop.checkpoint_every=3",
             "-o", "loop.loggers=tensorboard,wandb", "-o", "loop.wandb_project=areal-test"]
-    first = subprocess.Popen([sys.executable, "-m", "areal_cli.cli", "train", "--out", str(out), *args], cwd=tmp_path,
+    first = subprocess.Popen([sys.executable, "-m", "areal_cli.commands.main", "train", "--out", str(out), *args], cwd=tmp_path,
                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
     def steps() -> list[int]:

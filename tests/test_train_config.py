@@ -11,7 +11,7 @@ import typing
 import pytest
 
 from areal_cli.config import FLAT_NAMES, KEYS, SECTIONS, TrainConfig, apply_overrides, field_docs, get_value, keys
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.recipes import load_recipe, load_train_config
 from helpers.one_line import assert_one_line
 

@@ -62,7 +62,7 @@ def test_sglang_launch_and_collective_weight_sync_train_exactly_like_the_default
 
 def test_scale_path_keys_are_checked_with_their_names():
     from areal_cli.config import TrainConfig, apply_overrides
-    from areal_cli.errors import UserError
+    from areal_cli.foundations.errors import UserError
 
     assert apply_overrides(TrainConfig(), ["rollout.weight_update_mode=xccl"]).rollout.weight_update_mode == "xccl"
     for bad in ("rollout.weight_update_mode=nccl2", "rollout.engine=vllm", "rollout.sglang_mem_fraction_static=1.5",
@@ -76,8 +76,8 @@ def test_sglang_engine_without_the_sglang_package_is_one_line_before_any_launch(
     import importlib.util
 
     from areal_cli.config import TrainConfig, apply_overrides
-    from areal_cli.errors import UserError
-    from areal_cli.processes import launch_servers
+    from areal_cli.foundations.errors import UserError
+    from areal_cli.train_loop.processes import launch_servers
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "sglang" else real(name, *a))

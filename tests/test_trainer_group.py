@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from areal_cli.errors import UserError
-from areal_cli.ports import free_port as find_free_port
+from areal_cli.foundations.errors import UserError
+from areal_cli.foundations.ports import free_port as find_free_port
 from areal_cli.trainer.calls import check_name, resolve, run_call
 from areal_cli.trainer.group import (
     ENV_ADDR,

@@ -244,7 +244,7 @@ def test_sync_weights_from_engine_caches_its_sender_and_the_async_helper_pauses(
 
     import torch.distributed as dist
 
-    from areal_cli.ports import free_port
+    from areal_cli.foundations.ports import free_port
 
     # the trainer's own default group (world of 1 here) exists before and is untouched by the sync
     # (earlier tests in this pytest process may have created it already: then it is used and kept)
@@ -300,7 +300,7 @@ def test_server_refuses_bad_group_requests_with_sglang_reply_shape(server, http)
 @pytest.mark.multiproc
 @pytest.mark.slow
 def test_unreachable_server_fails_group_init_at_once_and_the_live_server_keeps_serving(server, http):
-    from areal_cli.ports import free_port
+    from areal_cli.foundations.ports import free_port
 
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens: this server never joins the group
     sender = WeightSender([server.url, dead], backend="gloo", group_name="wsync-dead", timeout_s=10)
@@ -315,7 +315,7 @@ def test_unreachable_server_fails_group_init_at_once_and_the_live_server_keeps_s
 
 
 def test_engine_loads_a_subset_in_place_and_a_refused_load_changes_nothing(dirs):
-    from areal_cli.errors import UserError
+    from areal_cli.foundations.errors import UserError
     from areal_cli.rollout.engine import InferenceEngine
 
     eng = InferenceEngine(dirs[0], max_total_tokens=256)

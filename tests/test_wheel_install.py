@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from areal_cli.resources import SHIPPED
+from areal_cli.foundations.resources import SHIPPED
 
 pytestmark = pytest.mark.multiproc  # every test here starts processes
 
@@ -81,7 +81,7 @@ def test_the_installed_cli_works_outside_the_checkout(venv, tmp_path, shared_dir
         assert r.returncode == 0, f"{args}: {r.stdout[-2000:]}{r.stderr[-3000:]}"
         return r.stdout
 
-    where = json.loads(run(py, "-c", "import json, areal_cli, areal_cli.resources as r; print(json.dumps("
+    where = json.loads(run(py, "-c", "import json, areal_cli, areal_cli.foundations.resources as r; print(json.dumps("
                                      "[areal_cli.__file__] + [str(r.shipped_dir(n)) for n in r.SHIPPED]))"))
     assert all(str(venv) in w and not w.startswith(str(ROOT)) for w in where), where
 

@@ -35,7 +35,7 @@ from typing import Any
 from areal_cli.agents.proxy import EXPORT_STYLES, AgentSession, OpenAIProxy
 from areal_cli.api.loading import load_object
 from areal_cli.api.types import Group, Item, Trajectory, WorkflowError, gather_runs
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 
 
 def _bad(name: str, why: str, value: Any) -> UserError:

@@ -13,7 +13,7 @@ edit to the kit:
 module name derived from its absolute path (``_areal_user_<stem>_<hash>``), so classes defined there
 pickle by reference in the processes that loaded it.
 
-Errors are one line (:class:`~areal_cli.errors.UserError`): a malformed name, a missing file or module,
+Errors are one line (:class:`~areal_cli.foundations.errors.UserError`): a malformed name, a missing file or module,
 an exception while importing (type, message and the ``file:line`` it came from), a missing attribute.
 """
 
@@ -28,7 +28,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 
 _MODULE_SPEC = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _ATTR = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
 from areal_cli.api.loading import check_spec, is_file_spec, load_object
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 
 SUFFIXES = (".jsonl", ".json", ".parquet")
 _SHA1 = re.compile(r"^[0-9a-f]{40}$")
@@ -95,7 +95,7 @@ def parse_source(text: str, *, what: str, revision: str = "", split: str = "trai
 
 
 def _json_lines(path: Path) -> Iterator[tuple[str, dict]]:
-    from areal_cli.jsonl import iter_json_lines
+    from areal_cli.foundations.jsonl import iter_json_lines
 
     for lineno, rec in iter_json_lines(path):
         yield f"{path}:{lineno}", rec
@@ -117,7 +117,7 @@ def _parquet_rows(path: Path) -> Iterator[tuple[str, dict]]:
 
 
 def _hf_rows(src: Source, what: str) -> Iterator[tuple[str, dict]]:
-    from areal_cli.hub import hub_local_only
+    from areal_cli.foundations.hub import hub_local_only
 
     # offline or unreachable: read the cache only, at once (no ~25 s of retry backoff). The libraries read
     # their offline flags when imported, so set the environment first and patch the flags too.

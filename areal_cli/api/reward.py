@@ -24,7 +24,7 @@ import inspect
 from typing import Any, Callable
 
 from areal_cli.api.loading import add_code_dir, load_object
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 
 #: The pool function that calls a user reward (``RewardPool(CALL_REWARD, ...)``).
 CALL_REWARD = "areal_cli.api.reward:call_reward"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Awaitable
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from areal_cli.api.loading import load_object
 from areal_cli.api.types import Group, Item
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 
 #: The built-in single-turn workflow (:class:`areal_cli.workflows.rlvr.RLVRWorkflow`).
 DEFAULT_WORKFLOW = "areal_cli.workflows.rlvr:RLVRWorkflow"

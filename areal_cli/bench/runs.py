@@ -11,12 +11,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 
 
 def machine_description() -> dict:
     """CPU model, core counts, load average, memory, Python/torch versions of this machine."""
-    from areal_cli.manifest import cpu_model, memory_bytes
+    from areal_cli.foundations.manifest import cpu_model, memory_bytes
 
     cpu = cpu_model()
     mem = memory_bytes()
@@ -112,7 +112,7 @@ def refuse_per_run_overrides(extra: list[str], per_run: dict[str, str] = PER_RUN
 
 def override_locations(data: Any, path: Path, sections: tuple[str, ...] = ("overrides", "sync_overrides")) -> dict:
     """``{"overrides.KEY": "file:line"}`` for the recipe overrides of a scenario file (``data`` as read by
-    :func:`~areal_cli.typed_yaml.read_yaml`: mappings that carry their keys' lines)."""
+    :func:`~areal_cli.foundations.typed_yaml.read_yaml`: mappings that carry their keys' lines)."""
     out = {}
     for section in sections:
         mapping = data.get(section) if isinstance(data, dict) else None

@@ -8,8 +8,8 @@
 - :mod:`~areal_cli.config.loading`: a train config file, a recipe's ``train`` section, overrides, paths.
 - :mod:`~areal_cli.config.validate`: ranges and combinations.
 
-Values are converted by the one rule of :func:`areal_cli.typed_yaml.coerce`; unknown keys and wrong types are
-:class:`~areal_cli.errors.UserError` with ``file:line: field 'section.key'``. A foundation: it imports no torch
+Values are converted by the one rule of :func:`areal_cli.foundations.typed_yaml.coerce`; unknown keys and wrong types are
+:class:`~areal_cli.foundations.errors.UserError` with ``file:line: field 'section.key'``. A foundation: it imports no torch
 and nothing above the typed YAML reader (import-linter contract in pyproject.toml).
 """
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from areal_cli.config.sections import SECTIONS
-from areal_cli.errors import UserError
-from areal_cli.typed_yaml import LineDict, coerce
+from areal_cli.foundations.errors import UserError
+from areal_cli.foundations.typed_yaml import LineDict, coerce
 
 #: Top-level fields of TrainConfig (not in a section).
 TOP_LEVEL = ("recipe", "seed")
@@ -102,7 +102,7 @@ def resolve_key(key: str, where: str, prefix: str = "") -> tuple[str, bool]:
 
 
 def coerce_value(dotted: str, value: object, where: str) -> object:
-    """``value`` converted to the declared type of setting ``dotted`` (:func:`areal_cli.typed_yaml.coerce`).
+    """``value`` converted to the declared type of setting ``dotted`` (:func:`areal_cli.foundations.typed_yaml.coerce`).
 
     Raises:
         UserError: ``where: field 'dotted': expected T, got V`` (or ``must be one of ...`` for a ``Literal``).
@@ -134,11 +134,11 @@ class Entry:
 
 
 def read_mapping(data: Any, source: str, prefix: str = "") -> list[Entry]:
-    """The settings of a YAML mapping (read by :func:`areal_cli.typed_yaml.read_yaml`): sections as mappings,
+    """The settings of a YAML mapping (read by :func:`areal_cli.foundations.typed_yaml.read_yaml`): sections as mappings,
     dotted keys, top-level fields and flat names of earlier releases, in any mix.
 
     Args:
-        data: the mapping (a :class:`~areal_cli.typed_yaml.LineDict` gives line numbers).
+        data: the mapping (a :class:`~areal_cli.foundations.typed_yaml.LineDict` gives line numbers).
         source: the file, for messages (``file:line: field 'prefix.key'``; ``source: field ...`` when ``data``
             carries no lines, e.g. a run's ``config.json``).
         prefix: how the mapping is reached in the file (``train`` for a recipe's section), for messages.

@@ -9,8 +9,8 @@ from typing import Any, Sequence
 
 from areal_cli.config.keys import FLAT_NAMES, KEYS, coerce_value, get_value, note_flat_names, read_mapping, resolve_key, set_value
 from areal_cli.config.train import TrainConfig
-from areal_cli.errors import UserError
-from areal_cli.typed_yaml import parse_override, plain
+from areal_cli.foundations.errors import UserError
+from areal_cli.foundations.typed_yaml import parse_override, plain
 
 
 def settings_into(cfg: TrainConfig, data: Any, path: Path, prefix: str = "",
@@ -35,7 +35,7 @@ def settings_into(cfg: TrainConfig, data: Any, path: Path, prefix: str = "",
 
 def config_from_file(data: Any, path: Path) -> tuple[TrainConfig, dict[str, int]]:
     """The config of a train config file (a quick user recipe): ``data`` (read by
-    :func:`areal_cli.typed_yaml.read_yaml`) is a mapping of settings (``rollout: {group_size: 8}``,
+    :func:`areal_cli.foundations.typed_yaml.read_yaml`) is a mapping of settings (``rollout: {group_size: 8}``,
     ``rollout.group_size: 8`` or the flat ``group_size: 8`` of earlier releases). The config is named by the
     file's stem unless it sets ``recipe``.
 

@@ -91,7 +91,7 @@ class TaskSection:
 
 @dataclass
 class SftSection:
-    """The supervised warm start (:mod:`areal_cli.sft`) that runs before RL; part of the recipe."""
+    """The supervised warm start (:mod:`areal_cli.sft.stage`) that runs before RL; part of the recipe."""
 
     n_examples: int = 4000
     """Training examples generated or read for the warm start."""
@@ -221,7 +221,7 @@ class PPOSection:
     lr: float = 3e-4
     """Learning rate of the RL steps (AdamW)."""
     lr_scheduler: Literal["constant", "linear", "cosine"] = "constant"
-    """Learning-rate schedule over max_steps (:func:`areal_cli.sft.lr_at`)."""
+    """Learning-rate schedule over max_steps (:func:`areal_cli.sft.stage.lr_at`)."""
     warmup_proportion: float = 0.0
     """Linear warmup over this fraction of max_steps."""
     weight_decay: float = 0.0
@@ -335,7 +335,7 @@ class LoopSection:
     time_limit_s: float = 0.0
     """Wall-clock limit of the RL loop, seconds (0: none)."""
     loggers: str = ""
-    """Experiment tracking (:mod:`areal_cli.tracking`): ``tensorboard``, ``wandb`` or both, comma-separated."""
+    """Experiment tracking (:mod:`areal_cli.train_loop.tracking`): ``tensorboard``, ``wandb`` or both, comma-separated."""
     wandb_project: str = "areal"
     """W&B project."""
     checkpoint_every: int = 0

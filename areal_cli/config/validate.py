@@ -9,7 +9,7 @@ from typing import Any
 from areal_cli.config.cpus import parse_cpu_list
 from areal_cli.config.keys import KEYS, get_value
 from areal_cli.config.sections import RolloutSection
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 
 _POSITIVE = ("rollout.batch_size", "rollout.group_size", "rollout.max_new_tokens", "rollout.n_servers",
              "sft.batch_size", "loop.eval_n_samples", "ppo.n_minibatches", "parallel.torch_threads",

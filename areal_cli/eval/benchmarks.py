@@ -4,7 +4,7 @@ normalised :class:`Problem` every loader produces, and the date windows of dated
 The one place that says what a benchmark is; the readers of records (:mod:`areal_cli.eval.datasets` for math
 files and the load entry points, :mod:`areal_cli.eval.code_datasets` for code rows) build on it. Malformed
 declarations, unknown names and malformed window options raise a one-line
-:class:`~areal_cli.errors.UserError`.
+:class:`~areal_cli.foundations.errors.UserError`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from areal_cli.errors import UserError
-from areal_cli.resources import shipped_dir
+from areal_cli.foundations.errors import UserError
+from areal_cli.foundations.resources import shipped_dir
 
 #: ``evaluation/benchmarks.json`` at the top level of the repository.
 BENCHMARKS_JSON = shipped_dir("evaluation") / "benchmarks.json"

@@ -30,9 +30,9 @@ import datetime as _dt
 from pathlib import Path
 from typing import Any, Iterator
 
-from areal_cli.errors import UserError, where
+from areal_cli.foundations.errors import UserError, where
 from areal_cli.eval.benchmarks import BenchmarkSpec, Problem, id_to_str, in_window, window_label
-from areal_cli.jsonl import iter_json_lines
+from areal_cli.foundations.jsonl import iter_json_lines
 
 # LiveCodeBench PromptConstants (lcb_runner/prompts/code_generation.py), verbatim.
 LCB_FORMAT_WITH_STARTER_CODE = (

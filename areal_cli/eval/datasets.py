@@ -15,7 +15,7 @@ metadata for breakdowns). Two kinds of benchmark:
   or, with ``--data-dir``, from ``DIR/<file>`` (JSON lines in the upstream schema) or ``DIR/<name>/`` (a
   local copy of the repository's files at that revision). Layout: evaluation/README.md.
 
-Bad input raises :class:`areal_cli.errors.UserError` with one line:
+Bad input raises :class:`areal_cli.foundations.errors.UserError` with one line:
 - unknown benchmark name (lists the known ones),
 - missing data directory or file (path), a hub source that cannot be fetched (repo@revision),
 - malformed JSON line / parquet row (``file:line: malformed JSON: ...``),
@@ -33,7 +33,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterable
 
-from areal_cli.errors import UserError, where
+from areal_cli.foundations.errors import UserError, where
 from areal_cli.eval.benchmarks import (
     BenchmarkSpec,
     Problem,
@@ -42,7 +42,7 @@ from areal_cli.eval.benchmarks import (
     parse_dataset_names,
     resolve_window,
 )
-from areal_cli.jsonl import iter_json_lines
+from areal_cli.foundations.jsonl import iter_json_lines
 
 #: Local files up to this size get a sha256 in the load report (bigger ones: size only; hub files are
 #: pinned by the revision).
@@ -154,7 +154,7 @@ def fetch_hub_files(spec: BenchmarkSpec, revision: str | None = None) -> tuple[l
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import EntryNotFoundError
 
-    from areal_cli.hub import hub_local_only
+    from areal_cli.foundations.hub import hub_local_only
 
     rev = revision or spec.hub.revision
     try:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol as TypingProtocol, Sequence
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.eval.benchmarks import Problem
 
 TINY_MODEL_SEED = 0

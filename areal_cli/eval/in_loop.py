@@ -22,7 +22,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 
 
 @dataclasses.dataclass

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from areal_cli.errors import UserError, where
+from areal_cli.foundations.errors import UserError, where
 from areal_cli.eval.benchmarks import Problem, load_benchmark_specs, parse_dataset_names
 from areal_cli.eval.datasets import load_benchmark_with_report
 from areal_cli.eval.grading import graders_kinds, problem_kind, problem_tests

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 
 #: The user message; ``{problem}`` is replaced by the problem text.
 USER_TEMPLATE = "{problem}\nPlease reason step by step, and put your final answer within \\boxed{{}}."

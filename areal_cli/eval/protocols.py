@@ -46,7 +46,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 
 #: AReaL's stop words (``math_eval.py`` / ``code_eval.py`` ``stop_words``).
 AREAL_STOP = ("</s>", "<|im_end|>", "<|endoftext|>")

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from areal_cli.errors import UserError, where
+from areal_cli.foundations.errors import UserError, where
 from areal_cli.eval.benchmarks import Problem
 from areal_cli.eval.generate import PASSES
 from areal_cli.eval.grading import (

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
-from areal_cli.atomic import write_atomic_many
+from areal_cli.foundations.atomic import write_atomic_many
 
 COUNTERS = (("n_no_answer", "no answer"), ("n_grader_errors", "grader errors"),
             ("n_grader_timeouts", "grader timeouts"), ("n_equivalence_failures", "equivalence failures"),
@@ -64,7 +64,7 @@ def render_table(results: dict[str, Any], console: Any = None, out_dir: Path | N
     from rich.console import Console
     from rich.table import Table
 
-    from areal_cli.run_status import print_paths
+    from areal_cli.train_loop.run_status import print_paths
 
     console = console or Console()
     datasets = dataset_names(results)
@@ -206,7 +206,7 @@ def render_markdown(results: dict[str, Any]) -> str:
 
 def write_outputs(out_dir: Path, results: dict[str, Any], samples: Sequence[dict[str, Any]]) -> None:
     """Write ``results.json``, ``report.md`` and ``samples.jsonl`` into ``out_dir``, all or none
-    (:func:`areal_cli.atomic.write_atomic_many`: every file is complete or untouched)."""
+    (:func:`areal_cli.foundations.atomic.write_atomic_many`: every file is complete or untouched)."""
     samples_text = "".join(json.dumps(s, ensure_ascii=False) + "\n" for s in samples)
     results_text = json.dumps(results, indent=2, ensure_ascii=False) + "\n"
     write_atomic_many({

@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 from typing import Any, IO
 
-from areal_cli.errors import UserError, where
+from areal_cli.foundations.errors import UserError, where
 
 PARTIAL_NAME = "samples.partial.jsonl"
 HEADER_KEY = "areal_eval_partial"

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.eval.benchmarks import load_benchmark_specs
 from areal_cli.eval.generate import (
     TINY_MODEL_SEED,

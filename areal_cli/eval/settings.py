@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.eval.benchmarks import BenchmarkSpec, Problem
 from areal_cli.eval.protocols import Protocol, apply_overrides, check_kind, get_protocol
 

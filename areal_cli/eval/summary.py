@@ -201,7 +201,7 @@ def codeforces_rating(verdicts: dict[str, list[bool]], metas: dict[str, dict[str
     """
     if cf_data is None:
         return {"rating": CF_DATA_NEEDED}
-    from areal_cli.errors import UserError
+    from areal_cli.foundations.errors import UserError
     from areal_cli.eval.codeforces import rating_from_verdicts
 
     try:
@@ -218,7 +218,7 @@ def check_cf_data(cf_data: str | Path | None) -> None:
     """
     if cf_data is None:
         return
-    from areal_cli.errors import UserError
+    from areal_cli.foundations.errors import UserError
     from areal_cli.eval.codeforces import CONTEST_CACHE_FILE, SORTED_RATINGS_FILE
 
     d = Path(cf_data)

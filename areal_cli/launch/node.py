@@ -38,8 +38,8 @@ import threading
 import time
 from pathlib import Path
 
-from areal_cli.atomic import write_atomic_many, write_json_atomic
-from areal_cli.errors import UserError
+from areal_cli.foundations.atomic import write_atomic_many, write_json_atomic
+from areal_cli.foundations.errors import UserError
 from areal_cli.launch.plan import LaunchPlan, expand, read_plan
 
 POLL_S = 0.25

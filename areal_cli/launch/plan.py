@@ -3,7 +3,7 @@
 Fields of the JSON (version :data:`PLAN_VERSION`):
 
 - ``run_dir``: absolute path of the shared run directory (every node must see it at that path).
-- ``placement``: :meth:`areal_cli.placement.Placement.to_dict` (allocation, nodes, GPUs per node, servers,
+- ``placement``: :meth:`areal_cli.recipes.placement.Placement.to_dict` (allocation, nodes, GPUs per node, servers,
   trainer ranks, controller node).
 - ``server``: ``engine`` (``"embedded"`` | ``"sglang"``), ``model_path``, ``sglang`` (fields of
   :class:`~areal_cli.rollout.sglang_launcher.SGLangServerArgs` besides model/host/port: tp_size = the
@@ -11,7 +11,7 @@ Fields of the JSON (version :data:`PLAN_VERSION`):
 - ``trainer``: ``args``: what torchrun runs on every training node (default ``-m areal_cli.trainer.worker``);
   ``env``: extra environment of the ranks; ``threads``: ``OMP_NUM_THREADS``.
 - ``controller``: ``command``: argv of the controller on node 0 (``{python}`` replaced by the node's
-  interpreter; default ``{python} -m areal_cli.cli train CONFIG --out RUN/train --no-live -o rollout.n_servers=S
+  interpreter; default ``{python} -m areal_cli.commands.main train CONFIG --out RUN/train --no-live -o rollout.n_servers=S
   -o parallel.data=D -o parallel.tensor=T -o parallel.pipeline=P``); ``env``.
 - ``ports``: ``master`` (torchrun rendezvous on the first training node), ``controller`` (the controller
   listens there for trainer rank 0: ``AREAL_CONTROLLER_LISTEN`` / ``AREAL_CONTROLLER_ADDR``).
@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from areal_cli.atomic import write_json_atomic
-from areal_cli.errors import UserError
-from areal_cli.placement import Placement, placement_from_dict
+from areal_cli.foundations.atomic import write_json_atomic
+from areal_cli.foundations.errors import UserError
+from areal_cli.recipes.placement import Placement, placement_from_dict
 
 PLAN_VERSION = 1
 PYTHON = "{python}"  # placeholder in commands: the interpreter of the node running them
@@ -110,7 +110,7 @@ def controller_command(config: str, run_dir: Path, placement: Placement, overrid
     """The default controller argv: ``areal train CONFIG`` into ``RUN/train`` with the allocation's degrees and
     ``rollout.engine=external`` (servers started by each node)."""
     a = placement.allocation
-    cmd = [PYTHON, "-m", "areal_cli.cli", "train", config, "--out", str(Path(run_dir) / "train"), "--no-live"]
+    cmd = [PYTHON, "-m", "areal_cli.commands.main", "train", config, "--out", str(Path(run_dir) / "train"), "--no-live"]
     # the servers run on their nodes (`areal launch node`); the controller finds them in $AREAL_LLM_SERVER_ADDRS
     engine = ["rollout.engine=external"] + ([f"rollout.sglang_tp_size={a.gen.tp}"] if a.gen is not None else [])
     for o in list(overrides) + [f"rollout.n_servers={a.n_servers}", *engine, f"parallel.data={a.train.dp}",

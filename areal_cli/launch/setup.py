@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.launch.plan import LaunchPlan, build_plan, controller_command
-from areal_cli.placement import config_allocation, parse_allocation, place
+from areal_cli.recipes.placement import config_allocation, parse_allocation, place
 
 
 def plan_for_config(config: str, *, nodes: int, gpus_per_node: int, run_dir: str | Path,

@@ -4,7 +4,7 @@ The sbatch script asks for ``--nodes N --ntasks-per-node=1 --gpus-per-node G --c
 run's ``discovery/`` and ``launch/status/`` (files of an earlier launch), reads the job's host names with
 ``scontrol show hostnames "$SLURM_JOB_NODELIST"`` and runs one task per node::
 
-    srun --kill-on-bad-exit=1 PYTHON -m areal_cli.cli launch node --plan RUN/launch/plan.json --hosts h1,h2,...
+    srun --kill-on-bad-exit=1 PYTHON -m areal_cli.commands.main launch node --plan RUN/launch/plan.json --hosts h1,h2,...
 
 Each task takes its node rank from ``$SLURM_NODEID`` (:mod:`areal_cli.launch.node`). ``PYTHON`` is the
 interpreter that wrote the files (the run directory and the environment must be on a filesystem every node
@@ -19,8 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from areal_cli.atomic import write_atomic_many
-from areal_cli.errors import UserError
+from areal_cli.foundations.atomic import write_atomic_many
+from areal_cli.foundations.errors import UserError
 from areal_cli.launch.plan import LaunchPlan, write_plan
 
 
@@ -53,7 +53,7 @@ def sbatch_text(plan: LaunchPlan, *, python: str = sys.executable, cpus_per_task
         'rm -rf "$RUN/discovery" "$RUN/launch/status"  # files of an earlier launch of this plan',
         'HOSTS=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | paste -sd, -)',
         'echo "areal launch: job $SLURM_JOB_ID on $HOSTS"',
-        f"srun --kill-on-bad-exit=1 --nodes={p.nodes} --ntasks-per-node=1 {q(python)} -m areal_cli.cli launch node "
+        f"srun --kill-on-bad-exit=1 --nodes={p.nodes} --ntasks-per-node=1 {q(python)} -m areal_cli.commands.main launch node "
         f'--plan "$RUN/launch/plan.json" --hosts "$HOSTS"',
     ]
     return "\n".join(lines) + "\n"

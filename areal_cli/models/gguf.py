@@ -11,7 +11,7 @@ one folder per file content: ``<stem>-<sha256[:16]>``. It is written in a tempor
 killed conversion leaves nothing that looks complete. ``areal_gguf.json`` in it records the provenance
 (source path, size, sha256, architecture, tensor types), which runs copy into their records.
 
-Bad input (one line, :class:`~areal_cli.errors.UserError`): a missing or truncated file, a file that is not
+Bad input (one line, :class:`~areal_cli.foundations.errors.UserError`): a missing or truncated file, a file that is not
 GGUF, an architecture the kit does not train or serve (:mod:`areal_cli.models.families`), a quantisation
 ``transformers`` cannot dequantise.
 """
@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 
 PROVENANCE = "areal_gguf.json"
 

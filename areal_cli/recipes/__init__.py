@@ -20,7 +20,7 @@ Modules, each one idea (lower ones never import higher ones):
 - :mod:`~areal_cli.recipes.train_config`: what ``areal train`` runs from a recipe (:func:`load_train_config`), and
   whether a GPU recipe can run here (:func:`check_runs_here`).
 
-The YAML reader itself (line numbers, duplicate keys) is the foundation :mod:`areal_cli.typed_yaml`.
+The YAML reader itself (line numbers, duplicate keys) is the foundation :mod:`areal_cli.foundations.typed_yaml`.
 """
 
 from areal_cli.recipes.build import build, where

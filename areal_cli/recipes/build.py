@@ -1,11 +1,11 @@
 """Strict dataclass building from YAML mappings: every key checked, every type exact, errors at ``file:line``.
 
-:func:`build` turns a :class:`~areal_cli.typed_yaml.LineDict` into a dataclass (nested dataclasses, lists,
+:func:`build` turns a :class:`~areal_cli.foundations.typed_yaml.LineDict` into a dataclass (nested dataclasses, lists,
 ``Literal`` choices, ``X | None``); the built object remembers where it came from so later checks report
 ``file:line: field 'section.key': ...`` (:func:`where`). Strict on purpose (a locked recipe states exact
 values): YAML types must match the annotation, only an int is accepted for a float, and a bool follows the one
-bool rule of :mod:`areal_cli.typed_yaml` (a YAML bool or a word of ``BOOL_WORDS``). The flat train settings use
-the looser :func:`areal_cli.typed_yaml.coerce` (strings that parse as the type are accepted).
+bool rule of :mod:`areal_cli.foundations.typed_yaml` (a YAML bool or a word of ``BOOL_WORDS``). The flat train settings use
+the looser :func:`areal_cli.foundations.typed_yaml.coerce` (strings that parse as the type are accepted).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-from areal_cli.errors import UserError
-from areal_cli.typed_yaml import BOOL_WORDS, LineDict
+from areal_cli.foundations.errors import UserError
+from areal_cli.foundations.typed_yaml import BOOL_WORDS, LineDict
 
 
 def _type_name(tp: Any) -> str:
@@ -70,7 +70,7 @@ def _convert(value: Any, tp: Any, file: Path, name: str, line: int) -> Any:
         raise UserError(f"{file}:{line}: field '{name}': must be one of {_type_name(tp)}, got {value!r}")
     if tp is Any:
         return value
-    if tp is bool:  # the one bool rule of every settings file (areal_cli.typed_yaml.BOOL_WORDS)
+    if tp is bool:  # the one bool rule of every settings file (areal_cli.foundations.typed_yaml.BOOL_WORDS)
         if isinstance(value, bool):
             return value
         if isinstance(value, str) and value.lower() in BOOL_WORDS:

@@ -35,7 +35,7 @@ from typing import Any
 
 from areal_cli.config import TrainConfig
 from areal_cli.config.sections import LoopSection, ModelSection, PPOSection, RolloutSection, SftSection, TaskSection
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 
 #: top_k at or above this is "off" (AReaL writes 10^6 or 10^8 for "no top-k").
 TOP_K_OFF = 1_000_000
@@ -46,7 +46,7 @@ def gpu_train_config(recipe: Any, variant: str | None = None, *, placement: Any 
     """``(TrainConfig, deviations)`` of a ``trainer: gpu`` RL recipe (module docstring).
 
     Args:
-        placement: a :class:`~areal_cli.placement.Placement` of the allocation (its servers and trainer
+        placement: a :class:`~areal_cli.recipes.placement.Placement` of the allocation (its servers and trainer
             degrees); None: the recipe's published allocation, or none (then ``rollout.n_servers`` / ``parallel.*``
             stay 1 and the caller sets them).
     Returns:
@@ -56,7 +56,7 @@ def gpu_train_config(recipe: Any, variant: str | None = None, *, placement: Any 
         UserError: an SFT recipe, a setting the kit cannot run (KL, GAE, dual clip, sample reuse, ...).
     """
     if recipe.kind == "sft":
-        raise UserError(f"{recipe.path}: recipe '{recipe.name}' is supervised fine-tuning (areal_cli.sft_job), "
+        raise UserError(f"{recipe.path}: recipe '{recipe.name}' is supervised fine-tuning (areal_cli.sft.job), "
                         f"not an RL run")
     spec = recipe.variant(variant)
 
@@ -128,7 +128,7 @@ def gpu_train_config(recipe: Any, variant: str | None = None, *, placement: Any 
     if spec.new_tokens_per_chunk is not None:
         notes.append("new_tokens_per_chunk: generation is not chunked (servers are interrupted instead)")
     if placement is None and recipe.file.resources.allocation:
-        from areal_cli.placement import parse_allocation, place
+        from areal_cli.recipes.placement import parse_allocation, place
 
         r = recipe.file.resources
         placement = place(parse_allocation(r.allocation), nodes=r.nodes, gpus_per_node=r.gpus_per_node)

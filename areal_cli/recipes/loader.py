@@ -3,7 +3,7 @@ and load its expected-metrics file: a validated :class:`Recipe`.
 
 A *locked recipe* pins everything needed to re-run one published number (``recipes/README.md``). Sections
 (all keys are checked; unknown keys, wrong types and missing required keys are a
-:class:`~areal_cli.errors.UserError` ``file:line: field 'section.key': ...`` at every nesting level):
+:class:`~areal_cli.foundations.errors.UserError` ``file:line: field 'section.key': ...`` at every nesting level):
 
 - ``recipe`` (name = file stem; in a copy outside the shipped folder it may still name the recipe it was copied
   from, see "Copies" below), ``description``, ``source`` (where the settings come from),
@@ -42,14 +42,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from areal_cli.config import TrainConfig, note_flat_names, settings_into
-from areal_cli.errors import UserError
-from areal_cli.hub import REPO_ID, SHA1, SHA256
+from areal_cli.foundations.errors import UserError
+from areal_cli.foundations.hub import REPO_ID, SHA1, SHA256
 from areal_cli.recipes.build import build, where
 from areal_cli.recipes.expected import EVAL_OVERRIDE_KEYS, ExpectedFile, ExpectedMetric, check_tolerance
 from areal_cli.recipes.schema import DataRef, EvalSpec, HubRef, PublishedTrainSpec, RecipeFile
 from areal_cli.recipes.vocabulary import TRAINING_FIGURES, UNSUPPORTED_BENCHMARKS, eval_vocabulary
-from areal_cli.resources import recipe_dirs, shipped_dir
-from areal_cli.typed_yaml import LineDict, read_yaml
+from areal_cli.foundations.resources import recipe_dirs, shipped_dir
+from areal_cli.foundations.typed_yaml import LineDict, read_yaml
 
 
 @dataclass
@@ -93,7 +93,7 @@ class Recipe:
 
 
 def find_recipe_file(name: str) -> Path | None:
-    """``NAME.yaml`` in the first of :func:`areal_cli.resources.recipe_dirs` holding it (user folders first)."""
+    """``NAME.yaml`` in the first of :func:`areal_cli.foundations.resources.recipe_dirs` holding it (user folders first)."""
     for d in recipe_dirs():
         if (d / f"{name}.yaml").is_file():
             return d / f"{name}.yaml"
@@ -102,7 +102,7 @@ def find_recipe_file(name: str) -> Path | None:
 
 def recipe_names() -> list[str]:
     """Recipe names in the user's recipe folders and the shipped ones (``NAME.yaml``; expected-metrics files
-    ``*.expected.yaml`` excluded; :mod:`areal_cli.resources`)."""
+    ``*.expected.yaml`` excluded; :mod:`areal_cli.foundations.resources`)."""
     return sorted({p.name[: -len(".yaml")] for d in recipe_dirs() if d.is_dir() for p in d.glob("*.yaml")
                    if not p.name.endswith(".expected.yaml")})
 
@@ -238,12 +238,12 @@ def _check_data(data: DataRef) -> None:
 
 def allocation_gpus(allocation: str) -> int:
     """GPUs used by an AReaL allocation string: ``sglang.d80m2p1+d4m2p4`` -> 80*2*1 + 4*2*4 = 192
-    (parsed by :func:`areal_cli.placement.parse_allocation`, the one parser of these strings).
+    (parsed by :func:`areal_cli.recipes.placement.parse_allocation`, the one parser of these strings).
 
     Raises:
         ValueError: not of that form (the message names the bad part).
     """
-    from areal_cli.placement import parse_allocation
+    from areal_cli.recipes.placement import parse_allocation
 
     try:
         return parse_allocation(allocation).total

@@ -13,10 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from areal_cli.config import TrainConfig, config_from_file
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.recipes.gpu_train import gpu_train_config
 from areal_cli.recipes.loader import Recipe, find_recipe_file, load_recipe, recipe_names, refuse_unknown_preset
-from areal_cli.typed_yaml import read_yaml
+from areal_cli.foundations.typed_yaml import read_yaml
 
 
 def load_train_config(name_or_path: str) -> tuple[TrainConfig, Path]:
@@ -138,7 +138,7 @@ def check_runs_here(cfg: TrainConfig, path: Path, *, gpus_here: int | None = Non
 
     Args:
         path: the recipe file ``cfg`` came from (:func:`load_train_config`).
-        gpus_here: GPUs of this machine (default: :func:`areal_cli.manifest.gpu_count`, ``nvidia-smi``).
+        gpus_here: GPUs of this machine (default: :func:`areal_cli.foundations.manifest.gpu_count`, ``nvidia-smi``).
         sglang_installed: default: whether ``sglang`` can be imported.
     Raises:
         UserError: ``FILE: recipe 'NAME' (trainer gpu) cannot run here as written; it needs N edit(s): (1) ...``.
@@ -148,7 +148,7 @@ def check_runs_here(cfg: TrainConfig, path: Path, *, gpus_here: int | None = Non
         return
     recipe = load_recipe(path)
     if gpus_here is None:
-        from areal_cli.manifest import gpu_count
+        from areal_cli.foundations.manifest import gpu_count
 
         gpus_here = gpu_count()
     if sglang_installed is None:

@@ -15,13 +15,13 @@ Steps (:func:`reproduce`):
    ``eval_overrides``).
 3. **Compare** (:func:`areal_cli.recipes.compare`) and print a pass / fail / skipped table. GPQA-Diamond and
    any number ``areal`` cannot measure are *skipped*, never passed.
-4. **Record**: ``DIR/manifest.json`` (:mod:`areal_cli.manifest`: recipe sha256, revisions, package
+4. **Record**: ``DIR/manifest.json`` (:mod:`areal_cli.foundations.manifest`: recipe sha256, revisions, package
    versions, git commit, hardware, times) and ``DIR/reproduce.json`` (every check and measured figure).
 
 Exit codes: 0 when every check passes (skipped rows allowed) and at least one check was made; 1 on any
 failed check, or when nothing could be checked; 2 on bad input (unknown recipe, invalid override, out
 directory holding a run, corrupted checkpoint, missing download, GPU recipe without its GPUs): one line,
-raised as :class:`~areal_cli.errors.UserError` before anything is written.
+raised as :class:`~areal_cli.foundations.errors.UserError` before anything is written.
 
 Modules: :mod:`~areal_cli.reproduce.hours` (training-time estimates), :mod:`~areal_cli.reproduce.plan` (what a
 run will do), :mod:`~areal_cli.reproduce.render` (plan and check tables, exit code),

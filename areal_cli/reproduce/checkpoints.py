@@ -8,7 +8,7 @@ import json
 import struct
 from pathlib import Path
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 
 
 def check_checkpoint(model_dir: Path) -> None:

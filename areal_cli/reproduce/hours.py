@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.recipes import TRAINING_FIGURES, ExpectedMetric, Recipe, load_recipe
 
 

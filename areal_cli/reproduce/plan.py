@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from areal_cli.errors import UserError
-from areal_cli.placement import Allocation, Placement, config_allocation, parse_allocation, place
+from areal_cli.foundations.errors import UserError
+from areal_cli.recipes.placement import Allocation, Placement, config_allocation, parse_allocation, place
 from areal_cli.recipes import (
     EVAL_OVERRIDE_KEYS,
     TRAINING_BENCHMARKS,
@@ -28,10 +28,10 @@ def recipe_placement(recipe: Recipe, variant: str | None = None, *, nodes: int |
 
     GPU recipes: ``resources.allocation`` (None when not published) on ``resources.nodes`` x
     ``resources.gpus_per_node`` (= gpus / nodes). CPU recipes: what ``areal train`` runs
-    (:func:`areal_cli.placement.config_allocation`) on one host with ``gpus_per_node = 0`` (processes).
+    (:func:`areal_cli.recipes.placement.config_allocation`) on one host with ``gpus_per_node = 0`` (processes).
 
     Raises:
-        UserError: the layout is impossible on the given hardware (one line, :func:`areal_cli.placement.place`),
+        UserError: the layout is impossible on the given hardware (one line, :func:`areal_cli.recipes.placement.place`),
             or ``nodes`` / ``gpus_per_node`` given for a recipe that publishes no allocation.
     """
     r = recipe.file.resources
@@ -69,7 +69,7 @@ class Plan:
     subject: str  # "trained" (retrain) | "published" | "base"
     variant: str | None
     overrides: list[str]
-    downloads: list[Any]  # areal_cli.download.DownloadItem
+    downloads: list[Any]  # areal_cli.reproduce.download.DownloadItem
     gpus_needed: int
     allocation: Allocation | None  # the recipe's allocation string, parsed (CPU recipes: embedded processes)
     placement: Placement | None  # where servers, trainer ranks and the controller run (None: not published)
@@ -151,7 +151,7 @@ def make_plan(recipe: Recipe, *, eval_only: bool = False, subject: str | None = 
     Args:
         eval_only: evaluate a checkpoint (``subject``: ``published`` default, or ``base``) instead of training.
         overrides: ``-o KEY=VALUE``: TrainConfig keys for a CPU retrain, eval settings with ``eval_only``.
-        gpus_here: GPUs of this machine (default: :func:`areal_cli.manifest.gpu_count`).
+        gpus_here: GPUs of this machine (default: :func:`areal_cli.foundations.manifest.gpu_count`).
         model_dir: a local checkpoint to evaluate instead of downloading one (``eval_only``).
         nodes, gpus_per_node: hardware to place the allocation on (default: the recipe's published
             resources; :func:`recipe_placement`).
@@ -159,8 +159,8 @@ def make_plan(recipe: Recipe, *, eval_only: bool = False, subject: str | None = 
         UserError: unknown variant, bad subject, no published checkpoint, invalid overrides, an allocation
             impossible on ``nodes`` x ``gpus_per_node``.
     """
-    from areal_cli import download as dl
-    from areal_cli.manifest import gpu_count
+    import areal_cli.reproduce.download as dl
+    from areal_cli.foundations.manifest import gpu_count
 
     f = recipe.file
     recipe.variant(variant)  # unknown variant -> UserError listing the known ones

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.recipes import Check, Measured, compare, load_recipe
 from areal_cli.reproduce.checkpoints import check_checkpoint
 from areal_cli.reproduce.measure import explain_skips, measured_from_eval, measured_from_training
@@ -101,7 +101,7 @@ def reproduce(name: str, *, out_dir: Path | None = None, dry_run: bool = False, 
 
 
 def _utc() -> str:
-    from areal_cli.manifest import utc_now
+    from areal_cli.foundations.manifest import utc_now
 
     return utc_now()
 
@@ -129,7 +129,7 @@ class _RunRecord:
             raise UserError(f"{self.out}: cannot create the run folder: {e.strerror}") from None
 
     def manifest(self, status: str, exit_code: int | None) -> dict:
-        from areal_cli.manifest import build_manifest
+        from areal_cli.foundations.manifest import build_manifest
 
         p = self.plan
         return build_manifest(p.recipe, mode=p.mode, subject=p.subject, variant=p.variant, overrides=p.overrides,
@@ -138,7 +138,7 @@ class _RunRecord:
                               downloads=self.downloads, extra={"runs": self.runs})
 
     def finish(self, checks: list[Check], measured: dict[str, Measured]) -> Outcome:
-        from areal_cli.atomic import write_atomic_many
+        from areal_cli.foundations.atomic import write_atomic_many
 
         p = self.plan
         code = exit_code_for(checks)
@@ -153,7 +153,7 @@ class _RunRecord:
         render_checks(checks, self.console, f"areal reproduce {p.recipe.name}"
                       f"{'@' + p.variant if p.variant else ''} ({label})"
                       + (f" with overrides {' '.join(p.overrides)}" if p.overrides else ""))
-        from areal_cli.run_status import print_paths
+        from areal_cli.train_loop.run_status import print_paths
 
         print_paths(self.console, [("wrote", self.out / "manifest.json"), ("wrote", self.out / "reproduce.json")])
         return Outcome(code, checks, self.out, p)
@@ -172,7 +172,7 @@ class _RunRecord:
                 else:
                     status = "interrupted" if isinstance(e, KeyboardInterrupt) else \
                         f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
-                    from areal_cli.atomic import write_json_atomic
+                    from areal_cli.foundations.atomic import write_json_atomic
 
                     write_json_atomic(self.out / "manifest.json", self.manifest(status, None))
             raise
@@ -205,7 +205,7 @@ def _retrain(ctx: _RunRecord, *, allow_unpinned: bool = False, data_dir: Path | 
 def _eval_only(ctx: _RunRecord, *, allow_unpinned: bool, data_dir: Path | None, cf_data: Path | None,
                model_dir: Path | None) -> Outcome:
     """Download (or take ``model_dir``), check the checkpoint and the data, evaluate each group, compare."""
-    from areal_cli import download as dl
+    import areal_cli.reproduce.download as dl
 
     p = ctx.plan
     if model_dir is None:
@@ -271,7 +271,7 @@ def _download_inputs(ctx: _RunRecord, allow_unpinned: bool) -> tuple[Path, Path]
         UserError: unpinned without ``allow_unpinned``, offline, not found, checksum mismatch; a data
             snapshot without the recipe's file.
     """
-    from areal_cli import download as dl
+    import areal_cli.reproduce.download as dl
 
     r = ctx.plan.recipe
     got = dl.download(str(r.path), roles=("model", "data"), allow_unpinned=allow_unpinned)
@@ -286,9 +286,9 @@ def _download_inputs(ctx: _RunRecord, allow_unpinned: bool) -> tuple[Path, Path]
 def _retrain_gpu(ctx: _RunRecord, *, allow_unpinned: bool, data_dir: Path | None, cf_data: Path | None) -> Outcome:
     """Train a published recipe on this machine (SGLang servers + torchrun trainer on its GPUs, as its
     allocation places them; :mod:`areal_cli.recipes.gpu_train`), evaluate the trained weights with the recipe's
-    protocol, compare with the published numbers (mode retrain). SFT recipes: :mod:`areal_cli.sft_job`."""
+    protocol, compare with the published numbers (mode retrain). SFT recipes: :mod:`areal_cli.sft.job`."""
     from areal_cli.config import apply_overrides
-    from areal_cli.placement import parse_allocation, place
+    from areal_cli.recipes.placement import parse_allocation, place
 
     p = ctx.plan
     r = p.recipe
@@ -298,7 +298,7 @@ def _retrain_gpu(ctx: _RunRecord, *, allow_unpinned: bool, data_dir: Path | None
     render_plan(p, ctx.console)
     ctx.make_dir()
     if r.kind == "sft":
-        from areal_cli.sft_job import run_sft_job
+        from areal_cli.sft.job import run_sft_job
 
         ctx.runs["train"] = "train"
         summary = run_sft_job(r.file.sft, model_dir, data_file, ctx.out / "train", placement=placement,

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from areal_cli.api.types import Group, Item, RewardFailed, Trajectory, WorkflowError  # noqa: F401 (re-exported)
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.rollout.episode import EpisodeClient, EpisodeStats
 from areal_cli.rollout.protocol import ProtocolError, ServerError
 from areal_cli.rollout.staleness import StalenessManager

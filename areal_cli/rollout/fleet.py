@@ -46,9 +46,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from areal_cli.errors import UserError
-from areal_cli.log_tail import log_tail
-from areal_cli.ports import free_ports, port_is_free
+from areal_cli.foundations.errors import UserError
+from areal_cli.foundations.log_tail import log_tail
+from areal_cli.foundations.ports import free_ports, port_is_free
 from areal_cli.rollout.fleet_spec import (ENGINES, ENV_ADDRS, FleetSpec, check_model_dir, check_spec, child_env,
                                           parse_server_addrs, server_command)
 from areal_cli.rollout.watchdog import Watchdog, group_alive, killpg

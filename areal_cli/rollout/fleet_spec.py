@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.rollout.sglang_launcher import SGLangServerArgs, build_sglang_command, for_server
 
 ENGINES = ("embedded", "sglang", "external")

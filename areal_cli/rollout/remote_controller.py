@@ -230,7 +230,7 @@ def _child_main(conn, spec: RolloutSpec) -> None:
 
 
 async def _child(conn, spec: RolloutSpec) -> None:
-    from areal_cli.episodes import episode_client, make_controller, open_reward_pool, stop_token_ids
+    from areal_cli.rollout.from_config import episode_client, make_controller, open_reward_pool, stop_token_ids
     from areal_cli.models.tiny import load_tokenizer
     from areal_cli.rollout.client import RolloutClient
     from areal_cli.tasks.task import Task

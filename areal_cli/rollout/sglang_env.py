@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 
 SGLANG_VERSION = "0.5.23"
 FILES = Path(__file__).resolve().parent / "sglang_cpu"

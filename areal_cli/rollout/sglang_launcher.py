@@ -26,7 +26,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field, replace
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")

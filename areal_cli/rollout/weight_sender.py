@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Sequence
 
-from areal_cli.ports import free_port
+from areal_cli.foundations.ports import free_port
 from areal_cli.rollout.process_group import destroy_process_group, init_custom_process_group
 from areal_cli.rollout.protocol import (
     DEFAULT_GROUP_NAME, DTYPE_BYTES, SESSION_OPEN, BeginWeightUpdateRequest, ParamSpec,

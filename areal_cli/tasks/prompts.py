@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 
 #: Chat-template families and the markers that identify a baked-in template.
 FAMILIES: dict[str, tuple[str, ...]] = {

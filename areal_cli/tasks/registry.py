@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from areal_cli.api.workflow import DEFAULT_WORKFLOW
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from areal_cli.api.records import Record, Source, heldout_by_hash, iter_records,
 from areal_cli.api.reward import check_fields, resolve_reward
 from areal_cli.api.types import Item
 from areal_cli.api.workflow import make_workflow
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.tasks.prompts import PromptRenderer
 from areal_cli.tasks.registry import get_preset
 

@@ -2,7 +2,7 @@
 
 Processes (DESIGN §3): this process runs the rollout controller (asyncio) and the Megatron-core trainer
 (its steps in a worker thread, so rollouts keep streaming while it trains); ``rollout.n_servers`` rollout servers
-run as child processes (:mod:`areal_cli.processes`); rewards are computed in a worker-process pool. With
+run as child processes (:mod:`areal_cli.train_loop.processes`); rewards are computed in a worker-process pool. With
 ``parallel.data x parallel.tensor x parallel.pipeline > 1`` the trainer is a group of
 torchrun ranks instead. Every trainer use goes through the group (:mod:`areal_cli.trainer.group`): engine
 methods by name and the trainer-side functions of :mod:`areal_cli.trainer.steps`, which run on every rank
@@ -22,7 +22,7 @@ and rollout workflow, each pluggable by ``module:attr`` (:mod:`areal_cli.api`).
    next publish and before an eval), measure held-out accuracy, append one line to ``metrics.jsonl``.
 
 For ``areal bench throughput`` (off by default, output unchanged): ``record_timeline=True`` writes
-``timeline.json`` (:class:`~areal_cli.timeline.Timeline`); ``parallel.trainer_cpus`` / ``parallel.server_cpus`` /
+``timeline.json`` (:class:`~areal_cli.foundations.timeline.Timeline`); ``parallel.trainer_cpus`` / ``parallel.server_cpus`` /
 ``parallel.controller_cpus`` pin the trainer thread, the servers, and the rest of this process (controller, reward
 workers) to chosen cores; ``rollout.interruptible: false`` makes weight updates wait for in-flight samples instead of
 aborting them, and ``rollout.pause_mode: in_place`` makes them pause the servers in place (in-flight samples keep
@@ -38,8 +38,20 @@ Modules:
     evaluation:  held-out accuracy.
     weights:     publishing a policy version to the servers.
     resume:      the run's part of a checkpoint, and restoring it.
+    checkpoint:  checkpoints on disk (atomic, verified), the prompt stream's position, RNG state.
+    processes:   the run's child processes: rollout servers and the trainer group.
+    run_status:  the live status panel and the final summary's paths.
+    tracking:    TensorBoard and Weights & Biases.
 """
 
-from areal_cli.train_loop.run import preflight, resume_training, run_training, steps_for_epochs
-
 __all__ = ["preflight", "resume_training", "run_training", "steps_for_epochs"]
+
+
+def __getattr__(name: str):
+    """The entry points, imported on first use: the modules beside the loop (checkpoint, run_status, tracking,
+    processes) are imported by trainer ranks and by evaluation without pulling in the whole loop."""
+    if name in __all__:
+        import areal_cli.train_loop.run as run
+
+        return getattr(run, name)
+    raise AttributeError(f"module 'areal_cli.train_loop' has no attribute {name!r}")

@@ -18,9 +18,9 @@ from areal_cli.rollout.client import RolloutClient
 from areal_cli.rollout.episode import EpisodeClient
 from areal_cli.rollout.fleet import Fleet
 from areal_cli.rollout.remote_controller import RolloutProcess
-from areal_cli.run_status import RunStatus
+from areal_cli.train_loop.run_status import RunStatus
 from areal_cli.tasks.task import Task
-from areal_cli.timeline import Timeline
+from areal_cli.foundations.timeline import Timeline
 from areal_cli.trainer.group import TrainerGroup
 
 
@@ -49,7 +49,7 @@ class RunContext:
     version: int = 0  # the policy version the servers hold
     bench: Any = None  # in-loop benchmark evaluation (areal_cli.eval.in_loop.BenchmarkEval) or None
     eval_failures: int = 0  # reward failures of the latest held-out evaluation (counted as wrong)
-    tracker: Any = None  # experiment tracking (areal_cli.tracking.Tracker) or None
+    tracker: Any = None  # experiment tracking (areal_cli.train_loop.tracking.Tracker) or None
     served: tuple[Path, int] | None = None  # (weights dir, policy version) the servers hold
     fleet_lock: asyncio.Lock | None = None  # held by weight updates and by server restarts
     supervisor: Any = None  # areal_cli.rollout.supervisor.FleetSupervisor (controller in this process)

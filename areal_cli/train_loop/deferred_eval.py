@@ -19,7 +19,7 @@ import json
 import time
 from pathlib import Path
 
-from areal_cli.atomic import write_atomic_many
+from areal_cli.foundations.atomic import write_atomic_many
 from areal_cli.train_loop.context import RunContext
 from areal_cli.train_loop.evaluation import evaluate
 from areal_cli.train_loop.weights import load_on_servers

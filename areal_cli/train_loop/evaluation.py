@@ -7,7 +7,7 @@ import asyncio
 
 
 from areal_cli.api.types import Group, Item, RewardFailed, WorkflowError
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.rollout.protocol import ServerError
 from areal_cli.train_loop.context import RunContext
 

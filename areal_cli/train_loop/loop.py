@@ -3,7 +3,7 @@
 Each step waits for ``rollout.batch_size`` accepted groups, trains on them (proximal logprobs, advantages, one
 decoupled-PPO update per minibatch), publishes version v+1 (the servers load it while the trainer takes its next
 batch), measures held-out accuracy when due, and appends one line to ``metrics.jsonl`` (and, for ``areal bench
-throughput``, one step to the :class:`~areal_cli.timeline.Timeline`).
+throughput``, one step to the :class:`~areal_cli.foundations.timeline.Timeline`).
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from typing import Any
 
 
 from areal_cli.api.types import Group
-from areal_cli.checkpoint import Checkpoint, PromptStream, capture_rng, restore_rng, truncate_metrics
-from areal_cli.episodes import make_controller
-from areal_cli.errors import UserError
+from areal_cli.train_loop.checkpoint import Checkpoint, PromptStream, capture_rng, restore_rng, truncate_metrics
+from areal_cli.rollout.from_config import make_controller
+from areal_cli.foundations.errors import UserError
 from areal_cli.rollout.protocol import ServerError
-from areal_cli.timeline import cpu_snapshot
+from areal_cli.foundations.timeline import cpu_snapshot
 from areal_cli.trainer.group import TorchrunTrainer
 from areal_cli.train_loop.context import STEPS, RunContext
 from areal_cli.train_loop.evaluation import evaluate
@@ -64,11 +64,11 @@ def _cpu_snapshot(ctx: RunContext) -> dict:
 async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None) -> dict:
     """Asynchronous RL until ``loop.max_steps``, the target accuracy or the time limit.
 
-    Every ``loop.checkpoint_every`` steps a checkpoint (:func:`~areal_cli.trainer.steps.save_trainer_checkpoint`) is written after the step's
+    Every ``loop.checkpoint_every`` steps a checkpoint (:func:`~areal_cli.train_loop.checkpoint.save_trainer_checkpoint`) is written after the step's
     metrics line. With ``resume``, the loop continues after the checkpointed step: weights and optimizer are
     already restored (:func:`~areal_cli.train_loop.setup.run_job`); here the data position, staleness
     counters, controller counters and RNG states are, ``metrics.jsonl`` is cut back to the checkpointed step,
-    and the next line carries ``"resumed_from"`` (semantics: :mod:`areal_cli.checkpoint`). Published versions load
+    and the next line carries ``"resumed_from"`` (semantics: :mod:`areal_cli.train_loop.checkpoint`). Published versions load
     on the servers in the background, the newest winning (:class:`~areal_cli.train_loop.weights.VersionLoader`);
     the loop waits for them only before an evaluation, a checkpoint and at the end. With ``loop.eval_deferred`` the
     held-out evaluations run after the loop (:mod:`areal_cli.train_loop.deferred_eval`).
@@ -146,7 +146,7 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
             last_t = time.monotonic()
             for step in range(first_step, cfg.loop.max_steps + 1):
                 if cfg.ppo.lr_scheduler != "constant" or cfg.ppo.warmup_proportion:
-                    from areal_cli.sft import lr_at
+                    from areal_cli.sft.stage import lr_at
 
                     await ctx.train("engine.set_lr", lr_at(step - 1, cfg.loop.max_steps, cfg.ppo))
                 t_wait = time.monotonic()
@@ -285,7 +285,7 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                     }
                     rng = capture_rng()
                     t_ck = time.monotonic()
-                    ck = await ctx.train(f"{STEPS}:save_trainer_checkpoint", ctx.out, step, hf_dir=path,
+                    ck = await ctx.train("areal_cli.train_loop.checkpoint:save_trainer_checkpoint", ctx.out, step, hf_dir=path,
                                          rng=rng, state=state, keep=cfg.loop.keep_checkpoints)
                     ctx.status.log(f"checkpoint {ck.relative_to(ctx.out)} ({time.monotonic() - t_ck:.2f} s)")
                 if time_to_target is None and cfg.loop.target_accuracy and acc is not None and acc >= cfg.loop.target_accuracy:
@@ -310,11 +310,11 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                 except Exception as e:  # noqa: BLE001 - closing must not hide the run's outcome
                     ctx.status.warn(f"workflow aclose failed: {type(e).__name__}: {e}")
             # also after Ctrl-C: the curve of the steps that were completed
-            from areal_cli.plots import plot_learning_curve
+            from areal_cli.foundations.plots import plot_learning_curve
 
             plot_learning_curve(metrics_path, ctx.out / "learning_curve.png", target=cfg.loop.target_accuracy)
     if kept:  # loop.eval_deferred: the controller has stopped; evaluate the kept versions now
-        from areal_cli.plots import plot_learning_curve
+        from areal_cli.foundations.plots import plot_learning_curve
         from areal_cli.train_loop.deferred_eval import evaluate_kept, fill_accuracies, rewrite_metrics
 
         measured = await evaluate_kept(ctx, kept)

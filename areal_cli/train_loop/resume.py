@@ -1,6 +1,6 @@
 """What a checkpoint holds of the run beyond the trainer: its config, its weights folder, and the rollout controller's
 counters and data position, saved every ``loop.checkpoint_every`` steps and restored by ``areal train --resume``
-(semantics: :mod:`areal_cli.checkpoint`).
+(semantics: :mod:`areal_cli.train_loop.checkpoint`).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from dataclasses import fields
 from pathlib import Path
 
 
-from areal_cli.checkpoint import Checkpoint, PromptStream, staleness_capacity
+from areal_cli.train_loop.checkpoint import Checkpoint, PromptStream, staleness_capacity
 from areal_cli.config import TrainConfig
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.rollout.controller import RolloutController
 
 
@@ -68,7 +68,7 @@ def restore_controller(controller: RolloutController, cfg: TrainConfig, ckpt: Ch
 
     Staleness: version = the checkpoint's, accepted = groups trained, running = 0, rejected kept; the
     pending groups are re-admitted first, after which the capacity equals the checkpoint's (see
-    :mod:`areal_cli.checkpoint`). Returns the record of this resume (also in summary.json ``resumes``).
+    :mod:`areal_cli.train_loop.checkpoint`). Returns the record of this resume (also in summary.json ``resumes``).
     """
     rs = ckpt.state
     sm = controller.staleness

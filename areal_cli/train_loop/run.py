@@ -12,14 +12,14 @@ from pathlib import Path
 
 import torch
 
-from areal_cli.atomic import write_json_atomic
-from areal_cli.checkpoint import Checkpoint, load_checkpoint, metrics_up_to, truncate_metrics
+from areal_cli.foundations.atomic import write_json_atomic
+from areal_cli.train_loop.checkpoint import Checkpoint, load_checkpoint, metrics_up_to, truncate_metrics
 from areal_cli.config import TrainConfig
-from areal_cli.errors import UserError
-from areal_cli.processes import check_cpus
-from areal_cli.run_status import RunStatus
+from areal_cli.foundations.errors import UserError
+from areal_cli.train_loop.processes import check_cpus
+from areal_cli.train_loop.run_status import RunStatus
 from areal_cli.tasks.task import Task
-from areal_cli.timeline import Timeline
+from areal_cli.foundations.timeline import Timeline
 from areal_cli.train_loop.loop import FilterStarved
 from areal_cli.train_loop.resume import config_of_checkpoint
 from areal_cli.train_loop.setup import run_job
@@ -76,7 +76,7 @@ def preflight(cfg: TrainConfig, *, resume: Checkpoint | None = None) -> Path | N
                         f"-o model.path=DIR (a published recipe's base model: `areal download {cfg.recipe} "
                         f"--local-dir DIR`, then -o model.path=DIR/model -o task.dataset=DIR/data/FILE)")
     check_cpus(cfg)
-    from areal_cli.tracking import parse_loggers
+    from areal_cli.train_loop.tracking import parse_loggers
 
     parse_loggers(cfg.loop.loggers)  # a missing package: one line, before any work
     return model_dir
@@ -87,7 +87,7 @@ def run_training(cfg: TrainConfig, out: Path, *, live: bool = True, record_timel
     """Run warm start + asynchronous RL for ``cfg``; return the summary (also written to summary.json).
 
     Args:
-        record_timeline: also write ``timeline.json`` (:class:`~areal_cli.timeline.Timeline`).
+        record_timeline: also write ``timeline.json`` (:class:`~areal_cli.foundations.timeline.Timeline`).
         resume: continue the run in ``out`` from this verified checkpoint (see :func:`resume_training`).
     Raises:
         UserError: bad task (unknown preset, unreadable or malformed records, user code that does not load),
@@ -96,7 +96,7 @@ def run_training(cfg: TrainConfig, out: Path, *, live: bool = True, record_timel
             worth; raised after summary.json (``"ok": false``, ``"stopped"``), metrics.jsonl and the curve are written.
     """
     model_dir = preflight(cfg, resume=resume)
-    from areal_cli.tracking import Tracker, parse_loggers
+    from areal_cli.train_loop.tracking import Tracker, parse_loggers
 
     loggers = parse_loggers(cfg.loop.loggers)
     if resume is not None and record_timeline:
@@ -176,7 +176,7 @@ def resume_training(path: Path, *, live: bool = True) -> dict:
 
     ``PATH`` is the run directory (its newest checkpoint is used) or one ``checkpoints/step-*`` directory.
     The configuration is the one stored in the checkpoint. Everything is verified before anything is
-    written; see :mod:`areal_cli.checkpoint` for what is restored and what is regenerated.
+    written; see :mod:`areal_cli.train_loop.checkpoint` for what is restored and what is regenerated.
     Raises:
         UserError: no checkpoint, a corrupted one (naming the file), a finished run, a missing base model.
     """

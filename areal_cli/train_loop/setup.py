@@ -15,17 +15,17 @@ from pathlib import Path
 from typing import Any
 
 
-from areal_cli.atomic import write_json_atomic
-from areal_cli.checkpoint import Checkpoint
+from areal_cli.foundations.atomic import write_json_atomic
+from areal_cli.train_loop.checkpoint import Checkpoint
 from areal_cli.config import TrainConfig
-from areal_cli.episodes import episode_client, open_reward_pool, stop_token_ids
-from areal_cli.errors import UserError
-from areal_cli.processes import check_cpus, launch_servers, pin_process, start_trainer
+from areal_cli.rollout.from_config import episode_client, open_reward_pool, stop_token_ids
+from areal_cli.foundations.errors import UserError
+from areal_cli.train_loop.processes import check_cpus, launch_servers, pin_process, start_trainer
 from areal_cli.rollout.client import RolloutClient
 from areal_cli.rollout.remote_controller import RolloutProcess, RolloutSpec
-from areal_cli.run_status import RunStatus
+from areal_cli.train_loop.run_status import RunStatus
 from areal_cli.tasks.task import Task
-from areal_cli.timeline import Timeline
+from areal_cli.foundations.timeline import Timeline
 from areal_cli.train_loop.context import RunContext
 from areal_cli.train_loop.loop import rl_loop
 from areal_cli.train_loop.resume import restore_weights_dir
@@ -125,7 +125,7 @@ async def run_job(cfg: TrainConfig, out: Path, task: Task, status: RunStatus, ti
                              seed=cfg.seed)
         trainer = await start_trainer(cfg, engine_kwargs, out, trainer_cpus, status.log)
         if resume is not None:
-            await trainer.call("areal_cli.checkpoint:restore_trainer", resume)
+            await trainer.call("areal_cli.train_loop.checkpoint:restore_trainer", resume)
         await asyncio.to_thread(fleet.wait_ready)
         for p in fleet.procs if server_cpus else ():  # again: threads the child started before the first pinning
             pin_process(p.pid, server_cpus)

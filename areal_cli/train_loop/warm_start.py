@@ -8,26 +8,26 @@ import shutil
 import time
 
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.train_loop.context import STEPS, RunContext
 from areal_cli.train_loop.evaluation import evaluate
 from areal_cli.train_loop.weights import publish
 
 
 async def warm_start(ctx: RunContext) -> dict:
-    """Supervised warm start: the SFT stage (:class:`areal_cli.sft.SftStage`, recipe keys ``sft_*``) on the
+    """Supervised warm start: the SFT stage (:class:`areal_cli.sft.stage.SftStage`, recipe keys ``sft_*``) on the
     task's training split, until held-out accuracy reaches ``sft.stop_accuracy``; rolls back one eval
     interval if accuracy overshoots 0.5.
 
     Loss: mean negative log-likelihood over response tokens only (prompt tokens masked), sequences packed
-    (:mod:`areal_cli.sft`).
+    (:mod:`areal_cli.sft.stage`).
     Returns:
         {"steps", "accuracy", "seconds"} of the warm start.
     Raises:
         UserError: the ``sft_*`` keys do not fit the examples (fewer examples than a batch, a sequence longer
             than ``sft.max_tokens_per_mb`` or ``sft.pack_row_tokens``).
     """
-    from areal_cli.sft import SftConfig, SftStage
+    from areal_cli.sft.stage import SftConfig, SftStage
 
     cfg = ctx.cfg
     t_start = time.monotonic()

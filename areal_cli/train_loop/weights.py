@@ -9,7 +9,7 @@ import contextlib
 from pathlib import Path
 
 
-from areal_cli.processes import weight_sync_spec
+from areal_cli.train_loop.processes import weight_sync_spec
 from areal_cli.rollout.controller import RolloutController
 from areal_cli.train_loop.context import RunContext
 

@@ -47,9 +47,9 @@ from multiprocessing.connection import Client, Listener
 from pathlib import Path
 from typing import Any, Callable
 
-from areal_cli.errors import RunFailure, UserError
-from areal_cli.log_tail import log_tail
-from areal_cli.ports import free_port
+from areal_cli.foundations.errors import RunFailure, UserError
+from areal_cli.foundations.log_tail import log_tail
+from areal_cli.foundations.ports import free_port
 from areal_cli.trainer.calls import build_engine, check_name, engine_info, parallel_kwargs, run_call
 
 DEFAULT_FACTORY = "areal_cli.trainer.megatron_engine:MegatronEngine"

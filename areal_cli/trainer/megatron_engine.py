@@ -64,7 +64,7 @@ import torch.distributed as dist
 warnings.filterwarnings("ignore", category=UserWarning, module=r"megatron(\..*)?$")
 from torch import Tensor
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.trainer import cpu_compat, hf_mcore
 from areal_cli.trainer import parallel_shard as psh
 from areal_cli.trainer.batch import TrainBatch

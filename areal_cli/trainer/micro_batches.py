@@ -34,7 +34,7 @@ import bisect
 import math
 from typing import TYPE_CHECKING, Any, Sequence
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 
 if TYPE_CHECKING:  # pragma: no cover - torch is imported where tensors are built (ffd_allocate is pure)
     from areal_cli.trainer.batch import TrainBatch

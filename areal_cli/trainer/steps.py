@@ -7,13 +7,11 @@ trainer group (:mod:`areal_cli.trainer.group`: ``await trainer.call("areal_cli.t
 - Warm start: :func:`sft_begin` / :func:`sft_step` / :func:`keep_weights` / :func:`sft_end`; their state (the
   SFT stage, the rollback copy of the weights) lives on the engine (``engine.stage_state``), so it is
   per-engine and goes away with it.
-- Checkpoints: :func:`save_trainer_checkpoint`.
 """
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import torch
 
@@ -39,8 +37,8 @@ def _state(engine) -> dict:
 # Warm start (SFT stage)
 # --------------------------------------------------------------------------------------------------
 def sft_begin(engine, examples: list, sft_cfg, pad_id: int) -> None:
-    """Create the warm start's :class:`~areal_cli.sft.SftStage` on ``engine``."""
-    from areal_cli.sft import SftStage
+    """Create the warm start's :class:`~areal_cli.sft.stage.SftStage` on ``engine``."""
+    from areal_cli.sft.stage import SftStage
 
     _state(engine)["sft"] = SftStage(engine, examples, sft_cfg, pad_id=pad_id)
 
@@ -308,18 +306,3 @@ def _sum_over_data_parallel(totals: dict[str, float]) -> None:
         totals[k] = v
 
 
-# --------------------------------------------------------------------------------------------------
-# Checkpoints
-# --------------------------------------------------------------------------------------------------
-def save_trainer_checkpoint(engine, run_dir: Path, step: int, *, hf_dir: Path, rng: dict, state: dict,
-                            keep: int) -> Path | None:
-    """:func:`~areal_cli.checkpoint.save_checkpoint` with the engine's optimizer state, written by global rank 0
-    only (data-parallel replicas hold the same state; config refuses checkpoints with model parallelism)."""
-    import torch.distributed as dist
-
-    from areal_cli.checkpoint import save_checkpoint
-
-    if dist.is_initialized() and dist.get_rank() != 0:
-        return None
-    return save_checkpoint(run_dir, step, hf_dir=hf_dir, optimizer_state=engine.optimizer.state_dict(), rng=rng,
-                           state=state, keep=keep)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from areal_cli.api.types import Trajectory
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 
 # Stub contents of the conversation whose render gives the template ids of a new turn (never sent to a model).
 _STUB_USER = "AREAL_STUB_QUESTION"

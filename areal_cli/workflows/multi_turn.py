@@ -57,7 +57,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from areal_cli.api.types import Group, Item, RewardFailed, Trajectory, gather_runs
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.workflows.conversation import Conversation, template_suffix_ids, turn_end_token_of
 
 #: Default feedback after a wrong answer (a workflow argument, ``feedback``).

@@ -67,7 +67,7 @@ def evaluate_weights(model_dirs: Sequence[Path], cfg: Any, *, workflow_args: dic
     Raises:
         UserError: bad workflow arguments or task settings.
     """
-    from areal_cli.episodes import stop_token_ids
+    from areal_cli.rollout.from_config import stop_token_ids
     from areal_cli.models.tiny import load_tokenizer
     from areal_cli.rollout.client import RolloutClient
     from areal_cli.rollout.episode import EpisodeClient

@@ -33,7 +33,7 @@ def load_parity_script():
 def torchrun_parity(model_dir: Path, out: Path, tp: int = 1, pp: int = 1) -> list[dict]:
     """Run the parity script under ``torchrun --nproc-per-node 2`` (gloo, CPU; 240 s at most) with tensor
     parallel ``tp`` and pipeline parallel ``pp`` (data parallel fills the rest); each rank's results dict."""
-    from areal_cli.ports import free_port as find_free_port
+    from areal_cli.foundations.ports import free_port as find_free_port
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",

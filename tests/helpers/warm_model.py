@@ -17,7 +17,7 @@ def build_warm_model(d: Path) -> Path:
     (its base under ``d / "base"``): rewards are neither all 0 nor all 1."""
     from areal_cli.recipes import load_train_config
     from areal_cli.models.tiny import build_tiny_model, load_tokenizer
-    from areal_cli.sft import SftConfig, SftStage
+    from areal_cli.sft.stage import SftConfig, SftStage
     from areal_cli.tasks.task import Task
     from areal_cli.trainer.megatron_engine import MegatronEngine
 

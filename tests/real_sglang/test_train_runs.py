@@ -40,7 +40,7 @@ def arith_model(tmp_path_factory) -> Path:
 
 def _train(out: Path, *args: str) -> subprocess.Popen:
     log = open(f"{out}.{'resume' if '--resume' in args else 'run'}.log", "w")
-    return subprocess.Popen([sys.executable, "-m", "areal_cli.cli", "train", *args], cwd=out.parent, stdout=log,
+    return subprocess.Popen([sys.executable, "-m", "areal_cli.commands.main", "train", *args], cwd=out.parent, stdout=log,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
 
@@ -143,7 +143,7 @@ def test_collective_weight_sync_with_aborting_updates(sglang_python, tmp_path):
 
 
 def test_areal_eval_against_a_real_server(real_server, models, tmp_path):
-    from areal_cli.cli import main
+    from areal_cli.commands.main import main
     from click.testing import CliRunner
 
     from helpers.real_sglang import reset

@@ -12,7 +12,7 @@ Modules:
                to another workload (:func:`with_machine_of`).
     engine_costs: decode and prefill constants from the engines' recorded step costs.
 
-This package's names below are what the command (:mod:`areal_cli.bench.simulate_cmd`) and the tests use.
+This package's names below are what the command (:mod:`areal_cli.commands.bench_simulate`) and the tests use.
 """
 
 from areal_cli.bench.sim.analysis import (SENSITIVITY_INPUTS, async_sync_ratio, compare_modes, eta_sweep, scaling,

@@ -16,7 +16,7 @@ import numpy as np
 
 from areal_cli.bench.sim.scenario import Scenario
 from areal_cli.bench.sim.steady_state import simulate
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 
 _FIELD_TYPES = typing.get_type_hints(Scenario)
 

@@ -19,7 +19,7 @@ from statistics import NormalDist
 import numpy as np
 
 from areal_cli.bench.sim.scenario import Scenario
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 
 _NORMAL = NormalDist()
 

@@ -13,7 +13,7 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 
 
 @dataclass
@@ -192,10 +192,10 @@ SCENARIO_KINDS = {"throughput": "areal bench throughput", "staleness": "areal be
 
 
 def scenarios_dir() -> Path:
-    """``$AREAL_SCENARIOS_DIR`` or the shipped ``benchmarks/scenarios/`` (:mod:`areal_cli.resources`)."""
+    """``$AREAL_SCENARIOS_DIR`` or the shipped ``benchmarks/scenarios/`` (:mod:`areal_cli.foundations.resources`)."""
     import os
 
-    from areal_cli.resources import shipped_dir
+    from areal_cli.foundations.resources import shipped_dir
 
     env = os.environ.get("AREAL_SCENARIOS_DIR")
     return Path(env) if env else shipped_dir("scenarios")
@@ -224,7 +224,7 @@ def load_scenario(name_or_path: str) -> Scenario:
         UserError: unknown name, unreadable/invalid YAML, unknown key, wrong type or bad value (``file:line:
         field 'x': ...``).
     """
-    from areal_cli.typed_yaml import coerce, read_yaml, unknown_key
+    from areal_cli.foundations.typed_yaml import coerce, read_yaml, unknown_key
 
     p = Path(name_or_path)
     if p.suffix not in (".yaml", ".yml"):
@@ -259,7 +259,7 @@ def load_scenario(name_or_path: str) -> Scenario:
 
 def apply_overrides(sc: Scenario, overrides: typing.Sequence[str]) -> Scenario:
     """``key=value`` overrides (value parsed as YAML). Raises: UserError naming the override."""
-    from areal_cli.typed_yaml import coerce, parse_override, unknown_key
+    from areal_cli.foundations.typed_yaml import coerce, parse_override, unknown_key
 
     sc = dataclasses.replace(sc, lines=dict(sc.lines))
     for item in overrides:

@@ -13,7 +13,7 @@ from areal_cli.bench.runs import (RUN_CHECK_ITEMS, check_out_dir, cpu_overrides,
 from areal_cli.bench.staleness.analysis import build_results, summarize_run
 from areal_cli.bench.staleness.report import plot_staleness, table_markdown
 from areal_cli.bench.staleness.scenario import SYNC, SYNC_OVERRIDES, Scenario, run_plan
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 
 
 def _run_cfg(scenario: Scenario, extra: list[str], items: list[str]):
@@ -38,7 +38,7 @@ def check_configs(scenario: Scenario, extra: list[str], out: Path | None = None)
         UserError: a bad recipe, override or variant field (one line, naming the variant); ``out`` is a file or
             already holds a benchmark.
     """
-    from areal_cli.processes import check_cpus
+    from areal_cli.train_loop.processes import check_cpus
 
     if out is not None:
         check_out_dir(out)
@@ -64,7 +64,7 @@ def run_ablation(scenario: Scenario, out: Path, *, extra_overrides: list[str] | 
     Raises:
         UserError: ``out`` already holds results, bad recipe / overrides / variant fields, unavailable cpus.
     """
-    from areal_cli.atomic import write_atomic_many, write_json_atomic
+    from areal_cli.foundations.atomic import write_atomic_many, write_json_atomic
     from areal_cli.train_loop import run_training
 
     extra = list(extra_overrides or [])

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from areal_cli.errors import UserError
-from areal_cli.typed_yaml import unknown_key
+from areal_cli.foundations.errors import UserError
+from areal_cli.foundations.typed_yaml import unknown_key
 
 #: Built-in variants: recipe overrides on top of the scenario's (eta = 0 runs once, as ``sync``).
 VARIANTS: dict[str, dict[str, Any]] = {

@@ -9,7 +9,7 @@ Modules:
     table:      the terminal table of the results.
     plots:      timelines, throughput bars, accuracy curves and the decomposition (PNG).
 
-This package's names below are what the command (:mod:`areal_cli.bench.throughput_cmd`), the staleness
+This package's names below are what the command (:mod:`areal_cli.commands.bench_throughput`), the staleness
 benchmark, ``benchmarks/embedded_vs_hf_generate.py`` and the tests use.
 """
 

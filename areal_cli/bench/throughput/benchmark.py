@@ -25,7 +25,7 @@ from areal_cli.bench.throughput.analysis import (accuracy_comparison, aggregate_
                                                  time_to_accuracy)
 from areal_cli.bench.throughput.generation import compare_generation
 from areal_cli.bench.throughput.scenario import MODES, PAUSE_MODE, Scenario, run_plan
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 
 SCHEMA = "areal.bench.throughput/1"
 #: What a mode of the plan sets (``describe_plan``): a scenario's overrides may not.
@@ -56,7 +56,7 @@ def check_configs(scenario: Scenario, extra: list[str], out: Path | None = None)
     Raises:
         UserError: one line naming the scenario field, ``-o`` item or ``out`` (a file, or holding a benchmark).
     """
-    from areal_cli.processes import check_cpus
+    from areal_cli.train_loop.processes import check_cpus
 
     if out is not None:
         check_out_dir(out)
@@ -114,7 +114,7 @@ def run_benchmark(scenario: Scenario, out: Path, *, extra_overrides: list[str] |
     Raises:
         UserError: ``out`` already holds results, bad recipe/overrides, unavailable cpus.
     """
-    from areal_cli.atomic import write_json_atomic
+    from areal_cli.foundations.atomic import write_json_atomic
     from areal_cli.bench.throughput.plots import (plot_accuracy_curves, plot_decomposition, plot_throughput_bars,
                                                   plot_timelines)
     from areal_cli.train_loop import run_training

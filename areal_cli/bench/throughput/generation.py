@@ -43,7 +43,7 @@ def compare_generation(model_dir: str | Path, *, n_prompts: int = 32, min_new_to
     from transformers.utils import logging as hf_logging
 
     from areal_cli.config import parse_cpu_list
-    from areal_cli.processes import pin_process
+    from areal_cli.train_loop.processes import pin_process
     from areal_cli.rollout.client import RolloutClient
     from areal_cli.rollout.protocol import SamplingParams
     from areal_cli.rollout.server import EmbeddedServer

@@ -10,7 +10,7 @@ from pathlib import Path
 from areal_cli.bench.figures import save_png
 from areal_cli.bench.throughput.accounting import batch_straggler, occupancy_curve, request_intervals
 
-# kind -> colour; lanes: "trainer" then "server<i>" (see areal_cli.timeline.Timeline)
+# kind -> colour; lanes: "trainer" then "server<i>" (see areal_cli.foundations.timeline.Timeline)
 COLOURS = {"train": "#1f77b4", "publish": "#ff7f0e", "wait": "#dddddd", "eval": "#9467bd",
            "generate": "#2ca02c", "update": "#d62728"}
 TITLES = {"sync": "sync (eta = 0)", "async": "async", "async_noninterruptible": "async, non-interruptible updates",

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.bench.runs import override_locations
-from areal_cli.typed_yaml import LineDict, read_yaml, unknown_key
+from areal_cli.foundations.typed_yaml import LineDict, read_yaml, unknown_key
 
 MODES = ("sync", "async", "async_noninterruptible", "async_in_place")
 

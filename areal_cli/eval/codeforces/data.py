@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from areal_cli.errors import UserError, where
+from areal_cli.foundations.errors import UserError, where
 from areal_cli.eval.codeforces.contests import PROBLEM_ID_RE, ContestProblem, ContestStandings, StandingsRow
 
 CONTEST_CACHE_FILE = "all_contest_data.json"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import bisect
 from typing import Iterable, Mapping, Sequence
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.eval.codeforces.contests import (
     ContestProblem,
     ContestRating,

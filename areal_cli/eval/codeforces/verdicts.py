@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.eval.codeforces.contests import split_problem_id
 from areal_cli.eval.codeforces.data import CONTEST_CACHE_FILE, SORTED_RATINGS_FILE, load_contest_cache, load_sorted_ratings
 from areal_cli.eval.codeforces.rating import MIN_PARTICIPANTS, contest_results, estimate_rating

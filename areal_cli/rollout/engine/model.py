@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 
 
 @dataclass(frozen=True)

@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(max(1, args.num_threads))
     import uvicorn
 
-    from areal_cli.errors import UserError
+    from areal_cli.foundations.errors import UserError
     from areal_cli.rollout.engine import InferenceEngine
 
     t0 = time.time()

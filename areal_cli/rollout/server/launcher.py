@@ -11,8 +11,8 @@ import time
 import weakref
 from pathlib import Path
 
-from areal_cli.log_tail import log_tail
-from areal_cli.ports import free_port
+from areal_cli.foundations.log_tail import log_tail
+from areal_cli.foundations.ports import free_port
 
 _LIVE: "weakref.WeakSet[EmbeddedServer]" = weakref.WeakSet()
 
@@ -73,7 +73,7 @@ class EmbeddedServer:
             RuntimeError: the child exited or did not become ready in time; the message ends with the last
                 lines of its log.
         """
-        from areal_cli.errors import UserError
+        from areal_cli.foundations.errors import UserError
 
         mp = Path(model_path)
         if not (mp / "config.json").is_file():

@@ -12,8 +12,8 @@ from pathlib import Path
 import click
 
 from areal_cli import __version__
-from areal_cli.errors import UserError
-from areal_cli.cli_errors import one_line_errors
+from areal_cli.foundations.errors import UserError
+from areal_cli.commands.error_contract import one_line_errors
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -109,7 +109,7 @@ def train(recipe: str | None, out_dir: Path | None, max_steps: int | None, overr
 
 
 class _resume_hint:
-    """Context: a run that fails (:class:`~areal_cli.errors.RunFailure`, e.g. a trainer rank died) says how to
+    """Context: a run that fails (:class:`~areal_cli.foundations.errors.RunFailure`, e.g. a trainer rank died) says how to
     continue it: ``areal train --resume DIR`` when DIR holds a checkpoint."""
 
     def __init__(self, run_dir: Path):
@@ -119,7 +119,7 @@ class _resume_hint:
         return self
 
     def __exit__(self, kind, e, tb):
-        from areal_cli.errors import RunFailure
+        from areal_cli.foundations.errors import RunFailure
 
         if isinstance(e, RunFailure):
             ckpt = self.run_dir / "checkpoints"
@@ -218,13 +218,13 @@ def bench() -> None:
 
 def _register() -> None:
     """Commands defined in their own modules (each imports only click at load time)."""
-    from areal_cli.bench.simulate_cmd import simulate
-    from areal_cli.bench.staleness_cmd import staleness
-    from areal_cli.bench.throughput_cmd import throughput
-    from areal_cli.catalog_cmd import download, ls
-    from areal_cli.engine_cmd import engine
-    from areal_cli.launch_cmd import launch
-    from areal_cli.reproduce_cmd import reproduce
+    from areal_cli.commands.bench_simulate import simulate
+    from areal_cli.commands.bench_staleness import staleness
+    from areal_cli.commands.bench_throughput import throughput
+    from areal_cli.commands.catalog import download, ls
+    from areal_cli.commands.engine import engine
+    from areal_cli.commands.launch import launch
+    from areal_cli.commands.reproduce import reproduce
 
     main.add_command(ls)
     main.add_command(reproduce)

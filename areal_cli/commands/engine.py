@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from areal_cli.cli_errors import one_line_errors
+from areal_cli.commands.error_contract import one_line_errors
 
 ENGINES = ("sglang",)
 

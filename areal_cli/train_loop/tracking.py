@@ -31,8 +31,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from areal_cli.atomic import write_atomic_many
-from areal_cli.errors import UserError
+from areal_cli.foundations.atomic import write_atomic_many
+from areal_cli.foundations.errors import UserError
 
 LOGGERS = {"tensorboard": "tensorboard", "wandb": "wandb"}  # logger -> the package it needs
 

@@ -1,4 +1,4 @@
-"""``areal launch slurm`` / ``areal launch node``: the click commands (registered by ``areal_cli/cli.py``).
+"""``areal launch slurm`` / ``areal launch node``: the click commands (registered by ``areal_cli/commands/main.py``).
 
 Importing this module imports click and the standard library only; the work is in :mod:`areal_cli.launch`.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from areal_cli.cli_errors import one_line_errors
+from areal_cli.commands.error_contract import one_line_errors
 
 
 @click.group("launch")
@@ -54,7 +54,7 @@ def slurm(config: str, nodes: int, gpus_per_node: int, out_dir: Path, allocation
     YAML) on NODES x GPUS_PER_NODE; --submit also calls sbatch. Bad input: one line, exit 2."""
     from areal_cli.launch.slurm import submit as do_submit
     from areal_cli.launch.slurm import write_slurm_files
-    from areal_cli.errors import UserError
+    from areal_cli.foundations.errors import UserError
     from areal_cli.launch.setup import plan_for_config
 
     if any(c.isspace() for c in str(Path(out_dir).resolve())):

@@ -74,7 +74,7 @@ def git_info(root: Path | None = None) -> dict[str, Any]:
         ``{"commit": sha | "unknown", "dirty": bool | None, "root": str | None}``; "unknown" when ``root``
         is not a checkout or git is missing.
     """
-    root = Path(root) if root is not None else Path(__file__).resolve().parents[1]
+    root = Path(root) if root is not None else Path(__file__).resolve().parents[2]
     unknown = {"commit": "unknown", "dirty": None, "root": None}
     if not (root / ".git").exists() or shutil.which("git") is None:
         return unknown

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Iterator
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 
 
 def iter_json_lines(path: Path) -> Iterator[tuple[int, dict]]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from areal_cli.cli_errors import one_line_errors
+from areal_cli.commands.error_contract import one_line_errors
 
 
 def _int_list(ctx, param, value: str | None) -> list[int] | None:
@@ -56,7 +56,7 @@ def staleness(scenario_path: str | None, out_dir: Path | None, etas: list[int] |
 
     from areal_cli.bench.staleness import (VARIANTS, default_scenario, load_scenario, results_table, run_ablation,
                                            run_plan)
-    from areal_cli.errors import UserError
+    from areal_cli.foundations.errors import UserError
 
     sc = load_scenario(scenario_path) if scenario_path else default_scenario()
     if etas is not None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from areal_cli.config import TrainConfig, get_value, parse_cpu_list
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.rollout.client import RolloutClient
 from areal_cli.rollout.fleet import Fleet, FleetSpec, launch_fleet
 from areal_cli.trainer.group import ENV_AUTHKEY_FILE, LocalTrainer, TorchrunTrainer, TrainerGroup

@@ -1,9 +1,9 @@
 """One error contract for every ``areal`` command: a problem the user can fix is one line, never a traceback.
 
-:func:`one_line_errors` wraps a click command callback: :class:`~areal_cli.errors.UserError` -> ``error:
+:func:`one_line_errors` wraps a click command callback: :class:`~areal_cli.foundations.errors.UserError` -> ``error:
 <message>`` on stderr and its exit code (2); a rollout server that cannot be reached or answers an error
 (:class:`~areal_cli.rollout.protocol.ServerError`) -> ``error: rollout server: <message>``, exit 2; a run that
-failed for another reason (:class:`~areal_cli.errors.RunFailure`, e.g. a trainer rank died) -> ``error:
+failed for another reason (:class:`~areal_cli.foundations.errors.RunFailure`, e.g. a trainer rank died) -> ``error:
 <headline>``, exit 1; Ctrl-C ->
 ``interrupted``, exit 130. Imports click and pure modules only (``areal --help`` stays fast).
 """
@@ -15,7 +15,7 @@ import sys
 
 import click
 
-from areal_cli.errors import RunFailure, UserError
+from areal_cli.foundations.errors import RunFailure, UserError
 from areal_cli.rollout.protocol import ServerError  # pure module: no torch, no HTTP client
 
 

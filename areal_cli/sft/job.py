@@ -1,6 +1,6 @@
 """A published SFT recipe (``kind: sft``, boba-sft-32b) as a run: AReaL-boba-SFT-200 records (``prompt``,
 ``answer``) on the trainer group -- one process, or the torchrun ranks of the allocation's data x tensor x
-pipeline parallel -- with the recipe's :class:`~areal_cli.sft.SftConfig` (packing, response-only loss,
+pipeline parallel -- with the recipe's :class:`~areal_cli.sft.stage.SftConfig` (packing, response-only loss,
 first-fit-decreasing micro-batches, learning-rate schedule).
 
 Writes ``OUT/sft_metrics.jsonl`` (one line per optimiser step), ``OUT/weights/final`` (HF format) and
@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from areal_cli.atomic import write_json_atomic
-from areal_cli.errors import UserError
+from areal_cli.foundations.atomic import write_json_atomic
+from areal_cli.foundations.errors import UserError
 
 STEPS = "areal_cli.trainer.steps"
 
@@ -35,7 +35,7 @@ def run_sft_job(spec: Any, model_dir: str | Path, data_file: str | Path, out: st
             sequences that do not fit the micro-batch budget.
     """
     from areal_cli.eval.generate import load_tokenizer
-    from areal_cli.sft import SftConfig, SftStage, load_prompt_answer_jsonl
+    from areal_cli.sft.stage import SftConfig, SftStage, load_prompt_answer_jsonl
 
     out = Path(out)
     if (out / "sft_metrics.jsonl").exists():

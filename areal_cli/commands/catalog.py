@@ -1,6 +1,6 @@
 """``areal ls`` and ``areal download``: the recipe catalogue on the command line.
 
-Click command objects, registered by ``areal_cli/cli.py`` (``main.add_command(ls)``,
+Click command objects, registered by ``areal_cli/commands/main.py`` (``main.add_command(ls)``,
 ``main.add_command(download)``). Importing this module imports click, yaml and the stdlib only: rich is
 imported when ``ls`` prints, huggingface_hub when ``download`` runs.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from areal_cli.cli_errors import one_line_errors
+from areal_cli.commands.error_contract import one_line_errors
 
 
 def _fmt_value(m) -> str:
@@ -128,7 +128,7 @@ def download(target: str, local_dir: Path | None, revision: str | None, dataset:
 
     Resumable; honours HF_HOME, HF_TOKEN and HF_HUB_OFFLINE; verifies the recipe's sha256 checksums.
     """
-    from areal_cli.download import download as run_download
+    from areal_cli.reproduce.download import download as run_download
 
     got = run_download(target, local_dir=local_dir, revision=revision, allow_unpinned=allow_unpinned,
                        dataset=dataset, roles=roles or ("model", "data"))

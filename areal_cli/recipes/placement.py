@@ -29,7 +29,7 @@ capacity limit: on one node every process runs on that host; on several nodes se
 contiguous blocks (server ``i`` on node ``i * nodes // n_servers``) and so are the trainer's TP groups; GPU
 ids are empty and trainer ranks have no local GPU (``None``).
 
-Errors: :class:`~areal_cli.errors.UserError`, one line naming the allocation string (and the bad part):
+Errors: :class:`~areal_cli.foundations.errors.UserError`, one line naming the allocation string (and the bad part):
 ``allocation 'sglang.d0m2+d1': part 'd0m2': d must be >= 1``; impossible layouts (more GPUs than
 ``nodes * gpus_per_node``, a server larger than a node, TP not dividing ``gpus_per_node``, a layout that does
 not fit once servers and TP groups may not span nodes).
@@ -43,7 +43,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 
 BACKENDS = ("sglang", "vllm", "embedded")
 #: Megatron-core's default rank order (initialize_model_parallel(order=...)); tp varies fastest.

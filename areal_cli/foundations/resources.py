@@ -15,7 +15,7 @@ from pathlib import Path
 SHIPPED = {"recipes": "recipes", "evaluation": "evaluation", "scenarios": "benchmarks/scenarios",
            "data_cards": "data_cards"}
 
-_PKG = Path(__file__).resolve().parent
+_PKG = Path(__file__).resolve().parents[1]  # the areal_cli package
 
 
 def shipped_dir(name: str) -> Path:

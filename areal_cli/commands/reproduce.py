@@ -1,4 +1,4 @@
-"""``areal reproduce``: the click command (registered by ``areal_cli/cli.py``: ``main.add_command(reproduce)``).
+"""``areal reproduce``: the click command (registered by ``areal_cli/commands/main.py``: ``main.add_command(reproduce)``).
 
 Importing this module imports click and the standard library only; the work is in :mod:`areal_cli.reproduce`.
 """
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from areal_cli.cli_errors import one_line_errors
+from areal_cli.commands.error_contract import one_line_errors
 
 
 @click.command("reproduce")
@@ -50,7 +50,7 @@ def reproduce(name: str, dry_run: bool, eval_only: bool, subject: str | None, va
     """Reproduce the locked recipe NAME: plan, train (or --eval-only), evaluate, compare with the expected
     numbers and print a pass/fail table. Exit 0: all checks pass; 1: a regression (or nothing could be
     checked); 2: bad input. `areal reproduce tiny-arith` runs on CPU in a few minutes."""
-    from areal_cli.errors import UserError
+    from areal_cli.foundations.errors import UserError
     from areal_cli.reproduce import reproduce as run
 
     if (nodes is not None or gpus_per_node is not None) and not dry_run:

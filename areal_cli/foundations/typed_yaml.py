@@ -1,7 +1,7 @@
 """Typed YAML settings: files read with the line of every key, one coercion rule, ``-o key=value`` overrides.
 
 The one reader behind recipes (:mod:`areal_cli.recipes`), flat train configs (:mod:`areal_cli.config`) and
-bench scenarios (:mod:`areal_cli.bench`). Every problem is a one-line :class:`~areal_cli.errors.UserError`
+bench scenarios (:mod:`areal_cli.bench`). Every problem is a one-line :class:`~areal_cli.foundations.errors.UserError`
 that names ``file:line`` and the field:
 
 - :func:`read_yaml`: mappings come back as :class:`LineDict` (the line of each key); a key given twice in one
@@ -12,7 +12,7 @@ that names ``file:line`` and the field:
   string as a one-item list.
 - :func:`parse_override`: ``key=value`` with the value read as a YAML scalar by the same loader.
 
-A foundation: imports yaml and :mod:`areal_cli.errors` only.
+A foundation: imports yaml and :mod:`areal_cli.foundations.errors` only.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 
 #: The words a string may spell a bool with (any case), and what they mean.
 BOOL_WORDS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
@@ -202,7 +202,7 @@ def unknown_key(where: str, key: Any, known: typing.Iterable[str], *, prefix: st
         where: ``file:line`` of the key (or ``-o ITEM``).
         prefix: the dotted path of the mapping that holds ``key`` (``generate_compare``), without the dot.
     Returns:
-        the :class:`~areal_cli.errors.UserError` to raise.
+        the :class:`~areal_cli.foundations.errors.UserError` to raise.
     """
     import difflib
 

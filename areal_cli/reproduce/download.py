@@ -14,7 +14,7 @@ removed (in the cache: the snapshot link and the blob it points to), so a corrup
 place looking valid and the next run downloads it again; then :class:`UserError` is raised.
 
 Every problem the user can fix (unknown recipe, unpinned revision, offline, repo not found or gated,
-checksum mismatch) is a one-line :class:`~areal_cli.errors.UserError`; all targets are checked before
+checksum mismatch) is a one-line :class:`~areal_cli.foundations.errors.UserError`; all targets are checked before
 anything is downloaded.
 """
 
@@ -26,8 +26,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from areal_cli.errors import UserError
-from areal_cli.hub import REPO_ID, SHA1, hub_local_only, offline
+from areal_cli.foundations.errors import UserError
+from areal_cli.foundations.hub import REPO_ID, SHA1, hub_local_only, offline
 from areal_cli.recipes import HubRef, load_recipe, recipe_names, recipe_path, where
 
 #: Recipe parts ``download`` can fetch: role -> recipe section.

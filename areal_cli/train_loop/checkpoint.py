@@ -59,8 +59,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from areal_cli.atomic import write_atomic_many
-from areal_cli.errors import UserError
+from areal_cli.foundations.atomic import write_atomic_many
+from areal_cli.foundations.errors import UserError
 
 __all__ = ["FORMAT", "Checkpoint", "PromptStream", "checkpoint_name", "save_checkpoint", "list_checkpoints",
            "latest_checkpoint", "verify_checkpoint", "load_checkpoint", "restore_trainer", "capture_rng",
@@ -403,3 +403,16 @@ def truncate_metrics(path: Path, step: int, *, write: bool = True) -> int:
     if write:
         write_atomic_many({path: "".join(line + "\n" for line in kept)})
     return len(lines) - len(kept)
+
+
+def save_trainer_checkpoint(engine, run_dir: Path, step: int, *, hf_dir: Path, rng: dict, state: dict,
+                            keep: int) -> Path | None:
+    """Trainer-side call (``areal_cli.train_loop.checkpoint:save_trainer_checkpoint`` through the trainer group,
+    run on every rank): :func:`save_checkpoint` with the engine's optimizer state, written by global rank 0 only
+    (data-parallel replicas hold the same state; config refuses checkpoints with model parallelism)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized() and dist.get_rank() != 0:
+        return None
+    return save_checkpoint(run_dir, step, hf_dir=hf_dir, optimizer_state=engine.optimizer.state_dict(), rng=rng,
+                           state=state, keep=keep)

@@ -12,7 +12,7 @@ from typing import Any, Iterator
 from areal_cli.api.reward import CALL_REWARD
 from areal_cli.api.types import Item
 from areal_cli.config import TrainConfig
-from areal_cli.errors import UserError
+from areal_cli.foundations.errors import UserError
 from areal_cli.reward.pool import RewardPool
 from areal_cli.rollout.controller import RolloutController
 from areal_cli.rollout.episode import EpisodeClient
@@ -75,7 +75,7 @@ def episode_client(cfg: TrainConfig, client: Any, pool: Any, tokenizer: Any, tas
 
 
 def make_controller(cfg: TrainConfig, template: EpisodeClient, task: Any, items: Iterator[Item]) -> RolloutController:
-    """The rollout controller of a run: ``items`` (e.g. a :class:`~areal_cli.checkpoint.PromptStream` over the
+    """The rollout controller of a run: ``items`` (e.g. a :class:`~areal_cli.train_loop.checkpoint.PromptStream` over the
     task's training stream), the task's workflow, the staleness rule of ``cfg``."""
     staleness = StalenessManager(cfg.rollout.batch_size, cfg.rollout.max_head_offpolicyness, cfg.rollout.effective_max_concurrent)
     controller = RolloutController(template, staleness, items, task.workflow, workflow_name=task.workflow_spec,

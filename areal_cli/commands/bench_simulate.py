@@ -21,7 +21,7 @@ def _machine() -> dict:
     import os
     import platform
 
-    from areal_cli.manifest import cpu_model
+    from areal_cli.foundations.manifest import cpu_model
 
     return {"python": platform.python_version(), "platform": platform.platform(), "cpu": cpu_model(),
             "cpu_count": os.cpu_count()}
@@ -155,7 +155,7 @@ def run_simulation(sc, out: Path | None, *, gpus: list[int] | None, scale: int, 
     ``sc``), recorded in the results."""
     import dataclasses
 
-    from areal_cli.atomic import write_atomic_many, write_json_atomic
+    from areal_cli.foundations.atomic import write_atomic_many, write_json_atomic
     from areal_cli.bench import sim
 
     t0 = time.perf_counter()
@@ -308,7 +308,7 @@ def _print_scaling(console, sweep: dict) -> None:
 
 
 def _parse_gpus(text: str | None, default: list[int]) -> list[int]:
-    from areal_cli.errors import UserError
+    from areal_cli.foundations.errors import UserError
 
     if text is None:
         return list(default)
@@ -357,7 +357,7 @@ def simulate(scenario: str, out_dir: Path | None, gpus: str | None, overrides: t
     from rich.console import Console
 
     from areal_cli.bench import sim
-    from areal_cli.errors import UserError
+    from areal_cli.foundations.errors import UserError
 
     console = Console() if sys.stdout.isatty() else Console(width=130)
     try:
