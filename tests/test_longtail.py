@@ -162,6 +162,7 @@ def test_preset_and_recipe_resolve():
     assert "countdown" in " ".join(task.tokenizer_corpus()[:4])
 
 
+@pytest.mark.slow
 def test_a_short_warm_start_learns_the_answer_format(tmp_path):
     """Teacher-forced SFT with the recipe's warm-start settings (batch 64, lr 3e-3) on distinct training problems:
     after 80 steps greedy answers to held-out prompts are countdowns of 5-digit numbers that start with the prompt's
