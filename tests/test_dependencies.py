@@ -29,10 +29,11 @@ def _imported_top_level_modules() -> set[str]:
 
 
 def _declared() -> set[str]:
-    """Required dependencies and the optional ones of the product's extras (not the test extra)."""
+    """Required dependencies and the optional ones of the product's extras (not the test extra, nor the docs
+    toolchain, which mkdocs.yml and docs/hooks use and .ci/docs checks by building the site)."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     deps = list(project["dependencies"])
-    deps += [d for extra, ds in project["optional-dependencies"].items() if extra != "test" for d in ds]
+    deps += [d for extra, ds in project["optional-dependencies"].items() if extra not in ("test", "docs") for d in ds]
     return {canonicalize_name(Requirement(d).name) for d in deps}
 
 

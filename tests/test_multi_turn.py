@@ -467,7 +467,7 @@ def test_multi_turn_recipe_learns_first_try_and_within_max_turns_vs_single_turn(
     # the single-turn run starts from the same level (its warm start never saw a feedback turn)
     assert abs(sw["first_try"] - mw["first_try"]) <= 0.15, report
     # at the same number of RL steps the multi-turn run learns at least comparably: its gains are not smaller
-    # than half the single-turn run's (measured over 3 seeds at 40 steps: first try +0.55 vs +0.44, README)
+    # than half the single-turn run's (measured over 3 seeds at 40 steps: first try +0.55 vs +0.44, benchmarks/results/multi-turn-vs-single-turn-2026-12-02/NOTES.md)
     gain_single = sf["first_try"] - sw["first_try"]
     assert mf["first_try"] - mw["first_try"] >= 0.5 * gain_single, report
     assert mf["within_max_turns"] - mw["within_max_turns"] >= 0.5 * gain_single, report

@@ -10,5 +10,5 @@
 Why Slurm + torchrun and not Ray: no extra daemon to run and secure (Slurm is what GPU clusters already
 schedule with, and AReaL's published runs used it); torchrun is already how the trainer's ranks start on one
 machine (:class:`areal_cli.trainer.group.TorchrunTrainer`), so multi-node only adds ``--nnodes/--node-rank/
---master-addr``. See README "Multi-node" for what Ray would change.
+--master-addr``. See docs/guides/scale-path.md ("Multi-node") for what Ray would change.
 """

@@ -19,7 +19,7 @@ from typing import Sequence
 
 #: Default ``min_saving``: a split must save more key slots than this (a guard against splits whose extra gather
 #: and attention call per layer cost more than the padding they save; with the tiny Qwen3 of the CPU recipes the
-#: decode step times on mixed batches were the same within noise for thresholds of 256-4,096: benchmarks/README.md).
+#: decode step times on mixed batches were the same within noise for thresholds of 256-4,096: benchmarks/results/decode_groups.md).
 MIN_SAVING = 1024
 #: Default ``max_groups``.
 MAX_GROUPS = 4

@@ -15,7 +15,7 @@ usually lives in a separate virtual environment, and the kit starts its servers 
 
 The measured recipe, endpoint table and figures: ``shared/reference/sglang_cpu.md`` of the workspace. What this
 proves and what it does not (SGLang's scheduler, HTTP API, weight loading and radix cache on CPU with torch-native
-attention; not its CUDA kernels, NCCL or CUDA graphs): README, "Real SGLang".
+attention; not its CUDA kernels, NCCL or CUDA graphs): docs/guides/real-sglang.md.
 
 A finished environment holds :data:`MARKER` (written last); one being built holds :data:`BUILDING`. Only a folder
 with one of them is ever removed (an unfinished build, or pins that changed): a virtual environment of someone

@@ -6,7 +6,7 @@ DotProductAttention`: ``baddbmm`` into a [b*np, sq, sk] buffer, an **in-place** 
 long packed rows: the in-place fill on a view makes autograd copy and re-stride the whole score tensor in
 the backward pass (``CopySlices`` / ``AsStridedBackward``). Measured on a tiny-longtail batch (64 samples,
 3.8k tokens packed into rows of 306, hidden 128, 2 layers, one core): a PPO step took 0.35 s, about three
-quarters of it attention; ``benchmarks/README.md`` has the figures with this module.
+quarters of it attention; ``benchmarks/results/trainer_attention.md`` has the figures with this module.
 
 :class:`SdpaDotProductAttention` is a drop-in subclass (same constructor, parameters and state dict) whose
 forward hands the same computation to PyTorch's fused kernel (flash attention on the CPU; on CUDA a

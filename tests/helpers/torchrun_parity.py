@@ -18,7 +18,7 @@ SCRIPT = ROOT / "tests" / "dist" / "parallel_parity.py"
 
 # Tolerances: 3x the largest difference measured over TP=2, DP=2 and PP=2 (float32; the parallel runs only
 # reorder float sums): logprobs 1.43e-6 nats, loss 2.3e-9 (|loss| ~ 2e-2), grad norm 4.3e-7 relative, weights
-# 1.18e-6 absolute after 3 AdamW steps that move them by ~3e-4 (README "Scale path" quotes these).
+# 1.18e-6 absolute after 3 AdamW steps that move them by ~3e-4 (docs/guides/scale-path.md quotes these).
 LP_ATOL, LOSS_ATOL, NORM_RTOL, W_ATOL = 4.5e-6, 7e-9, 1.3e-6, 3.6e-6
 
 

@@ -1,7 +1,7 @@
 """The embedded server against real SGLang 0.5.23: the same request sequence -- an abort in flight, a pause (abort
 mode) with a request held until continue, an in-place weight update, a continue -- sent to both with the same
 weights. Same response schema, finish reasons and version spans; greedy tokens equal and logprobs within 1e-5. This
-test is what backs the README's "speaks SGLang's native protocol".
+test is what backs the claim (README, docs/guides/real-sglang.md) that the kit speaks SGLang's native protocol.
 
 Where an interruption lands is a matter of timing on each server, so the in-place update's cut differs between
 them; both are checked against one reference instead: Hugging Face computing the tokens before the cut with the old

@@ -122,7 +122,7 @@ def test_in_place_disk_updates_heal_a_killed_server_and_resume_after_a_killed_tr
 
 
 def test_collective_weight_sync_with_aborting_updates(sglang_python, tmp_path):
-    """As the README shows it: no model.path, the real server serves the tiny model the run builds."""
+    """As docs/guides/real-sglang.md shows it: no model.path, the real server serves the tiny model the run builds."""
     out = tmp_path / "run"
     run = _train(out, "tiny-arith", "--out", str(out), *FAST, "-o", "rollout.engine=sglang",
                  "-o", f"rollout.sglang_python={sglang_python}",
