@@ -74,7 +74,8 @@ def test_bad_record_in_a_later_dataset_fails_before_generation(tmp_path):
 
 
 def test_missing_model_dir_is_a_user_error(tmp_path):
-    with pytest.raises(UserError, match="model directory not found"):
+    with pytest.raises(UserError, match=r"no_model: no such file or directory: expected a model directory or a \.gguf "
+                                        r"file \(a published model: `areal download MODEL_REPO_ID --local-dir DIR`\)"):
         call(tmp_path / "out", model_dir=tmp_path / "no_model")
     assert not (tmp_path / "out").exists()
 

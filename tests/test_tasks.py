@@ -4,6 +4,7 @@ tasks on the upstream record formats, prompt rendering, and bad input in one lin
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 from areal_cli.api.records import heldout_by_hash, iter_records, parse_source, read_records
 from areal_cli.api.reward import reward_kwargs
 from areal_cli.config import TrainConfig
+from helpers.one_line import assert_one_line
 from areal_cli.foundations.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -325,3 +327,25 @@ def test_prompts_over_max_prompt_len_are_dropped_and_counted(tmp_path):
     # a limit no prompt fits is found when the tokenizer is bound, before the run starts
     with pytest.raises(UserError, match=r"field 'task.max_prompt_len': every prompt of .* checked \(41\) is longer than 3"):
         Task(cfg.with_values({"task.max_prompt_len": 3})).bind(tok)
+
+
+def test_a_record_without_the_warm_starts_target_says_missing_and_names_the_setting(tmp_path):
+    from areal_cli.models.tiny import build_tiny_model, load_tokenizer
+    from areal_cli.tasks.task import Task
+
+    data = tmp_path / "trl.jsonl"  # TRL-style records: the target is in "solution", not "answer"
+    data.write_text("".join(json.dumps({"question": f"{i}+1?", "solution": str(i + 1)}) + "\n" for i in range(6)))
+    (tmp_path / "r.py").write_text("def reward(prompt, completion, prompt_ids, completion_ids, **fields):\n    return 0.0\n")
+    cfg = TrainConfig().with_values({"task.preset": "custom", "task.dataset": str(data), "task.prompt_field": "question",
+                                     "task.reward": f"{tmp_path / 'r.py'}:reward", "task.heldout_fraction": 0.0,
+                                     "sft.target_field": "answer"})
+    task = Task(cfg)
+    task.bind(load_tokenizer(build_tiny_model(tmp_path / "m", corpus=task.tokenizer_corpus())))
+    with pytest.raises(UserError) as e:
+        task.sft_examples(4)
+    assert_one_line(str(e.value))
+    assert re.fullmatch(rf"{re.escape(str(data))}:\d: field 'answer': missing; the warm start's target is read from it "
+                        r"\(sft.target_field; this record has 'question', 'solution'; -o sft.target_field=NAME, or "
+                        r"-o sft.max_steps=0 for no warm start\)", str(e.value))
+    assert [t for _, t in Task(cfg.with_values({"sft.target_field": "solution"})).bind(task.tokenizer)
+            .sft_examples(2)] != []

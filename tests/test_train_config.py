@@ -298,3 +298,45 @@ def test_deferred_evaluations_refuse_what_needs_the_accuracy_during_the_loop(oth
     with pytest.raises(UserError) as e:
         apply_overrides(base, ["loop.eval_deferred=true", other])
     assert_one_line(str(e.value), f"field '{field}': must be off with loop.eval_deferred")
+
+
+@pytest.mark.parametrize("item, expected", [
+    ("ppo.learning_rate=1e-5", "TRL's learning_rate is ppo.lr here"),
+    ("learning_rate=1e-5", "TRL's learning_rate is ppo.lr here"),
+    ("num_generations=4", "TRL's num_generations is rollout.group_size here"),
+    ("actor_rollout_ref.rollout.n=4", "verl's actor_rollout_ref.rollout.n is rollout.group_size here"),
+    ("data.max_response_length=64", "verl's max_response_length is rollout.max_new_tokens here"),
+    ("gconfig.n_samples=4", "AReaL's gconfig.n_samples is rollout.group_size here"),
+])
+def test_a_peers_key_is_answered_with_the_kits_name(item, expected):
+    with pytest.raises(UserError) as e:
+        apply_overrides(TrainConfig(), [item])
+    assert str(e.value) == f"-o {item}: field '{item.split('=')[0]}': unknown key ({expected})"
+    from areal_cli.config.peer_names import PEER_NAMES
+
+    assert all(kit in KEYS for kit, _ in PEER_NAMES.values())  # every answer is a real setting
+
+
+def test_a_peers_key_in_a_file_section_names_its_line(tmp_path):
+    f = tmp_path / "r.yaml"
+    f.write_text("ppo:\n  lr: 1e-5\n  max_grad_norm: 1.0\n")
+    with pytest.raises(UserError, match=r"r\.yaml:3: field 'ppo\.max_grad_norm': unknown key \(TRL's max_grad_norm is "
+                                        r"ppo\.grad_clip here\)"):
+        load_train_config(str(f))
+
+
+def test_list_settings_take_comma_lists_on_the_command_line():
+    cfg = apply_overrides(TrainConfig(), ["task.required_fields=question, answer", "loop.eval_benchmarks=aime24"])
+    assert cfg.task.required_fields == ["question", "answer"] and cfg.loop.eval_benchmarks == ["aime24"]
+    assert apply_overrides(TrainConfig(), ["task.required_fields=[q, a]"]).task.required_fields == ["q", "a"]
+    assert apply_overrides(TrainConfig(), ["task.required_fields="]).task.required_fields == []
+
+
+def test_a_model_path_that_does_not_exist_says_so_and_names_areal_download(tmp_path):
+    from areal_cli.train_loop.run import preflight
+
+    cfg = apply_overrides(TrainConfig(), [f"model.path={tmp_path / 'no' / 'such'}"])
+    with pytest.raises(UserError) as e:
+        preflight(cfg)
+    assert str(e.value) == (f"model.path '{tmp_path / 'no' / 'such'}': no such file or directory (a published model: "
+                            f"`areal download MODEL_REPO_ID --local-dir DIR`, then -o model.path=DIR)")

@@ -18,6 +18,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from areal_cli.config.peer_names import peer_hint
 from areal_cli.config.sections import SECTIONS
 from areal_cli.foundations.errors import UserError
 from areal_cli.foundations.typed_yaml import LineDict, coerce
@@ -90,6 +91,9 @@ def resolve_key(key: str, where: str, prefix: str = "") -> tuple[str, bool]:
     if key in SECTIONS:
         raise UserError(f"{where}: field '{prefix}{key}': a section, not a setting (write {key}.KEY, e.g. "
                         f"{key}.{fields(SECTIONS[key])[0].name})")
+    peer = peer_hint(key)
+    if peer:
+        raise UserError(f"{where}: field '{prefix}{key}': unknown key ({peer})")
     head, dot, tail = key.partition(".")
     if dot and head not in SECTIONS:  # a misspelled section
         close = difflib.get_close_matches(head, list(SECTIONS), n=1, cutoff=0.6)
@@ -160,6 +164,8 @@ def read_mapping(data: Any, source: str, prefix: str = "") -> list[Entry]:
             for sub, v in (value or {}).items():
                 dotted = f"{key_s}.{sub}"
                 if dotted not in KEYS:
+                    if peer_hint(dotted):
+                        raise UserError(f"{at(sub_line(sub))}: field '{pre}{dotted}': unknown key ({peer_hint(dotted)})")
                     names = [f.name for f in fields(SECTIONS[key_s])]
                     close = ([FLAT_NAMES[sub]] if sub in FLAT_NAMES else  # a flat name put in a section
                              [f"{key_s}.{c}" for c in difflib.get_close_matches(str(sub), names, n=2, cutoff=0.6)])

@@ -82,7 +82,8 @@ class TaskSection:
     code_dir: str = ""
     """Put first on sys.path for ``module:attr`` names ("": the recipe's folder)."""
     reward_timeout_s: float = 5.0
-    """Seconds one reward call may take before it scores 0 (counted)."""
+    """Seconds one reward call may take; a call past it is killed and counted as a reward failure, and its episode
+    (its whole group) is dropped, as a failing reward is: never a silent 0."""
     reward_workers: int = 1
     """Processes that compute rewards."""
     sandbox_isolation: Literal["auto", "strict"] = "auto"

@@ -73,7 +73,9 @@ def read_model_config(model_dir: Path) -> dict[str, Any]:
     """
     cfg_path = model_dir / "config.json"
     if not model_dir.is_dir():
-        raise UserError(f"{model_dir}: model directory not found")
+        what = "not a directory" if model_dir.exists() else "no such file or directory"
+        raise UserError(f"{model_dir}: {what}: expected a model directory or a .gguf file (a published model: "
+                        f"`areal download MODEL_REPO_ID --local-dir DIR`)")
     try:
         cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -9,7 +9,7 @@ that names ``file:line`` and the field:
 - :func:`coerce`: a value to a field's declared type. One rule for every settings file: a bool is a YAML bool
   or one of the words ``true/false/yes/no/1/0`` (any case); an int is never a bool; an int is accepted for a
   float; a string is converted when it parses as the type (``"8"`` for an int); ``list[str]`` accepts one
-  string as a one-item list.
+  string as a comma-separated list (``question,answer``; one name without a comma is a one-item list).
 - :func:`parse_override`: ``key=value`` with the value read as a YAML scalar by the same loader.
 
 A foundation: imports yaml and :mod:`areal_cli.foundations.errors` only.
@@ -148,7 +148,9 @@ def coerce(name: str, value: object, tp: Any, where: str) -> object:
             return value
         raise UserError(f"{where}: field '{name}': must be one of {', '.join(map(str, options))} (got {value!r})")
     if typing.get_origin(tp) is list:
-        items = [value] if isinstance(value, str) and value else ([] if value in ("", None) else value)
+        # one string is a comma-separated list (``-o task.required_fields=question,answer``; names never hold commas)
+        items = ([x.strip() for x in value.split(",") if x.strip()] if isinstance(value, str)
+                 else ([] if value is None else value))
         if isinstance(items, list) and all(isinstance(x, str) for x in items):
             return list(items)
         raise UserError(f"{where}: field '{name}': expected a list of strings, got {value!r}")

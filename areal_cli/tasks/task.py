@@ -267,8 +267,13 @@ class Task:
                                     f"{type(e).__name__}: {e}") from None
             else:
                 target = rec.fields.get(self.sft_target_field)
+            field_name = self.sft_target_field or "solutions"
+            if target is None and target_fn is None and field_name not in rec.fields:
+                raise UserError(f"{rec.where}: field '{field_name}': missing; the warm start's target is read from "
+                                f"it (sft.target_field; this record has {', '.join(map(repr, rec.fields)) or 'no field'}"
+                                f"; -o sft.target_field=NAME, or -o sft.max_steps=0 for no warm start)")
             if not isinstance(target, str):
-                raise UserError(f"{rec.where}: field '{self.sft_target_field or 'solutions'}': the warm start's "
-                                f"target must be a string, got {type(target).__name__}")
+                raise UserError(f"{rec.where}: field '{field_name}': the warm start's target (sft.target_field) must "
+                                f"be a string, got {type(target).__name__}")
             out.append((item, target))
         return out
