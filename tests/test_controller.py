@@ -140,7 +140,8 @@ def test_reward_failures_drop_the_group_and_are_counted_never_zero():
         groups = await ctl.get_batch(2)
         assert ctl.stats.groups_dropped_reward_failure == 1
         assert ctl.stats.reward_status["timeout"] == 4
-        assert ctl.stats.reward_failure_examples[0].startswith("timeout")
+        # the failure names its record, once however many samples of the group failed alike
+        assert ctl.stats.reward_failure_examples == ["timeout on record 0: reward call exceeded 5s"]
         assert all(s.reward == 1.0 for g in groups for s in g.samples)
         await ctl.stop()
 
@@ -316,3 +317,35 @@ def test_the_rollout_process_drops_at_consumption_like_the_in_process_controller
         assert [g.group_id for g in out] == [1, 3] and sent == [("stale",), ("stale",)]
 
     asyncio.run(go())
+
+
+def test_a_reward_failure_names_the_record_and_its_file_line():
+    from areal_cli.api.types import RewardFailed
+
+    def verdict(text, f):
+        return RewardResult(None, "error", "KeyError: 'x' (raised at r.py:3 in reward)")
+
+    client = EpisodeClient(FakeClient(), FakePool(verdict), "tests.fake:reward", FakeTokenizer(),
+                           SamplingParams(max_new_tokens=4), 2)
+    item = Item("q7", [1, 2], "p", {"answer": "ok"}, where="data.jsonl:8")
+    with pytest.raises(RewardFailed) as e:
+        asyncio.run(client.for_episode(3, item).reward("p", "c", [1, 2], [3], answer="ok"))
+    assert e.value.message == "KeyError: 'x' (raised at r.py:3 in reward) on record q7 (data.jsonl:8)"
+    assert client.stats.reward_failure_examples == [
+        "error on record q7 (data.jsonl:8): KeyError: 'x' (raised at r.py:3 in reward)"]
+
+
+def test_the_first_reward_failure_is_shown_live_once():
+    from types import SimpleNamespace
+
+    from areal_cli.train_loop.loop import show_first_reward_failure
+
+    lines = []
+    ctx = SimpleNamespace(reward_failure_shown=False, status=SimpleNamespace(log=lines.append))
+    controller = SimpleNamespace(stats=SimpleNamespace(reward_failure_examples=[]))
+    show_first_reward_failure(ctx, controller)
+    controller.stats.reward_failure_examples += ["error on record q3 (d.jsonl:4): KeyError: 'x'", "error on q5"]
+    show_first_reward_failure(ctx, controller)
+    show_first_reward_failure(ctx, controller)
+    assert lines == ["first reward failure (its group is dropped and counted; the run goes on): error on record q3 "
+                     "(d.jsonl:4): KeyError: 'x'"]

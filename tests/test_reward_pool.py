@@ -78,7 +78,8 @@ def test_crashing_fn_is_an_error_with_one_line_message(pool):
     before = pool.counters
     res = asyncio.run(pool.call(f"{HERE}:crash", "bad input\nsecond line"))
     assert res.status == "error" and res.reward is None
-    assert res.message == "RuntimeError: bad input second line"
+    assert res.message == (f"RuntimeError: bad input second line (raised at {__file__}:{crash.__code__.co_firstlineno + 1} "
+                           f"in crash)")
     assert _delta(pool, before) == {"ok": 0, "error": 1, "timeout": 0}
     assert asyncio.run(pool.score(1, 1)).reward == 2.0
 
@@ -138,7 +139,9 @@ def test_concurrent_mix_of_ok_crash_hang_and_death_each_reported(pool):
 
     ok1, err, tout, dead, ok2, bad_type = asyncio.run(main())
     assert (ok1.status, ok1.reward) == ("ok", 3.0)
-    assert (err.status, err.message) == ("error", "RuntimeError: boom")
+    # the message names where the user's code raised (this file, the line of crash's raise)
+    line = crash.__code__.co_firstlineno + 1
+    assert (err.status, err.message) == ("error", f"RuntimeError: boom (raised at {__file__}:{line} in crash)")
     assert tout.status == "timeout"
     assert (dead.status, dead.message) == ("error", "reward worker process died (exit code 3)")
     assert (ok2.status, ok2.reward) == ("ok", 10.0)

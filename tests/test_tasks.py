@@ -139,7 +139,8 @@ def test_failures_after_the_start_end_the_run_in_one_line_or_are_counted(tmp_pat
     (tmp_path / "t" / "dict_wf.py").write_text(DICT_WORKFLOW)
     fast = ["-o", "sft.max_steps=0", "-o", "loop.max_steps=6"]
     cases = [
-        (["-o", "task.reward=broken.py:always"], "reward ", "calls failed (e.g. error: KeyError: 'no_such_field')"),
+        (["-o", "task.reward=broken.py:always"], "calls failed (e.g. error on record ",
+         f"KeyError: 'no_such_field' (raised at {tmp_path / 't' / 'broken.py'}:"),
         (["-o", "task.dataset=bad_data.py:records", "-o", "task.eval_dataset=data/copy.jsonl", "-o", "loop.max_steps=100"],
          "bad_data.py:records(train) item 41: field 'question': expected a non-empty string", ""),
         (["-o", "task.workflow=dict_wf.py:Dict", "-o", "task.workflow_args.skip_suffix=null"], "workflow ", "returned dict, expected a Group"),

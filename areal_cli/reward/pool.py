@@ -8,7 +8,8 @@ replaced, so the pool keeps serving. AReaL does the same with a Pebble ``Process
 "wrong". Here every call ends in exactly one of three statuses, and each is counted:
 
 - ``"ok"``: the function returned; ``reward`` is its score as a float.
-- ``"error"``: the function raised (message = ``"ExcType: message"``, one line), returned something that is
+- ``"error"``: the function raised (message = ``"ExcType: message (raised at FILE:LINE in FUNCTION)"``, one line:
+  the deepest frame of the user's own code), returned something that is
   not a score, or its worker process died (e.g. ``os._exit``, segfault, OOM kill).
 - ``"timeout"``: no result within ``timeout_s`` seconds; the worker was killed and replaced.
 
@@ -72,6 +73,23 @@ def one_line(exc: BaseException) -> str:
     if len(text) > _MAX_MESSAGE_CHARS:
         text = text[: _MAX_MESSAGE_CHARS - 3] + "..."
     return text
+
+
+def raised_at(exc: BaseException) -> str:
+    """Where ``exc`` was raised, as ``" (raised at FILE:LINE in FUNCTION)"``: the deepest frame of the traceback
+    that is neither this module, the standard library nor an installed package (the user's own code), else the
+    deepest frame; ``""`` without a traceback."""
+    import sysconfig
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ is not None else []
+    frames = [f for f in frames if f.filename != __file__]
+    if not frames:
+        return ""
+    libs = {sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib")}
+    own = [f for f in frames if not any(f.filename.startswith(d) for d in libs) and "site-packages" not in f.filename]
+    f = (own or frames)[-1]
+    return f" (raised at {f.filename}:{f.lineno} in {f.name})"
 
 
 def validate_fn_path(fn: str) -> None:
@@ -177,7 +195,7 @@ def _worker_main(conn: Any, default_fn: str) -> None:
                 _set_single_thread_torch()
             reply: tuple[str, Any] = ("ok", fn(*args))
         except BaseException as exc:  # noqa: BLE001 - SystemExit from the fn is an error too
-            reply = ("error", one_line(exc))
+            reply = ("error", one_line(exc) + raised_at(exc))
         try:
             conn.send(reply)
         except Exception as exc:  # unpicklable return value

@@ -83,7 +83,7 @@ class RolloutController:
 
     Args:
         client: the :class:`~areal_cli.rollout.episode.EpisodeClient` template (rollout client, reward
-            pool and function, tokenizer, sampling, group size); each episode gets ``client.for_episode(id)``,
+            pool and function, tokenizer, sampling, group size); each episode gets ``client.for_episode(id, item)``,
             sharing :attr:`stats`.
         staleness: admission control; the controller calls on_submit/on_accept/on_reject.
         items: an endless iterator of :class:`~areal_cli.api.types.Item` (the data position is its consumption).
@@ -211,7 +211,7 @@ class RolloutController:
 
     async def _run_group(self, gid: int, item: Item) -> None:
         try:
-            group = await self.workflow.arun_episode(self.client.for_episode(gid), item)
+            group = await self.workflow.arun_episode(self.client.for_episode(gid, item), item)
         except RewardFailed:
             self._drop(gid, "groups_dropped_reward_failure")
             check_reward_health(self.stats, self.client.reward_spec)

@@ -51,11 +51,12 @@ class EpisodeClient:
         code_dir: added to ``sys.path`` in the reward workers (user modules next to the recipe).
         stats: shared counters.
         episode_id: this episode's id (the group id of what it returns).
+        item: the record this episode works on, named in reward failures (id and ``file:line``); None: unnamed.
     """
 
     def __init__(self, client: Any, reward_pool: Any, reward_spec: str, tokenizer: Any, sampling: SamplingParams,
                  group_size: int, *, code_dir: str = "", stats: EpisodeStats | None = None, episode_id: int = 0,
-                 rid_prefix: str = "g") -> None:
+                 rid_prefix: str = "g", item: Item | None = None) -> None:
         self.client = client
         self.reward_pool = reward_pool
         self.reward_spec = reward_spec
@@ -66,6 +67,7 @@ class EpisodeClient:
         self.stats = stats if stats is not None else EpisodeStats()
         self.episode_id = episode_id
         self.rid_prefix = rid_prefix
+        self.item = item
         self._calls = itertools.count()
 
     @property
@@ -75,11 +77,12 @@ class EpisodeClient:
         (e.g. one sample per multi-turn conversation, :mod:`areal_cli.workflows.multi_turn`)."""
         return self.rid_prefix.startswith(EVAL_RID_PREFIX)
 
-    def for_episode(self, episode_id: int) -> "EpisodeClient":
-        """A client for another episode, sharing everything but the id."""
+    def for_episode(self, episode_id: int, item: Item | None = None) -> "EpisodeClient":
+        """A client for another episode (on record ``item``, named in its reward failures), sharing everything
+        but the id."""
         return EpisodeClient(self.client, self.reward_pool, self.reward_spec, self.tokenizer, self.sampling,
                              self.group_size, code_dir=self.code_dir, stats=self.stats, episode_id=episode_id,
-                             rid_prefix=self.rid_prefix)
+                             rid_prefix=self.rid_prefix, item=item)
 
     # ------------------------------------------------------------------------------------ generation
     async def generate(self, prompt_ids: Sequence[int], *, n: int = 1, sampling: SamplingParams | None = None,
@@ -128,9 +131,12 @@ class EpisodeClient:
                                           list(prompt_ids), list(completion_ids), fields)
         self.stats.reward_status[res.status] += 1
         if res.status != "ok":
-            if len(self.stats.reward_failure_examples) < 5:
-                self.stats.reward_failure_examples.append(f"{res.status}: {res.message}")
-            raise RewardFailed(res.status, res.message)
+            record = "" if self.item is None else f" on record {self.item.id}" + (
+                f" ({self.item.where})" if self.item.where and self.item.where != self.item.id else "")
+            example = f"{res.status}{record}: {res.message}"
+            if len(self.stats.reward_failure_examples) < 5 and example not in self.stats.reward_failure_examples:
+                self.stats.reward_failure_examples.append(example)  # the first five distinct failures
+            raise RewardFailed(res.status, f"{res.message}{record}")
         return float(res.reward)
 
     async def score(self, item: Item, completions: Sequence[Completion]) -> list[float]:

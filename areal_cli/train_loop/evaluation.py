@@ -32,7 +32,7 @@ async def evaluate(ctx: RunContext) -> float | None:
 
     async def one(i: int, item: Item) -> Group | None:
         try:
-            group = await ctx.task.workflow.arun_episode(ctx.eval_episodes.for_episode(i), item)
+            group = await ctx.task.workflow.arun_episode(ctx.eval_episodes.for_episode(i, item), item)
         except RewardFailed:
             return None
         except (asyncio.CancelledError, UserError, ServerError):

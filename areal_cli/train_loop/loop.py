@@ -406,6 +406,16 @@ class FilterWatch:
                   f"rollout.group_size ({r.group_size}) gives the trainer batches")
 
 
+def show_first_reward_failure(ctx: RunContext, controller: Any) -> None:
+    """Show the run's first reward failure in the live status as soon as it happens (the record, the exception,
+    where it was raised); the run goes on (the group is dropped and counted), and the summary lists the first
+    five. A controller in its own process reports its examples when it stops."""
+    examples = getattr(controller.stats, "reward_failure_examples", None)
+    if examples and not ctx.reward_failure_shown:
+        ctx.reward_failure_shown = True
+        ctx.status.log(f"first reward failure (its group is dropped and counted; the run goes on): {examples[0]}")
+
+
 async def get_batch_watched(ctx: RunContext, controller: Any, step: int, every_s: float = 60.0,
                             consumer_version: int | None = None, watch: FilterWatch | None = None,
                             poll_s: float = 0.5) -> list[Group]:
@@ -426,8 +436,10 @@ async def get_batch_watched(ctx: RunContext, controller: Any, step: int, every_s
         while True:
             done, _ = await asyncio.wait({task}, timeout=min(poll_s, every_s))
             if done:
+                show_first_reward_failure(ctx, controller)
                 return task.result()
             now = controller.stats.as_dict()
+            show_first_reward_failure(ctx, controller)
             watch.check(now, step)
             if time.monotonic() < next_line:
                 continue

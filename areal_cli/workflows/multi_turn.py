@@ -327,7 +327,7 @@ async def turn_accuracy(workflow: MultiTurnWorkflow, client: Any, items: Sequenc
     """
     async def one(i: int, item: Item) -> Conversation | None:
         try:
-            return await workflow.run_conversation(client.for_episode(i), item)
+            return await workflow.run_conversation(client.for_episode(i, item), item)
         except RewardFailed:
             return None
 
