@@ -176,3 +176,33 @@ def test_token_ids_follow_the_protocols_special_token_setting(tokenizer):
     prompt_token_ids(get_protocol("chat-template"), RecordingTokenizer(), chat)
     assert seen == [True, False]
     assert tokenizer.decode(ids) == text and ids[0] == tokenizer.convert_tokens_to_ids("<|im_start|>")
+
+
+def test_the_default_protocol_follows_the_models_tokens_and_a_refusal_comes_first():
+    from areal_cli.eval.benchmarks import load_benchmark_specs
+    from areal_cli.eval.settings import choose_protocol
+
+    specs = load_benchmark_specs()
+    qwen3 = {"<|im_start|>", "<|im_end|>", "<think>", "</think>"}
+    chatml_only = {"<|im_start|>", "<|im_end|>"}  # SmolLM2: ChatML, no <think>
+    assert choose_protocol(None, specs, ["math_500"], False, vocab=qwen3) == "qwen3-think"
+    notes: list[str] = []
+    assert choose_protocol(None, specs, ["math_500"], False, vocab=chatml_only, model="smol.gguf",
+                           notes=notes) == "chat-template"
+    assert notes == ["protocol: chat-template, the model's own chat template and its sampling settings (the "
+                     "benchmarks' default 'qwen3-think' uses <think>, which is not a token of smol.gguf; --protocol "
+                     "NAME chooses another)"]
+    with pytest.raises(UserError, match=r"^protocol 'r1-distill' uses <｜User｜>, which is not a token of smol.gguf; "):
+        choose_protocol("r1-distill", specs, ["math_500"], False, vocab=chatml_only, model="smol.gguf")
+    assert choose_protocol("chat-template", specs, ["math_500"], False, vocab=set()) == "chat-template"
+    assert choose_protocol(None, specs, ["math_500"], False) == "qwen3-think"  # no vocabulary: as declared
+
+
+def test_a_gguf_files_tokens_are_read_without_converting_it(tmp_path):
+    from areal_cli.models.gguf import tokens
+
+    with pytest.raises(UserError, match="file not found"):
+        tokens(tmp_path / "none.gguf")
+    (tmp_path / "bad.gguf").write_bytes(b"not gguf at all")
+    with pytest.raises(UserError, match="not a readable GGUF file"):
+        tokens(tmp_path / "bad.gguf")

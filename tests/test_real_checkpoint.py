@@ -121,10 +121,21 @@ def areal(*args: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedPr
 
 @pytest.mark.multiproc
 def test_areal_eval_on_the_gguf_file_with_a_limit(gguf_file, smollm2, shared_dir, tmp_path):
-    r = areal("eval", "--model", str(gguf_file), "--data", "math_500", "--data-dir", str(shared_dir / "data" / "math"),
-              "--limit", "20", "--max-new-tokens", "48", "--protocol", "chat-template", "--out", str(tmp_path / "o"),
+    from areal_cli.models.gguf import tokens
+
+    vocab = tokens(gguf_file)  # read from the header: ChatML markers, no <think>
+    assert "<|im_start|>" in vocab and "<think>" not in vocab and len(vocab) == 49152
+    data = ["--data", "math_500", "--data-dir", str(shared_dir / "data" / "math"), "--limit", "20"]
+    # a protocol the model cannot read is refused before anything is generated
+    r = areal("eval", "--model", str(gguf_file), *data, "--protocol", "r1-distill", "--out", str(tmp_path / "x"),
+              cwd=tmp_path)
+    assert r.returncode == 2 and "protocol 'r1-distill' uses <｜User｜>, which is not a token of" in r.stderr
+    assert not (tmp_path / "x").exists()
+    # no --protocol: math_500's default (qwen3-think) needs <think>, so the model's own chat template is used
+    r = areal("eval", "--model", str(gguf_file), *data, "--max-new-tokens", "48", "--out", str(tmp_path / "o"),
               cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
+    assert "protocol: chat-template, the model's own chat template" in r.stdout
     res = json.loads((tmp_path / "o" / "results.json").read_text())
     assert res["config"]["model_dir"] == str(smollm2) and "GGUF sha256" in res["config"]["model"]
     samples = [json.loads(x) for x in (tmp_path / "o" / "samples.jsonl").read_text().splitlines()]

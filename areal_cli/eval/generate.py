@@ -122,6 +122,22 @@ def eos_ids(model_dir: Path, cfg: dict[str, Any], tokenizer: Any) -> list[int]:
     return ids
 
 
+def model_vocab(model: str | Path) -> set[str]:
+    """The token strings of ``model`` (a model directory or a ``.gguf`` file), read without converting or loading
+    weights, so that a protocol the model cannot read is refused (or a default replaced) before anything costly.
+
+    Raises:
+        UserError: a path that does not exist, not a model directory, an unreadable GGUF file or tokenizer.
+    """
+    from areal_cli.models.gguf import is_gguf, tokens
+
+    p = Path(model).expanduser()
+    if is_gguf(p):
+        return tokens(p)
+    read_model_config(p)  # a missing path or a folder without config.json: one line
+    return set(load_tokenizer(p).get_vocab())
+
+
 def load_tokenizer(model_dir: Path) -> Any:
     """``AutoTokenizer.from_pretrained(model_dir)``.
 

@@ -214,6 +214,14 @@ def check_kind(protocol: Protocol, kind: str, benchmark: str, default_protocol: 
                         f"{kind} benchmark{hint}")
 
 
+def missing_marker(protocol: Protocol, vocab: Any) -> str | None:
+    """The first chat marker of ``protocol``'s fixed template (:data:`TEMPLATE_MARKERS`) that is not a token of
+    ``vocab`` (a set or mapping of token strings), or None (also for protocols that use the model's own template)."""
+    if protocol.template is None:
+        return None
+    return next((m for m in TEMPLATE_MARKERS if m in protocol.template and m not in vocab), None)
+
+
 def check_tokenizer(protocol: Protocol, tokenizer: Any) -> None:
     """A fixed template's chat markers (:data:`TEMPLATE_MARKERS`) must each be one token of the model's
     tokenizer (otherwise the model reads them as plain text: R1 markers given to a Qwen tokenizer, or any
@@ -224,12 +232,11 @@ def check_tokenizer(protocol: Protocol, tokenizer: Any) -> None:
     """
     if protocol.template is None:
         return
-    vocab = tokenizer.get_vocab()
-    for marker in TEMPLATE_MARKERS:
-        if marker in protocol.template and marker not in vocab:
-            name = getattr(tokenizer, "name_or_path", "") or "tokenizer"
-            raise UserError(f"protocol '{protocol.name}' uses {marker}, which is not a token of {name}; "
-                            f"use a protocol for this model family (e.g. --protocol chat-template)")
+    marker = missing_marker(protocol, tokenizer.get_vocab())
+    if marker is not None:
+        name = getattr(tokenizer, "name_or_path", "") or "tokenizer"
+        raise UserError(f"protocol '{protocol.name}' uses {marker}, which is not a token of {name}; "
+                        f"use a protocol for this model family (e.g. --protocol chat-template)")
 
 
 def render_prompt(protocol: Protocol, problem_text: str, tokenizer: Any = None, kind: str | None = None) -> str:

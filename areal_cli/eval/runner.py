@@ -49,6 +49,7 @@ from areal_cli.eval.generate import (
     generate_sample,
     load_tokenizer,
     make_jobs,
+    model_vocab,
     read_model_config,
     render_prompts,
     sample_seed,
@@ -257,8 +258,15 @@ def run_eval(
         for k in reports:
             reports[k] = {**reports[k], "limit": limit}
     specs = load_benchmark_specs()
-    preset, proto = resolve_protocol(choose_protocol(protocol, specs, list(problems_by_ds), model_dir is None),
-                                     n_samples=n, temperature=temperature, top_p=top_p, top_k=top_k,
+    notes: list[str] = []
+    # the model's tokens before any conversion or generation: a protocol it cannot read is refused (or, as a
+    # default, replaced by its own chat template) first
+    vocab = model_vocab(model_dir) if model_dir is not None else None
+    name = choose_protocol(protocol, specs, list(problems_by_ds), model_dir is None, vocab=vocab,
+                           model=str(model_dir), notes=notes)
+    for note in notes:
+        print(note, flush=True)
+    preset, proto = resolve_protocol(name, n_samples=n, temperature=temperature, top_p=top_p, top_k=top_k,
                                      max_new_tokens=max_new_tokens, greedy_pass=greedy_pass)
     check_protocol_fits(proto, problems_by_ds, specs)
     if CODEFORCES_BENCHMARK in problems_by_ds:

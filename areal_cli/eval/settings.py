@@ -9,7 +9,10 @@ is never reported under a protocol it did not follow.
 
 Which protocol when none is given: the tiny default model has no template but its chat template, so
 ``chat-template``; any other model gets the default protocol the selected benchmarks declare
-(``default_protocol`` in ``evaluation/benchmarks.json``), which must then be the same for all of them.
+(``default_protocol`` in ``evaluation/benchmarks.json``), which must then be the same for all of them, unless its
+fixed template uses chat markers that are not tokens of the model (R1's ``<｜User｜>`` or Qwen3's ``<think>`` for
+SmolLM2): then the model's own chat template (``chat-template``), and the run says why. The model's tokens are read
+before any conversion (a GGUF file's header) or generation, so a refusal comes first.
 """
 
 from __future__ import annotations
@@ -19,26 +22,46 @@ from typing import Any, Sequence
 
 from areal_cli.foundations.errors import UserError
 from areal_cli.eval.benchmarks import BenchmarkSpec, Problem
-from areal_cli.eval.protocols import Protocol, apply_overrides, check_kind, get_protocol
+from areal_cli.eval.protocols import Protocol, apply_overrides, check_kind, get_protocol, missing_marker
 
 TINY_MODEL_PROTOCOL = "chat-template"
 
 
 def choose_protocol(explicit: str | None, specs: dict[str, BenchmarkSpec], benchmarks: Sequence[str],
-                    tiny_model: bool) -> str:
+                    tiny_model: bool, vocab: Any = None, model: str = "the model", notes: list | None = None) -> str:
     """The protocol name in force (see module docstring).
 
+    Args:
+        vocab: the model's token strings (a set or mapping), read before any conversion or download; with it an
+            explicit protocol whose fixed template the model cannot read is refused here, and a benchmark default
+            it cannot read gives way to the model's own chat template (said in ``notes``).
+        model: the model's name, for messages.
+        notes: a list the reason for a changed default is appended to.
     Raises:
-        UserError: no explicit protocol and the benchmarks declare different (or no) defaults.
+        UserError: an explicit protocol with a chat marker that is not a token of ``vocab``; no explicit protocol
+            and the benchmarks declare different (or no) defaults.
     """
     if explicit:
+        if vocab is not None:
+            marker = missing_marker(get_protocol(explicit), vocab)
+            if marker is not None:
+                raise UserError(f"protocol '{explicit}' uses {marker}, which is not a token of {model}; use a "
+                                f"protocol for this model family (e.g. --protocol chat-template)")
         return explicit
     if tiny_model:
         return TINY_MODEL_PROTOCOL
     defaults = {b: specs[b].default_protocol for b in benchmarks}
     names = set(defaults.values())
     if len(names) == 1 and "" not in names:
-        return names.pop()
+        name = names.pop()
+        marker = missing_marker(get_protocol(name), vocab) if vocab is not None else None
+        if marker is not None:
+            if notes is not None:
+                notes.append(f"protocol: {TINY_MODEL_PROTOCOL}, the model's own chat template and its sampling "
+                             f"settings (the benchmarks' default '{name}' uses {marker}, which is not a token of "
+                             f"{model}; --protocol NAME chooses another)")
+            return TINY_MODEL_PROTOCOL
+        return name
     listing = ", ".join(f"{b} ({p or 'none'})" for b, p in defaults.items())
     raise UserError(f"option 'protocol': the benchmarks declare different default protocols: {listing}; "
                     "choose one with --protocol (or evaluate them separately)")

@@ -76,6 +76,22 @@ def inspect(path: Path) -> dict[str, Any]:
     return {"architecture": arch, "tensor_types": types, "n_tensors": len(reader.tensors)}
 
 
+def tokens(path: Path) -> set[str]:
+    """The token strings of a GGUF file's tokenizer (``tokenizer.ggml.tokens``), read from its header without
+    converting it (a few seconds for a 49k vocabulary).
+
+    Raises:
+        UserError: as :func:`inspect`; a file without a tokenizer.
+    """
+    inspect(path)  # a missing or unreadable file: one line
+    from gguf import GGUFReader
+
+    field = GGUFReader(str(path)).fields.get("tokenizer.ggml.tokens")
+    if field is None:
+        raise UserError(f"{path}: the GGUF file holds no tokenizer (tokenizer.ggml.tokens)")
+    return {bytes(field.parts[i]).decode("utf-8", "replace") for i in field.data}
+
+
 def resolve_model(path: str | Path, log=None) -> Path:
     """The Hugging Face model directory to load for ``path``: ``path`` itself when it is a directory, else
     the cached conversion of a ``.gguf`` file (made now if missing; a few seconds for a 135M model).
