@@ -196,6 +196,11 @@ def test_end_to_end_with_embedded_server_writes_results_and_samples_reproducibly
     assert sorted(cfg["protocol"]["overrides"]) == ["max_new_tokens", "n_samples", "temperature", "top_p"]
     assert cfg["protocol"]["preset"] == {"n_samples": 1, "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 512}
     assert not (out1 / "samples.partial.jsonl").exists()
+    from areal_cli import __version__
+    from areal_cli.foundations.manifest import git_info
+
+    assert cfg["kit"] == {"version": __version__, **git_info()}  # the kit's commit and whether its tree was clean
+    assert cfg["kit"]["commit"] == "unknown" or len(cfg["kit"]["commit"]) == 40
 
     samples = [json.loads(line) for line in (out1 / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 10

@@ -36,7 +36,9 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from areal_cli import __version__
 from areal_cli.foundations.errors import UserError
+from areal_cli.foundations.manifest import git_info
 from areal_cli.eval.benchmarks import load_benchmark_specs
 from areal_cli.eval.generate import (
     TINY_MODEL_SEED,
@@ -384,6 +386,9 @@ def run_eval(
             "resumed_samples": len(done),
             "cf_data": None if cf_data is None else str(cf_data),
             "elapsed_s": round(time.monotonic() - t_start, 3),
+            "protocol_notes": notes,
+            # the kit that extracted and graded the answers: a change of its rules shows here
+            "kit": {"version": __version__, **git_info()},
         }
     }
     results.update(metrics)
