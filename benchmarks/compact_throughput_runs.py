@@ -65,6 +65,9 @@ def compact(bench_dir: Path) -> dict:
 
 
 def main(argv: list[str]) -> int:
+    if argv and argv[0] in ("-h", "--help"):
+        print("usage: python benchmarks/compact_throughput_runs.py BENCH_DIR OUT.json\n\n" + (__doc__ or "").strip())
+        return 0
     if len(argv) != 2:
         print("error: usage: python benchmarks/compact_throughput_runs.py BENCH_DIR OUT.json", file=sys.stderr)
         return 2

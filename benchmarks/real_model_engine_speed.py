@@ -133,4 +133,11 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from areal_cli.foundations.errors import UserError
+
+    try:
+        main()
+    except UserError as e:  # e.g. the model package is not installed: one line, the install command
+        sys.exit(f"error: {e}")

@@ -29,6 +29,16 @@ except ImportError:  # pragma: no cover
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
 
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (pyproject's addopts): one worker per core (at most 4) for a run over several test files, none
+    for one file or a few tests of one file (``pytest tests/test_cli.py``): xdist's start-up would cost more than it
+    saves. An explicit ``-n N`` is used as given."""
+    files = {str(a).split("::")[0] for a in config.args}
+    if len(files) == 1 and next(iter(files)).endswith(".py"):
+        return 0
+    return None  # xdist's own count (cores), capped by --maxprocesses
+
+
 def pytest_addoption(parser):
     parser.addoption("--real-sglang", metavar="PY", default=None,
                      help="run tests/real_sglang/ against real SGLang servers started with this Python (the "

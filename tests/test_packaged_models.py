@@ -47,3 +47,20 @@ def test_smollm2_is_declared_with_the_pin_of_the_test_requirements():
     req = (Path(__file__).parent / "requirements-models.txt").read_text()
     m = packaged.PACKAGED_MODELS["smollm2-135m-instruct"]
     assert m.requirement in req and m.filename.endswith(".gguf")
+
+
+def test_a_packaged_models_name_stands_for_its_file_unless_a_path_of_that_name_exists(tmp_path, monkeypatch):
+    from areal_cli.models.packaged import locate_model
+
+    pkg = tmp_path / "lib" / "fake_model_pkg2"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "m.gguf").write_bytes(b"GGUF")
+    monkeypatch.syspath_prepend(str(tmp_path / "lib"))
+    monkeypatch.setitem(packaged.PACKAGED_MODELS, "fake-model2",
+                        packaged.PackagedModel("fake-model2", "fake_model_pkg2", "fake-model-pkg2==1.0", "m.gguf", "x"))
+    monkeypatch.chdir(tmp_path)
+    assert locate_model("fake-model2") == (pkg / "m.gguf").resolve()
+    (tmp_path / "fake-model2").mkdir()  # a folder of that name here: the path wins
+    assert locate_model("fake-model2") == packaged.Path("fake-model2")
+    assert locate_model("some/dir") == packaged.Path("some/dir")

@@ -130,8 +130,9 @@ def model_vocab(model: str | Path) -> set[str]:
         UserError: a path that does not exist, not a model directory, an unreadable GGUF file or tokenizer.
     """
     from areal_cli.models.gguf import is_gguf, tokens
+    from areal_cli.models.packaged import locate_model
 
-    p = Path(model).expanduser()
+    p = locate_model(model)  # a packaged model's name: its file
     if is_gguf(p):
         return tokens(p)
     read_model_config(p)  # a missing path or a folder without config.json: one line

@@ -94,12 +94,15 @@ def tokens(path: Path) -> set[str]:
 
 def resolve_model(path: str | Path, log=None) -> Path:
     """The Hugging Face model directory to load for ``path``: ``path`` itself when it is a directory, else
-    the cached conversion of a ``.gguf`` file (made now if missing; a few seconds for a 135M model).
+    the cached conversion of a ``.gguf`` file (made now if missing; a few seconds for a 135M model); a packaged
+    model's name (``smollm2-135m-instruct``, :mod:`areal_cli.models.packaged`) stands for its file.
 
     Raises:
         UserError: see the module docstring; also a path that is neither a directory nor a ``.gguf`` file.
     """
-    p = Path(path).expanduser()
+    from areal_cli.models.packaged import locate_model
+
+    p = locate_model(path)  # a packaged model's name: its file
     if not is_gguf(p):
         return p
     if not p.is_file():

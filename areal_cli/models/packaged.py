@@ -57,6 +57,19 @@ def is_packaged_name(text: str) -> bool:
     return text in PACKAGED_MODELS
 
 
+def locate_model(text: str | Path) -> Path:
+    """The path a model argument names: a packaged model's file for its name (``smollm2-135m-instruct``, unless a
+    file or folder of that name exists here), else the path as given (``~`` expanded).
+
+    Raises:
+        UserError: a packaged model whose package is not installed (as :func:`packaged_file`).
+    """
+    p = Path(text).expanduser()
+    if str(text) in PACKAGED_MODELS and not p.exists():
+        return packaged_file(str(text))
+    return p
+
+
 def packaged_file(name: str) -> Path:
     """Path of the packaged model's file, found without importing its package.
 

@@ -59,7 +59,9 @@ def preflight(cfg: TrainConfig, *, resume: Checkpoint | None = None) -> Path | N
         from areal_cli.models.gguf import resolve_model
         from areal_cli.rollout.engine import ModelSpec
 
-        if not Path(cfg.model.path).expanduser().exists():
+        from areal_cli.models.packaged import locate_model
+
+        if not locate_model(cfg.model.path).exists():
             raise UserError(f"model.path '{cfg.model.path}': no such file or directory (a published model: `areal "
                             f"download MODEL_REPO_ID --local-dir DIR`, then -o model.path=DIR)")
         model_dir = resolve_model(cfg.model.path, log=print)  # a .gguf file: dequantised once into a cache

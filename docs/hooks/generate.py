@@ -82,7 +82,14 @@ def cli_page() -> str:
 
 # ------------------------------------------------------------------------------------------- the settings
 def _md_cell(text: str) -> str:
-    return escape_html(text).replace("|", "\\|").replace("\n", " ")
+    """A table cell: a code span holding ``|`` becomes ``<code>`` with ``&#124;`` (Markdown shows ``\\|`` inside
+    code spans literally), any other ``|`` is escaped."""
+    import re
+
+    text = escape_html(text).replace("\n", " ")
+    parts = re.split(r"(`[^`]*`)", text)
+    return "".join(f"<code>{part[1:-1].replace('|', '&#124;')}</code>" if part.startswith("`") and "|" in part
+                   else part.replace("|", "\\|") for part in parts)
 
 
 def settings_page() -> str:
