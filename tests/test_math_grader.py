@@ -251,6 +251,8 @@ def test_a_batch_the_pool_kills_is_regraded_one_answer_at_a_time(pool):
 def test_bad_gold_is_a_reported_error_not_a_zero(pool):
     (res,) = pool.score_many([("\\boxed{5}", None)])
     assert res.status == "error" and res.reward is None
-    assert res.message == "TypeError: gold answer must be a string or number, got NoneType"
+    # the message says where it was raised (here: the grader's own gold normalisation)
+    assert res.message.startswith("TypeError: gold answer must be a string or number, got NoneType (raised at ")
+    assert res.message.endswith(" in normalize_gold)") and "math_grader/normalize.py:" in res.message
     (g,) = grade_in_pool(pool, [("\\boxed{5}", None)])
     assert g == GradedAnswer("5", False, "error", res.message)

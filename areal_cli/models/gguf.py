@@ -76,6 +76,18 @@ def inspect(path: Path) -> dict[str, Any]:
     return {"architecture": arch, "tensor_types": types, "n_tensors": len(reader.tensors)}
 
 
+def check_supported(path: Path, info: dict[str, Any]) -> None:
+    """Refuse a GGUF file whose architecture (from :func:`inspect`) the kit does not train or serve.
+
+    Raises:
+        UserError: ``FILE: GGUF architecture 'gemma' is not supported (supported: ...)``.
+    """
+    from areal_cli.models.families import FAMILIES, SUPPORTED
+
+    if info["architecture"] not in FAMILIES:
+        raise UserError(f"{path}: GGUF architecture {info['architecture']!r} is not supported (supported: {SUPPORTED})")
+
+
 def tokens(path: Path) -> set[str]:
     """The token strings of a GGUF file's tokenizer (``tokenizer.ggml.tokens``), read from its header without
     converting it (a few seconds for a 49k vocabulary).
@@ -83,7 +95,9 @@ def tokens(path: Path) -> set[str]:
     Raises:
         UserError: as :func:`inspect`; a file without a tokenizer.
     """
-    inspect(path)  # a missing or unreadable file: one line
+    if not Path(path).is_file():
+        raise UserError(f"{path}: GGUF file not found")
+    check_supported(path, inspect(path))  # an unreadable file, an architecture not served: one line
     from gguf import GGUFReader
 
     field = GGUFReader(str(path)).fields.get("tokenizer.ggml.tokens")
@@ -108,10 +122,7 @@ def resolve_model(path: str | Path, log=None) -> Path:
     if not p.is_file():
         raise UserError(f"{p}: GGUF file not found")
     info = inspect(p)
-    from areal_cli.models.families import FAMILIES, SUPPORTED
-
-    if info["architecture"] not in FAMILIES:
-        raise UserError(f"{p}: GGUF architecture {info['architecture']!r} is not supported (supported: {SUPPORTED})")
+    check_supported(p, info)
     digest = sha256_file(p)
     final = cache_root() / f"{p.stem}-{digest[:16]}"
     if (final / PROVENANCE).is_file() and (final / "config.json").is_file():
