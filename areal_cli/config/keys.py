@@ -164,8 +164,9 @@ def read_mapping(data: Any, source: str, prefix: str = "") -> list[Entry]:
             for sub, v in (value or {}).items():
                 dotted = f"{key_s}.{sub}"
                 if dotted not in KEYS:
-                    if peer_hint(dotted):
-                        raise UserError(f"{at(sub_line(sub))}: field '{pre}{dotted}': unknown key ({peer_hint(dotted)})")
+                    peer = peer_hint(dotted)
+                    if peer:
+                        raise UserError(f"{at(sub_line(sub))}: field '{pre}{dotted}': unknown key ({peer})")
                     names = [f.name for f in fields(SECTIONS[key_s])]
                     close = ([FLAT_NAMES[sub]] if sub in FLAT_NAMES else  # a flat name put in a section
                              [f"{key_s}.{c}" for c in difflib.get_close_matches(str(sub), names, n=2, cutoff=0.6)])

