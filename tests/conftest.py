@@ -39,6 +39,23 @@ def pytest_xdist_auto_num_workers(config):
     return None  # xdist's own count (cores), capped by --maxprocesses
 
 
+def pytest_collection_modifyitems(config, items):
+    """Longest test files first (their measured seconds in ``tests/file_durations.json``; see
+    :mod:`helpers.file_durations`), each file's tests in their own order. With ``--dist=loadfile`` and
+    ``--no-loadscope-reorder`` (pyproject's addopts) xdist queues files in this order, so no long file starts
+    last and alone sets the end of the run. Every worker sorts the same collection the same way."""
+    from helpers.file_durations import DEFAULT_S, load
+
+    seconds = load()
+    if not seconds:
+        return
+    first = {}
+    for i, item in enumerate(items):
+        first.setdefault(item.nodeid.split("::")[0], i)
+    items.sort(key=lambda it: (-seconds.get(it.nodeid.split("::")[0], DEFAULT_S),
+                               first[it.nodeid.split("::")[0]]))
+
+
 def pytest_addoption(parser):
     parser.addoption("--real-sglang", metavar="PY", default=None,
                      help="run tests/real_sglang/ against real SGLang servers started with this Python (the "

@@ -85,6 +85,7 @@ def test_command_module_imports_only_click_and_stdlib_and_is_registered(tmp_path
     assert res.exit_code == 0, res.output
     assert res.output.count("eta  0  sync") == 2 and res.output.count("eta  4  naive") == 2
     assert "repeat 1 (seed 2)" in res.output and "one warm start + 4 runs" in res.output
+    assert "estimated wall time: " in res.output and "this machine: " in res.output
     bad = CliRunner().invoke(main, ["bench", "staleness", "--dry-run", "--variants", "nope"])
     assert bad.exit_code == 2 and "unknown variant 'nope'" in bad.output
     sc = tmp_path / "sc.yaml"
@@ -203,3 +204,19 @@ def test_command_runs_a_tiny_grid_into_table_json_and_plot(tmp_path):
     assert "final accuracy" in res.output
     again = CliRunner().invoke(staleness, ["--scenario", str(scenario), "--out", str(out)])
     assert again.exit_code == 2 and "already holds a benchmark" in again.output
+
+
+def test_dry_run_estimate_uses_the_variant_at_its_eta_or_the_nearest_measured_eta(tmp_path):
+    from areal_cli.bench.estimate import plan_lines
+
+    runs = [{"variant": "sync", "eta": 0, "steps": 10, "rl_seconds": 10.0},
+            {"variant": "naive", "eta": 1, "steps": 10, "rl_seconds": 5.0},
+            {"variant": "naive", "eta": 8, "steps": 10, "rl_seconds": 3.0}]
+    d = {"created": "2026-01-01", "scenario": {"name": "s", "recipe": "tiny-longtail"}, "grid": {}, "runs": runs,
+         "warm_start": {"seconds": 20.0}, "bench_seconds": 20.0 + 18.0 + 3 * 4.0, "machine": {"start": {}}}
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "results.json").write_text(json.dumps(d))
+    per_run, lines = plan_lines("staleness", "s", "tiny-longtail",
+                                [(("sync", 0), 20), (("naive", 1), 20), (("naive", 16), 20)], tmp_path, busy=0.0)
+    assert per_run == pytest.approx([24.0, 14.0, 10.0])  # eta 16 not measured: naive at eta 8, the nearest
+    assert "naive eta 16" in lines[2] and "sync 1.000" in lines[1]

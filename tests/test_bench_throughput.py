@@ -192,6 +192,7 @@ def test_dry_run_checks_the_settings_and_prints_the_plan_without_running(tmp_pat
     assert "non-interruptible updates" in res.output and "static generate" not in res.output
     assert not (tmp_path / "out").exists()
     assert "  every run: rollout.success_rate_lb=0.0 " in res.output  # the scenario's overrides
+    assert "estimated wall time: " in res.output and "this machine: " in res.output  # basis: benchmarks/results/
     assert f"writes {tmp_path / 'out'}: results.json" in res.output.replace("\n", "")
     # a recipe this machine cannot run is refused as the warm start would refuse it, not planned
     import importlib.util
@@ -873,3 +874,28 @@ def test_the_core_contention_benchmark_times_the_workload_beside_each_neighbour(
     assert res["slowdown_vs_idle"]["idle"] == 1.0
     assert res["slowdown_vs_idle"]["engine"] == pytest.approx(res["seconds"]["engine"][0] / res["seconds"]["idle"][0])
     assert res["cpus"]["workload"] != res["cpus"]["neighbour"]
+
+
+def test_dry_run_estimate_scales_a_measured_run_of_the_scenario_by_steps(tmp_path):
+    from areal_cli.bench.estimate import find_basis, plan_lines
+
+    def write(name, created, sync_s, async_s, scenario="throughput-tiny-arith"):
+        runs = [{"mode": "sync", "steps": 40, "rl_seconds": 40 * sync_s}, {"mode": "async", "steps": 40, "rl_seconds": 40 * async_s}]
+        d = {"created": created, "scenario": {"name": scenario, "recipe": "tiny-arith"}, "modes": {}, "runs": runs,
+             "warm_start": {"seconds": 10.0}, "bench_seconds": 10.0 + 40 * (sync_s + async_s) + 2 * 6.0,
+             "machine": {"start": {"cpu": "X", "cpu_count": 2}}}
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(d))
+
+    write("old", "2026-01-01", 9.0, 9.0)
+    write("new", "2026-02-01", 0.5, 0.25)
+    write("other", "2026-03-01", 9.0, 9.0, scenario="throughput-tiny-longtail")  # another scenario: not the basis
+    assert find_basis("throughput", "throughput-tiny-arith", "tiny-arith", tmp_path).path.parent.name == "new"
+    # 100 steps each: steps x measured seconds per step of the mode + 6 s start-up per run; in_place runs as async
+    per_run, lines = plan_lines("throughput", "throughput-tiny-arith", "tiny-arith",
+                                [("sync", 100), ("async", 100), ("async_in_place", 100)], tmp_path, busy=0.0)
+    assert per_run == pytest.approx([56.0, 31.0, 31.0])
+    assert lines[0].startswith(f"estimated wall time: {(10 + 56 + 31 + 31) / 60:.1f} min (warm start 10 s + 3 runs")
+    assert str(tmp_path / "new" / "results.json") in lines[1] and "async_in_place" in lines[2]
+    none, lines = plan_lines("throughput", "nope", "tiny-longtail-x", [("sync", 1)], tmp_path / "empty")
+    assert none is None and "not estimated" in lines[0]

@@ -413,3 +413,55 @@ def test_a_lone_surrogate_in_a_record_is_one_line_with_its_place_and_nothing_is_
     code, text = regrade(gens, out)
     assert code == 2 and text.count("\n") == 1 and "gens.jsonl:4: field 'note'" in text and "surrogate" in text, text
     assert not out.exists()
+
+
+# ------------------------------------------------------------------ a run of `areal eval --limit N`
+def limited_run(tmp_path: Path, problems, limit: int, *, with_results: bool = True) -> Path:
+    """The samples.jsonl (2 samples, a greedy completion, prompts) and results.json of an `areal eval --limit` run."""
+    run = tmp_path / "run"
+    run.mkdir()
+    recs = []
+    for p in problems["aime24"][:limit]:
+        recs.append({"pass": "greedy", "dataset": "aime24", "problem_id": p.id, "sample_index": 0,
+                     "prompt": f"Q{p.id}", "text": "I think", "finish_reason": "length"})
+        recs += [{"dataset": "aime24", "problem_id": p.id, "sample_index": i, "prompt": f"Q{p.id}",
+                  "text": f"\\boxed{{{p.answer}}}", "finish_reason": "stop"} for i in range(2)]
+    write_jsonl(run / "samples.jsonl", recs)
+    if with_results:
+        (run / "results.json").write_text(json.dumps({"config": {"data": {"aime24": {"n_problems": 30, "limit": limit}}}}))
+    return run / "samples.jsonl"
+
+
+@pytest.mark.multiproc
+def test_regrade_of_a_limit_run_uses_its_recorded_limit_keeps_prompts_and_records_the_kit(tmp_path, problems):
+    gens = limited_run(tmp_path, problems, 3)
+    out = tmp_path / "out"
+    code, text = regrade(gens, out)
+    assert code == 0, text
+    results = json.loads((out / "results.json").read_text())
+    m = results["aime24"]
+    assert (m["n_problems"], m["pass@1"], m["greedy_acc"]) == (3, 1.0, 0.0)
+    assert (m["greedy_n_truncated"], m["greedy_n_no_answer"], m["n_truncated"]) == (3, 3, 0)
+    assert results["config"]["data"]["aime24"]["limit"] == 3
+    assert "(evaluated: the first 3, --limit 3)" in (out / "report.md").read_text()
+    assert set(results["config"]["kit"]) >= {"version", "commit", "dirty"}
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert [s["prompt"] for s in samples[:3]] == [f"Q{problems['aime24'][0].id}"] * 3
+    # the regrade's own results.json records the limit: its samples.jsonl regrades again; an explicit --limit too
+    code, text = regrade(out / "samples.jsonl", tmp_path / "again")
+    assert code == 0 and json.loads((tmp_path / "again" / "results.json").read_text())["aime24"]["n_problems"] == 3
+    (gens.parent / "results.json").unlink()
+    code, text = regrade(gens, tmp_path / "explicit", "--limit", "3")
+    assert code == 0, text
+
+
+def test_regrade_of_a_limit_run_never_drops_problems(tmp_path, problems):
+    gens = limited_run(tmp_path, problems, 3, with_results=False)
+    code, text = regrade(gens, tmp_path / "o")  # no results.json, no --limit: says which limit fits
+    assert code == 2 and "27 of 30 problems have no completions" in text and "--limit 3" in text, text
+    code, text = regrade(gens, tmp_path / "o", "--limit", "2")  # a completion beyond the limit is an error
+    third = problems["aime24"][2].id
+    assert code == 2 and f"problem_id '{third}' is problem 3 of benchmark 'aime24', beyond its limit 2" in text, text
+    code, text = regrade(gens, tmp_path / "o", "--limit", "0")
+    assert code == 2 and "option 'limit': must be >= 1" in text
+    assert not (tmp_path / "o").exists()

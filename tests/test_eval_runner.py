@@ -231,3 +231,106 @@ def test_end_to_end_with_embedded_server_writes_results_and_samples_reproducibly
     assert {ds: res2[ds] for ds in ("aime24", "amc23")} == {ds: res[ds] for ds in ("aime24", "amc23")}
     report = (out1 / "report.md").read_text()
     assert "- protocol: chat-template" in report and f"- config hash: {res['config']['config_hash']}" in report
+
+
+# ------------------------------------------------------------------ what the metrics hide: truncation, no answer
+def graded_records(n_problems: int, n: int, *, greedy_truncated: bool) -> list[dict]:
+    """Graded math records: sample 0 of each problem cut by the budget (no answer), the others right; one greedy
+    completion per problem, all cut by the budget (no answer) when ``greedy_truncated``."""
+    recs = []
+    for p in range(n_problems):
+        for i in range(n):
+            cut = i == 0
+            recs.append({"dataset": "aime24", "problem_id": str(p), "sample_index": i, "output_ids": [1] * (8 if cut else 3),
+                         "finish_reason": "length" if cut else "stop", "extracted": None if cut else "7",
+                         "correct": not cut, "grader_status": "ok"})
+        recs.append({"pass": "greedy", "dataset": "aime24", "problem_id": str(p), "sample_index": 0,
+                     "output_ids": [1] * 8, "finish_reason": "length" if greedy_truncated else "stop",
+                     "extracted": None if greedy_truncated else "7", "correct": not greedy_truncated,
+                     "grader_status": "ok"})
+    return recs
+
+
+def test_truncated_and_no_answer_are_counted_per_pass_and_shown_in_table_and_report(capsys):
+    from rich.console import Console
+
+    from areal_cli.eval.report import render_markdown
+    from areal_cli.eval.summary import summarize
+
+    m = summarize(graded_records(5, 3, greedy_truncated=True))["aime24"]
+    # the greedy pass: every completion cut by the budget -> every one counted (and none hidden in the sampled count)
+    assert (m["greedy_n_truncated"], m["greedy_n_no_answer"], m["greedy_acc"]) == (5, 5, 0.0)
+    assert (m["n_truncated"], m["n_no_answer"], m["n_samples"]) == (5, 5, 3)
+    assert summarize(graded_records(5, 3, greedy_truncated=False))["aime24"]["greedy_n_truncated"] == 0
+    no_reason = [{k: v for k, v in r.items() if k != "finish_reason"} for r in graded_records(2, 2, greedy_truncated=True)]
+    assert "n_truncated" not in summarize(no_reason)["aime24"]  # unknown, not 0
+    results = {"config": {"kit": {"version": "9.9", "commit": "a" * 40, "dirty": True}}, "aime24": m}
+    render_table(results, Console(width=150, force_terminal=False))
+    printed = capsys.readouterr().out
+    rows = {ln.split("│")[1].strip(): ln.split("│")[2].strip() for ln in printed.splitlines() if ln.count("│") >= 3}
+    assert (rows["truncated (sampled)"], rows["no answer (sampled)"]) == ("5", "5")
+    assert (rows["truncated (greedy)"], rows["no answer (greedy)"]) == ("5", "5")
+    report = render_markdown(results)
+    header = next(ln for ln in report.splitlines() if ln.startswith("| dataset | problems"))
+    row = next(ln for ln in report.splitlines() if ln.startswith("| aime24 | 5 |"))
+    cells = dict(zip([c.strip() for c in header.split("|")], [c.strip() for c in row.split("|")]))
+    assert cells["truncated (greedy)"] == cells["truncated (sampled)"] == "5"
+    assert "- kit: areal 9.9, commit aaaaaaaaaaaa (dirty)" in report
+    no_greedy = summarize([r for r in graded_records(2, 2, greedy_truncated=True) if r.get("pass") != "greedy"])
+    render_table({"config": {}, **no_greedy}, Console(width=150, force_terminal=False))
+    assert "(greedy)" not in capsys.readouterr().out
+
+
+def test_each_sample_record_carries_its_prompt_and_the_resume_file_keeps_it(tmp_path):
+    import asyncio
+    from types import SimpleNamespace
+
+    from areal_cli.eval.benchmarks import Problem
+    from areal_cli.eval.generate import Job, Prompt, generate_sample
+    from areal_cli.eval.resume import PartialRun
+    from areal_cli.rollout.protocol import SamplingParams
+
+    class Tok:
+        def decode(self, ids, skip_special_tokens=True):
+            return "x" * len(ids)
+
+    class Gen:
+        async def generate(self, prompt_ids, params, rid=None):
+            return SimpleNamespace(output_ids=[5, 6], finish_reason="length")
+
+    problem = Problem(dataset="aime24", id="60", problem="1+1?", answer="2", path="f", line=1)
+    job = Job(Prompt(problem, "<user>1+1?</user><think>", [1, 2, 3], True), "sample", 0)
+    rec = asyncio.run(generate_sample(Gen(), job, SamplingParams(max_new_tokens=2), 0, Tok(), ()))
+    assert rec["prompt"] == "<user>1+1?</user><think>" and rec["text"] == "xx" and rec["finish_reason"] == "length"
+    part = PartialRun.open(tmp_path, {"c": 1}, {job.key})
+    part.append({**rec, "extracted": None, "correct": False, "grader_status": "ok"})
+    part.close()
+    again = PartialRun.open(tmp_path, {"c": 1}, {job.key})
+    assert again.records[0]["prompt"] == rec["prompt"]
+    again.remove()
+
+
+def test_in_loop_benchmark_evaluation_counts_truncated_and_no_answer_beside_pass_at_1():
+    import asyncio
+    from types import SimpleNamespace
+
+    from areal_cli.eval.in_loop import BenchmarkEval
+    from areal_cli.rollout.protocol import SamplingParams
+
+    class Client:
+        async def generate(self, ids, params, rid=None):  # problem "b": every completion cut by the budget
+            cut = "-b-" in rid
+            return SimpleNamespace(output_ids=[1] * (4 if cut else 2), finish_reason="length" if cut else "stop",
+                                   output_versions=[3] * (4 if cut else 2))
+
+    class Graders:
+        async def grade(self, problem, text, think_open, **kw):
+            return {"correct": problem.id == "a", "extracted": "1" if problem.id == "a" else None,
+                    "grader_status": "ok"}
+
+    prompts = {"aime24": [SimpleNamespace(problem=SimpleNamespace(dataset="aime24", id=pid), ids=[1], think_open=False,
+                                          text="q") for pid in ("a", "b")]}
+    ev = BenchmarkEval(SimpleNamespace(n_samples=3, stop=()), prompts, SamplingParams(max_new_tokens=4), Graders(), 0)
+    tok = SimpleNamespace(decode=lambda ids, skip_special_tokens=True: "y" * len(ids))
+    res = asyncio.run(ev.run(Client(), tok, 3))["aime24"]
+    assert (res["pass@1"], res["n_truncated"], res["n_no_answer"], res["n_samples"]) == (0.5, 3, 3, 3)

@@ -68,6 +68,7 @@ def test_areal_eval_benchmarks_run_in_the_loop_on_one_policy_version(tmp_path, s
         for res in x["eval_benchmarks"].values():
             assert res["version"] == x["version"] and res["n_problems"] == 3 and res["grader_failures"] == 0
             assert 0.0 <= res["pass@1"] <= 1.0
+            assert 0 <= res["n_truncated"] <= 3 * res["n_samples"] and 0 <= res["n_no_answer"] <= 3 * res["n_samples"]
         assert x["aime24/pass@1"] == x["eval_benchmarks"]["aime24"]["pass@1"]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["eval_benchmarks"]["protocol"]["name"] == "r1-distill"
@@ -92,14 +93,14 @@ def test_an_evaluation_whose_tokens_mix_versions_is_refused():
         dataset, id, problem, answer, kind = "aime24", "1", "q", "2", "math"
 
     class Prompt:
-        problem, ids, think_open = Problem(), [1, 2], False
+        problem, text, ids, think_open = Problem(), "q", [1, 2], False
 
     class Client:
         async def generate(self, ids, params, rid=None):
             return Completion(ids, [5, 6], [-0.1, -0.2], [3, 4], "stop", 1, "u")
 
     class Graders:
-        async def grade(self, problem, text, think_open):
+        async def grade(self, problem, text, think_open, **prompt):
             return {"correct": False, "grader_status": "ok"}
 
     class Proto:

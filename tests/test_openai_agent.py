@@ -76,7 +76,7 @@ def test_a_continued_conversation_reuses_the_ids_verbatim_and_appends_only_templ
     msgs = [{"role": "user", "content": "reverse 123"}]
 
     async def agent(client, sess):
-        r1 = await client.chat.completions.create(model="m", messages=msgs, temperature=0.5, max_tokens=9)
+        r1 = await client.chat.completions.create(model="m", messages=msgs, temperature=1.0, max_tokens=9)
         assert r1.choices[0].message.content == "reverse" and r1.choices[0].finish_reason == "stop"
         assert r1.usage.completion_tokens == len(spelled) and r1.object == "chat.completion"
         r2 = await client.chat.completions.create(
@@ -87,7 +87,7 @@ def test_a_continued_conversation_reuses_the_ids_verbatim_and_appends_only_templ
     sess, (r1, r2) = asyncio.run(with_session(engine, tok, agent))
     first = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
     assert engine.prompts[0] == text_ids(tok, first)
-    assert engine.params[0].temperature == 0.5 and engine.params[0].max_new_tokens == 9
+    assert engine.params[0].temperature == 1.0 and engine.params[0].max_new_tokens == 9
     p2 = engine.prompts[1]
     assert p2[: len(engine.prompts[0]) + len(spelled)] == engine.prompts[0] + spelled  # verbatim, not re-tokenised
     new = p2[len(engine.prompts[0]) + len(spelled):]
@@ -198,6 +198,35 @@ def test_bad_requests_name_the_parameter(body, param):
     with pytest.raises(OpenAIError) as e:
         parse_chat_request(body)
     assert e.value.status == 400 and e.value.param == param and e.value.body()["error"]["type"] == "invalid_request_error"
+
+
+def test_a_request_samples_at_the_runs_settings_and_other_settings_are_refused_naming_the_rollout_key(tok):
+    """Issue 41's holes: an agent that sends no temperature sampled at OpenAI's 1.0 while the trainer recomputed
+    at rollout.temperature (weights 0.77-1.46 with unchanged weights); top_p 0.8 was served with untruncated
+    behaviour logprobs (w = 1 where the true ratio averages 0.8)."""
+    from areal_cli.agents.openai_schema import ChatRequest
+    from areal_cli.agents.proxy import run_sampling
+
+    base = SamplingParams(16, temperature=0.6)
+    msgs = [{"role": "user", "content": "x"}]
+    assert run_sampling(ChatRequest(msgs), base) == {"temperature": 0.6, "top_p": 1.0, "top_k": -1}
+    assert run_sampling(ChatRequest(msgs, temperature=0.6, top_p=1.0, top_k=-1), base)["temperature"] == 0.6
+    for kw, param in (({"temperature": 1.0}, "temperature"), ({"top_p": 0.8}, "top_p"), ({"top_k": 20}, "top_k")):
+        with pytest.raises(OpenAIError) as e:
+            run_sampling(ChatRequest(msgs, **kw), base)
+        assert e.value.status == 400 and e.value.param == param and "rollout." + param in e.value.message
+        assert "leave '" + param + "' out" in e.value.message
+
+    engine = Scripted([[tok.eos_token_id]])
+
+    async def agent(client, sess):
+        with pytest.raises(openai.BadRequestError, match="'top_p' 0.8 differs from the run's sampling"):
+            await client.chat.completions.create(model="m", messages=msgs, top_p=0.8)
+        await client.chat.completions.create(model="m", messages=msgs)  # no temperature: the run's
+        return None
+
+    asyncio.run(with_session(engine, tok, agent))
+    assert len(engine.params) == 1 and engine.params[0].temperature == 1.0 and engine.params[0].top_p == 1.0
 
 
 #: Bodies that once gave 500s with tracebacks: invalid UTF-8, an integer past Python's 4300-digit limit, nesting too

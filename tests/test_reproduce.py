@@ -477,3 +477,50 @@ def test_a_failed_training_start_leaves_no_trace_and_a_failed_run_is_recorded(tm
     manifest = json.loads((tmp_path / "o" / "manifest.json").read_text())
     assert manifest["status"] == "error: reward pool died" and manifest["exit_code"] is None
     assert not (tmp_path / "o" / "reproduce.json").exists()
+
+
+# --- what the evaluation needs (dry run) ---------------------------------------------------------------
+
+
+def test_eval_only_dry_run_shows_gpus_memory_token_budget_time_cf_data_and_pin_commands():
+    from areal_cli.eval.protocols import get_protocol
+    from areal_cli.reproduce.eval_needs import (BF16_BYTES, EVAL_CONCURRENCY, GPU_MEMORY_GB, KNOWN_SHAPES,
+                                                problem_count)
+    from areal_cli.eval.benchmarks import load_benchmark_specs
+
+    recipe = load_recipe("boba2-14b-code")
+    console = quiet_console()
+    plan = reproduce("boba2-14b-code", dry_run=True, eval_only=True, console=console, gpus_here=0).plan
+    flat = " ".join(text_of(console).split())
+    needs, ev = plan.eval_needs, recipe.file.eval
+    shape = KNOWN_SHAPES[recipe.file.model.repo]
+    assert abs(shape.params / 1e9 - 14.8) < 0.1  # the model card's count, from the published shape
+    completions = ev.n_samples + int(get_protocol(ev.protocol).greedy_pass)
+    specs = load_benchmark_specs()
+    total = 0
+    for g, b in zip(plan.eval_groups, needs.budgets):
+        n, _, _ = problem_count(g.benchmark, g.date_window, plan.expected, specs)
+        assert b.tokens == n * completions * ev.max_new_tokens
+        total += b.tokens
+        assert f"{g.name}: " in flat and f"x {ev.max_new_tokens:,} tokens = {b.tokens / 1e6:,.1f} M" in flat
+    assert needs.total_tokens == total and f"{total / 1e6:,.1f} M new tokens" in flat
+    weights = shape.params * BF16_BYTES / 1e9
+    kv = EVAL_CONCURRENCY * (recipe.train.max_prompt_len + ev.max_new_tokens) * shape.kv_bytes_per_token / 1e9
+    assert (round(needs.weights_gb, 1), round(needs.kv_gb, 1)) == (round(weights, 1), round(kv, 1))
+    usable = GPU_MEMORY_GB * recipe.train.sglang_mem_fraction_static
+    assert needs.gpus >= (weights + kv) / usable > needs.gpus / 2  # the smallest power of two that holds it
+    assert f"{needs.gpus} x 80 GB" in flat and f"weights {weights:.1f} GB at bf16" in flat
+    assert needs.hours == pytest.approx(total / needs.tokens_per_s / 3600)
+    assert f"{needs.hours:.1f} h on {needs.gpus} GPUs" in flat and "TFLOP/s" in flat and "TB/s" in flat
+    assert "codeforces/rating" in needs.cf_data and "--cf-data DIR" in flat
+    published = recipe.file.published_model.repo
+    assert f"areal download {published} --revision SHA --local-dir" in flat
+    assert f"areal reproduce boba2-14b-code --eval-only --model checkpoints/{published.split('/')[1]}" in flat
+    assert "huggingface-cli" not in flat
+    # without --eval-only: the training plan stays, the evaluation section is there too
+    console = quiet_console()
+    plan = reproduce("boba2-14b-code", dry_run=True, console=console, gpus_here=0).plan
+    flat = " ".join(text_of(console).split())
+    assert "training time" in flat and "placement" in flat and plan.eval_needs is not None
+    assert "eval tokens" in flat and "eval GPUs" in flat
+    assert "areal download datasets/inclusionAI/AReaL-boba-2-RL-Code --revision SHA" in flat

@@ -73,7 +73,8 @@ class ChatRequest:
         messages: list of ``{"role", "content": str, ...}`` ready for a chat template (content parts joined;
             assistant ``tool_calls`` arguments as dicts, as Hugging Face templates expect).
         tools: the ``tools`` list as sent, or None.
-        temperature, top_p: sampling (OpenAI defaults 1.0, 1.0).
+        temperature, top_p: sampling as sent, None when the request leaves them out (the embedded server's
+            endpoint then uses OpenAI's defaults 1.0, 1.0; a training run's proxy uses the run's sampling).
         max_tokens: the generation budget asked for (``max_completion_tokens`` or ``max_tokens``), or None.
         stop: stop strings (each must be one token).
         logprobs: return per-token logprobs in ``choices[0].logprobs``.
@@ -84,8 +85,8 @@ class ChatRequest:
 
     messages: list[dict]
     tools: list[dict] | None = None
-    temperature: float = 1.0
-    top_p: float = 1.0
+    temperature: float | None = None
+    top_p: float | None = None
     max_tokens: int | None = None
     stop: list[str] = field(default_factory=list)
     logprobs: bool = False
@@ -94,7 +95,8 @@ class ChatRequest:
     top_k: int = -1
 
 
-def _num(body: dict, key: str, lo: float, hi: float, default: float, *, lo_open: bool = False) -> float:
+def _num(body: dict, key: str, lo: float, hi: float, default: float | None, *, lo_open: bool = False
+         ) -> float | None:
     v = body.get(key)
     if v is None:
         return default
@@ -250,8 +252,8 @@ def parse_chat_request(body: Any) -> ChatRequest:
     if top_k == 0:
         raise OpenAIError("'top_k' must be -1 (off) or >= 1", param="top_k")
     model = body.get("model")
-    return ChatRequest(messages=messages, tools=tools, temperature=_num(body, "temperature", 0.0, 2.0, 1.0),
-                       top_p=_num(body, "top_p", 0.0, 1.0, 1.0, lo_open=True), max_tokens=max_tokens, stop=stop,
+    return ChatRequest(messages=messages, tools=tools, temperature=_num(body, "temperature", 0.0, 2.0, None),
+                       top_p=_num(body, "top_p", 0.0, 1.0, None, lo_open=True), max_tokens=max_tokens, stop=stop,
                        logprobs=bool(logprobs), seed=_int(body, "seed", 0) if body.get("seed") is not None else None,
                        model=model if isinstance(model, str) and model else "areal",
                        top_k=-1 if top_k is None else top_k)

@@ -64,6 +64,40 @@ log = logging.getLogger("areal.agents.proxy")
 EXPORT_STYLES = ("concat", "individual")
 
 
+def run_sampling(req: Any, base: Any) -> dict[str, Any]:
+    """The sampling of one proxied request: the run's (``base``, the episode's
+    :class:`~areal_cli.rollout.protocol.SamplingParams`: ``rollout.temperature``, top_p 1, top_k off).
+
+    The trainer recomputes the proximal and current logprobs at the run's temperature over the full vocabulary
+    (decoupled PPO, :mod:`areal_cli.trainer.loss`), and the servers report behaviour logprobs of the untruncated
+    distribution. A request that leaves ``temperature`` / ``top_p`` / ``top_k`` out therefore samples at the run's
+    settings (OpenAI's default 1.0 would make pi_prox / pi_behav differ from 1 with unchanged weights), and one
+    that asks for other values is refused: a truncated nucleus (``top_p`` < 1, ``top_k``) would get a weight of 1
+    where the true ratio is below 1, and another temperature would train on samples from a policy the loss does
+    not model.
+
+    Args:
+        req: the parsed :class:`~areal_cli.agents.openai_schema.ChatRequest`.
+        base: the episode's sampling parameters.
+    Returns:
+        ``{"temperature", "top_p", "top_k"}`` for ``dataclasses.replace(base, ...)``.
+    Raises:
+        OpenAIError: (400) a temperature, top_p or top_k other than the run's, naming the setting to change.
+    """
+    asked = {"temperature": req.temperature, "top_p": req.top_p, "top_k": None if req.top_k == -1 else req.top_k}
+    run = {"temperature": float(base.temperature), "top_p": float(base.top_p), "top_k": int(base.top_k)}
+    for key, value in asked.items():
+        if value is None or (key == "top_k" and run["top_k"] == value) or (key != "top_k"
+                                                                            and math.isclose(value, run[key])):
+            continue
+        setting = "rollout.temperature" if key == "temperature" else f"rollout.{key} (training needs the untruncated " \
+                                                                     f"policy)"
+        raise OpenAIError(f"'{key}' {value} differs from the run's sampling ({key} {run[key]}): the trainer computes "
+                          f"the policy's logprobs with the run's settings, so importance weights of these samples "
+                          f"would be wrong; leave '{key}' out (the run's is used) or change {setting}", param=key)
+    return run
+
+
 @dataclass
 class Interaction:
     """One chat completion served by a session (AReaL ``InteractionWithTokenLogpReward``).
@@ -184,8 +218,7 @@ class AgentSession:
             budget = min(budget, room)
         stops = sorted(set(base.stop_token_ids or []) | set(stop_token_ids(self.tokenizer, req.stop))
                        | {turn_end_token_of(self.tokenizer, self.turn_end_token)[1]})
-        params = dataclasses.replace(base, max_new_tokens=int(budget), temperature=req.temperature, top_p=req.top_p,
-                                     top_k=req.top_k if req.top_k != -1 else base.top_k, stop_token_ids=stops,
+        params = dataclasses.replace(base, max_new_tokens=int(budget), **run_sampling(req, base), stop_token_ids=stops,
                                      seed=req.seed if req.seed is not None else base.seed)
         (comp,) = await self.episode.generate(prompt, n=1, sampling=params)
         if comp.finish_reason == "abort":

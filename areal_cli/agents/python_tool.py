@@ -96,7 +96,8 @@ class PythonToolMathAgent:
         system_prompt: a system message, or "" for none.
         tool_wall_s, tool_memory_mb: limits of one tool call.
         max_output_chars: a tool result is cut to this many characters.
-        temperature, max_tokens: per request (None: the run's sampling).
+        temperature, max_tokens: per request (None: the run's sampling, rollout.temperature; another temperature is
+            refused by the proxy, :func:`areal_cli.agents.proxy.run_sampling`).
     """
 
     def __init__(self, max_turns: int = 4, question_field: str = "question", system_prompt: str = SYSTEM_PROMPT,

@@ -107,16 +107,37 @@ def loss_mask_problem(loss_mask: Any, logprobs: Any, versions: Any) -> str | Non
     return None
 
 
+@dataclass(frozen=True)
+class ConversationOutcome:
+    """How one conversation of a multi-turn episode went, as its workflow reports it
+    (:attr:`Group.conversations`): what first-try accuracy, accuracy within ``max_turns`` and turns per episode
+    are computed from (:func:`areal_cli.workflows.multi_turn.conversation_metrics`).
+
+    Attributes:
+        turns: assistant turns taken (>= 1).
+        first_success: index (0-based) of the first turn whose answer was right (reward > 0), or None.
+        samples: indices into :attr:`Group.samples` of the conversation's trajectories, in turn order (its last
+            one holds the whole conversation before the last answer as its prompt).
+    """
+
+    turns: int
+    first_success: int | None
+    samples: tuple[int, ...] = ()
+
+
 @dataclass
 class Group:
     """The samples of one episode (``rollout.group_size`` answers to one prompt, in the single-turn workflow).
 
     ``success_rate`` (the fraction of samples with reward > 0) is what ``success_rate_lb/ub`` filter on.
+    ``conversations`` (optional, a multi-turn workflow sets it): one :class:`ConversationOutcome` per conversation
+    of the episode; the training loop's multi-turn metrics and its logged samples read it.
     """
 
     group_id: int
     item: Item
     samples: list[Trajectory]
+    conversations: list[ConversationOutcome] | None = None
 
     @property
     def success_rate(self) -> float:

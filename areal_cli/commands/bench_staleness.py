@@ -38,7 +38,9 @@ def _int_list(ctx, param, value: str | None) -> list[int] | None:
                    "decoupled-sequence_mask, decoupled-sequence_truncate, decoupled-icepop.")
 @click.option("--steps", type=click.IntRange(min=1), default=None, help="RL steps per run (overrides the scenario).")
 @click.option("--seeds", type=click.IntRange(min=1), default=None, help="Runs per grid point (overrides the scenario).")
-@click.option("--dry-run", is_flag=True, help="Print the plan (runs, their order) and exit.")
+@click.option("--dry-run", is_flag=True,
+              help="Print the plan (runs, their order, estimated wall time per run and in all, from a measured run of "
+                   "the scenario under benchmarks/results/) and exit.")
 @click.option("-o", "--override", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a recipe field in every run, e.g. -o ppo.lr=2e-4. Repeatable.")
 @one_line_errors
@@ -77,10 +79,19 @@ def staleness(scenario_path: str | None, out_dir: Path | None, etas: list[int] |
         from areal_cli.bench.staleness.benchmark import check_configs
 
         base = check_configs(sc, list(overrides), out_dir)
+        from areal_cli.bench.estimate import cores_busy_now, duration, plan_lines
+
+        per_run, lines = plan_lines("staleness", sc.name, sc.recipe, [((v, eta), sc.steps) for _, eta, v in plan],
+                                    busy=cores_busy_now(), settings={"overrides": sc.overrides,
+                                                                     "variants": sc.variants, "etas": sc.etas})
         console.print(f"scenario {sc.name} ({sc.source}): recipe {sc.recipe}, one warm start + {len(plan)} runs of "
                       f"{sc.steps} RL steps", highlight=False, soft_wrap=True)
         for i, (rep, eta, v) in enumerate(plan):
-            console.print(f"  {i:3d}  repeat {rep} (seed {base.seed + rep})  eta {eta:2d}  {v}", highlight=False)
+            est = f"  ~{duration(per_run[i])}" if per_run else ""
+            console.print(f"  {i:3d}  repeat {rep} (seed {base.seed + rep})  eta {eta:2d}  {v:<28}{est}".rstrip(),
+                          highlight=False)
+        for line in lines:
+            console.print(line, highlight=False, soft_wrap=True, markup=False)
         return
     if out_dir is None:
         out_dir = Path("runs") / f"bench-staleness-{time.strftime('%Y%m%d-%H%M%S')}"

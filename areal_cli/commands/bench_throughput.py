@@ -31,7 +31,9 @@ from areal_cli.commands.error_contract import one_line_errors
               help="Also run async with in-place weight updates (rollout.pause_mode in_place: in-flight samples "
                    "keep their KV cache); default: the scenario's compare_in_place.")
 @click.option("--no-generate-compare", is_flag=True, help="Skip continuous batching vs HF static generate.")
-@click.option("--dry-run", is_flag=True, help="Check the settings, print the plan (runs, their order, seeds) and exit.")
+@click.option("--dry-run", is_flag=True,
+              help="Check the settings, print the plan (runs, their order, seeds, estimated wall time per run and in "
+                   "all, from a measured run of the scenario under benchmarks/results/) and exit.")
 @click.option("-o", "--override", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a recipe field in every run, e.g. -o rollout.group_size=8. Repeatable.")
 @one_line_errors
@@ -86,11 +88,23 @@ def _run(recipe, out_dir, scenario_path, steps, repeats, no_interruptible, no_ge
         if sc.sync_overrides:
             console.print("  sync runs also: " + " ".join(f"{k}={v}" for k, v in sc.sync_overrides.items()),
                           highlight=False, soft_wrap=True)
-        for run in plan:
+        from areal_cli.bench.estimate import cores_busy_now, duration, plan_lines
+
+        per_run, lines = plan_lines("throughput", sc.name, sc.recipe, [(run["mode"], sc.steps) for run in plan],
+                                    busy=cores_busy_now(), settings={
+                                        "overrides": sc.overrides, "sync_overrides": sc.sync_overrides,
+                                        "eta_async": sc.eta_async, "eta_sync": sc.eta_sync})
+        for i, run in enumerate(plan):
             updates = ("" if run["mode"] == "sync" else "non-interruptible updates" if not run["interruptible"] else
                        "in-place interruptible updates" if run["pause_mode"] == "in_place" else "interruptible updates")
-            console.print(f"  {run['label']:<28}  seed {run['seed']}  eta {run['eta']}  {updates}".rstrip(),
+            est = f"~{duration(per_run[i])}" if per_run else ""
+            console.print(f"  {run['label']:<28}  seed {run['seed']}  eta {run['eta']}  {updates:<30}  {est}".rstrip(),
                           highlight=False, soft_wrap=True)
+        for line in lines:
+            console.print(line, highlight=False, soft_wrap=True, markup=False)
+        if sc.generate_compare:
+            console.print("  (continuous batching vs HF static generate afterwards: not in the estimate, no measured "
+                          "time)", highlight=False, soft_wrap=True)
         console.print(f"writes {out_dir if out_dir is not None else 'runs/bench-throughput-<date>-<time>'}: "
                       "results.json, the table, plots, runs/<label>/ (nothing was written now)",
                       highlight=False, soft_wrap=True)

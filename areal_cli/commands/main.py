@@ -132,10 +132,12 @@ class _resume_hint:
 
 @main.command("eval")
 @click.option("--data", "datasets", default=None,
-              help="Comma-separated benchmarks, e.g. aime24,aime25 (with --regrade: default = those in the file; "
-                   "one name also supplies the benchmark of records that carry none).")
+              help="Comma-separated benchmarks, e.g. aime24,aime25, or your own tasks: a task YAML, a records file "
+                   "(.jsonl/.parquet: id, problem|question|prompt, answer; math grader), or NAME with "
+                   "--data-dir DIR/NAME.yaml (docs/guides/evaluation.md). With --regrade: default = those in the file; "
+                   "one name also supplies the benchmark of records that carry none.")
 @click.option("--data-dir", type=click.Path(path_type=Path), default=None,
-              help="Folder holding the benchmark files (<benchmark>.jsonl).")
+              help="Folder holding the benchmark files (<benchmark>.jsonl) and task files (<task>.yaml).")
 @click.option("--revision", default=None,
               help="Hugging Face revision of hub-sourced code benchmarks (default: the pinned one).")
 @click.option("--date-from", default=None, metavar="YYYY-MM-DD",
@@ -148,7 +150,9 @@ class _resume_hint:
                    "Default: chat-template for the tiny model, else the benchmarks' declared default.")
 @click.option("--model", "model_dir", type=click.Path(path_type=Path), default=None,
               help="Hugging Face model dir or a .gguf file (default: the embedded tiny model).")
-@click.option("--limit", type=int, default=None, help="Only the first N problems of each benchmark.")
+@click.option("--limit", type=int, default=None,
+              help="Only the first N problems of each benchmark (with --regrade: the limit of the run that wrote the "
+                   "file; default: the one its results.json records).")
 @click.option("-n", "--n-samples", "n_samples", type=int, default=None, help="Samples per problem [protocol].")
 @click.option("--temperature", type=float, default=None, help="Sampling temperature, 0 = greedy [protocol].")
 @click.option("--top-p", type=float, default=None, help="Nucleus mass in (0, 1] [protocol].")
@@ -186,16 +190,17 @@ def eval_cmd(datasets: str | None, data_dir: Path | None, revision: str | None, 
     if regrade is not None:
         generation_flags = {"--model": model_dir, "-n": n_samples, "--temperature": temperature, "--top-p": top_p,
                             "--top-k": top_k, "--max-new-tokens": max_new_tokens, "--server-url": server_url,
-                            "--greedy-pass": greedy_pass, "--limit": limit}
+                            "--greedy-pass": greedy_pass}
         given = [flag for flag, value in generation_flags.items() if value is not None]
         if given:
             raise UserError(f"option '--regrade' grades saved completions; it does not take {', '.join(given)}")
         run_regrade(regrade, out_dir, datasets=names, data_dir=data_dir, protocol=protocol,
                     grader_timeout_s=grader_timeout, cf_data=cf_data, revision=revision, date_from=date_from,
-                    date_to=date_to, isolation=isolation)
+                    date_to=date_to, isolation=isolation, limit=limit)
         return
     if names is None:
-        raise UserError("option '--data' is required (comma-separated benchmarks, e.g. aime24,aime25)")
+        raise UserError("option '--data' is required (comma-separated benchmarks, e.g. aime24,aime25, or a task "
+                        "file: my-task.yaml, records.jsonl)")
     try:
         run_eval(names, data_dir=data_dir, model_dir=model_dir, n=n_samples, temperature=temperature, top_p=top_p,
                  max_new_tokens=max_new_tokens, out_dir=out_dir, seed=seed, server_url=server_url,

@@ -38,7 +38,8 @@ _RENAMED = {
 
 
 #: Settings added after the flat names were deprecated: they never had one.
-_NO_FLAT_NAME = frozenset({"rollout.pause_mode", "loop.eval_deferred"})
+_NO_FLAT_NAME = frozenset({"rollout.pause_mode", "loop.eval_deferred", "loop.log_samples_every",
+                           "loop.log_samples_n"})
 
 
 @dataclass(frozen=True)

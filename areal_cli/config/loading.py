@@ -55,6 +55,8 @@ def config_from_file(data: Any, path: Path) -> tuple[TrainConfig, dict[str, int]
     return cfg, lines
 
 
+#: Entries of ``loop.eval_benchmarks`` that name a task file (a task YAML or records), not a benchmark.
+TASK_FILE_SUFFIXES = (".yaml", ".yml", ".jsonl", ".json", ".parquet")
 #: Settings naming user code or data by path: made absolute when the recipe is read (see resolve_paths).
 PATH_FIELDS = ("task.dataset", "task.eval_dataset", "task.reward", "task.workflow", "task.code_dir", "model.path",
                "loop.eval_data_dir")
@@ -64,8 +66,9 @@ def resolve_paths(cfg: TrainConfig, base_dir: Path, keys: set[str], *, set_code_
                   fallback_dirs: Sequence[Path] = ()) -> None:
     """Make the relative paths of ``cfg``'s settings in ``keys`` (dotted) absolute against ``base_dir`` (the
     recipe's folder, or the current directory for ``-o``): data files and folders, ``file.py:attr`` names,
-    ``task.code_dir``, ``model.path``. ``task.code_dir`` defaults to ``base_dir`` (``set_code_dir``). Module
-    names, ``hf:`` sources and absolute paths are unchanged.
+    ``task.code_dir``, ``model.path``, the task files among ``loop.eval_benchmarks`` (entries ending in
+    :data:`TASK_FILE_SUFFIXES`). ``task.code_dir`` defaults to ``base_dir`` (``set_code_dir``). Module names,
+    ``hf:`` sources, benchmark names and absolute paths are unchanged.
 
     Args:
         fallback_dirs: folders tried in order for a relative path that does not exist under ``base_dir`` (a
@@ -101,6 +104,9 @@ def resolve_paths(cfg: TrainConfig, base_dir: Path, keys: set[str], *, set_code_
             set_value(cfg, key, absolute(value))
         else:
             set_value(cfg, key, absolute(value))
+    if "loop.eval_benchmarks" in keys:  # task files among the benchmark names (areal_cli.eval.custom_task)
+        cfg.loop.eval_benchmarks = [absolute(b) if isinstance(b, str) and b.strip().lower().endswith(TASK_FILE_SUFFIXES)
+                                    else b for b in cfg.loop.eval_benchmarks]
     if set_code_dir and not cfg.task.code_dir:
         cfg.task.code_dir = str(base)
 
@@ -204,7 +210,7 @@ def apply_overrides(cfg: TrainConfig, overrides: list[str], source: str = "-o") 
         set_value(cfg, dotted, coerce_value(dotted, value, where))
         written.append(key)
         where_of[dotted] = where
-        if dotted in PATH_FIELDS:
+        if dotted in PATH_FIELDS or dotted == "loop.eval_benchmarks":
             resolve_paths(cfg, Path.cwd(), {dotted}, set_code_dir=False)
     cfg.validate("overrides", where=where_of)
     note_flat_names(source, written)

@@ -324,7 +324,9 @@ class LoopSection:
     evaluation would hand to the rollout side as free generation time (``areal bench throughput`` sets it)."""
     eval_benchmarks: list[str] = field(default_factory=list)
     """``areal eval`` benchmarks evaluated in the loop (:mod:`areal_cli.eval.in_loop`), every
-    eval_benchmark_every steps and after the warm start, with the held-out evaluation's sampling."""
+    eval_benchmark_every steps and after the warm start, with the held-out evaluation's sampling. An entry may be
+    a custom task (:mod:`areal_cli.eval.custom_task`): a task YAML or records file (relative to the recipe), or
+    NAME with eval_data_dir/NAME.yaml."""
     eval_data_dir: str = ""
     """Benchmark files (like ``areal eval --data-dir``; relative to the recipe)."""
     eval_protocol: str = ""
@@ -339,6 +341,15 @@ class LoopSection:
     """Experiment tracking (:mod:`areal_cli.train_loop.tracking`): ``tensorboard``, ``wandb`` or both, comma-separated."""
     wandb_project: str = "areal"
     """W&B project."""
+    log_samples_every: int = 1
+    """Steps between logged samples (0: none): ``loop.log_samples_n`` of the trajectories a step trains on --
+    prompt and completion text, reward, the policy versions of the first and last generated token, finish reason,
+    group and step; a multi-turn conversation as a whole, with its number of turns -- appended to
+    ``samples.jsonl`` in the run folder and shown as a table in TensorBoard / W&B (``loop.loggers``;
+    :mod:`areal_cli.train_loop.samples`)."""
+    log_samples_n: int = 4
+    """Samples (conversations, for a multi-turn workflow) logged per logged step, taken from as many groups as
+    possible (0: none)."""
     checkpoint_every: int = 0
     """Checkpoint every N RL steps into DIR/checkpoints/step-NNNNNN (0: off); ``areal train --resume DIR``
     continues from the newest."""

@@ -19,7 +19,8 @@ _POSITIVE = ("rollout.batch_size", "rollout.group_size", "rollout.max_new_tokens
 _NON_NEGATIVE = ("rollout.max_head_offpolicyness", "loop.max_steps", "sft.max_steps", "rollout.max_concurrent_rollouts",
                  "loop.eval_every", "loop.time_limit_s", "sft.pack_row_tokens", "loop.checkpoint_every",
                  "ppo.max_reward_clip", "loop.eval_benchmark_every", "loop.eval_max_problems", "loop.eval_n_prompts",
-                 "rollout.server_max_restarts", "rollout.temperature", "loop.eval_temperature", "ppo.weight_decay")
+                 "rollout.server_max_restarts", "rollout.temperature", "loop.eval_temperature", "ppo.weight_decay",
+                 "loop.log_samples_every", "loop.log_samples_n")
 _POSITIVE_FLOAT = ("ppo.lr", "sft.lr", "ppo.grad_clip", "ppo.eps_clip", "ppo.behav_imp_weight_cap",
                    "task.reward_timeout_s", "ppo.reward_scaling", "rollout.server_stall_timeout_s",
                    "rollout.weight_update_chunk_mb", "ppo.adam_eps")
@@ -101,6 +102,16 @@ def validate(cfg: Any, source: str = "config", lines: dict[str, int] | None = No
                 raise bad(name, "must be off with loop.eval_deferred (early stopping, checkpoints and in-loop "
                                 f"benchmarks need the accuracy during the loop; set -o {name}="
                                 f"{'[]' if name == 'loop.eval_benchmarks' else 0})")
+    for entry in loop.eval_benchmarks:  # benchmark names are checked when the run loads them (areal_cli.eval)
+        if not isinstance(entry, str) or not entry.strip() or "," in entry:
+            raise bad("loop.eval_benchmarks", "every entry must be one benchmark name or task file (a list, not "
+                                              "a comma-separated string)")
+        if entry.strip().lower().endswith((".yaml", ".yml", ".jsonl", ".json", ".parquet")):
+            from pathlib import Path
+
+            if not Path(entry).is_file():
+                raise bad("loop.eval_benchmarks", f"task file {entry} not found (a task YAML or a records file; "
+                                                  f"relative to the recipe's folder)")
     if loop.checkpoint_every and par.rollout_process:
         raise bad("loop.checkpoint_every", "checkpoints need the controller in this process "
                                            "(parallel.rollout_process: false)")

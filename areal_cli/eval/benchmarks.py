@@ -87,6 +87,22 @@ class BenchmarkSpec:
 
 
 @dataclass(frozen=True)
+class RewardGrader:
+    """A custom task's reward grader (:mod:`areal_cli.eval.custom_task`): the reward contract of
+    :mod:`areal_cli.api.reward`, run in the grader's worker pool.
+
+    Attributes:
+        spec: ``module:function`` or an absolute ``file.py:function``.
+        code_dir: put first on ``sys.path`` in the worker (``module:function`` beside the task file).
+        threshold: a sample is correct when its reward >= this.
+    """
+
+    spec: str
+    code_dir: str = ""
+    threshold: float = 1.0
+
+
+@dataclass(frozen=True)
 class Problem:
     """One evaluation problem after normalisation.
 
@@ -98,10 +114,14 @@ class Problem:
         answer: gold answer as a string for math (ints as digits, 27.0 -> "27"); "" for code.
         path: the source file.
         line: 1-based line (JSON lines) or row (parquet) number in the source file (for messages).
-        kind: ``"math"`` or ``"code"``.
+        kind: ``"math"``, ``"code"`` or ``"reward"`` (a custom task graded by its reward function).
         tests: code: ``areal_cli.reward.code_grader.TestSuite.to_dict()`` (inputs, outputs, fn_name,
             time_limit_s, memory_bytes); None for math.
         meta: breakdown keys (difficulty, platform, contest_id, contest_date, index, rating, ...).
+        fields: a custom task's record as read (a reward grader gets them as keywords); None for benchmarks.
+        reward: a custom task's reward grader (kind ``"reward"``), else None.
+        user_message: the problem text is the whole user message (a custom task's ``prompt_template`` wrote it):
+            no instruction is added around it.
     """
 
     dataset: str
@@ -113,6 +133,9 @@ class Problem:
     kind: str = "math"
     tests: dict | None = field(default=None, hash=False, compare=True)
     meta: dict = field(default_factory=dict, hash=False, compare=True)
+    fields: dict | None = field(default=None, hash=False, compare=False, repr=False)
+    reward: RewardGrader | None = field(default=None, hash=False, compare=False)
+    user_message: bool = False
 
 
 # ------------------------------------------------------------------------------------ declarations

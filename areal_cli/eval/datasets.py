@@ -108,7 +108,8 @@ def read_problems(path: str | Path, spec: BenchmarkSpec) -> list[Problem]:
 
 
 # ------------------------------------------------------------------------------------ sources
-def _file_record(path: Path) -> dict[str, Any]:
+def file_record(path: Path) -> dict[str, Any]:
+    """``{"path", "bytes", "sha256"}`` of a data file (sha256 only up to :data:`HASH_MAX_BYTES`)."""
     size = path.stat().st_size
     rec: dict[str, Any] = {"path": str(path), "bytes": size}
     if size <= HASH_MAX_BYTES:
@@ -254,7 +255,7 @@ def load_benchmark_with_report(
         "loader": spec.loader,
         **provenance,
         "repo_id": provenance.get("repo_id", spec.hub.repo_id if spec.hub else None),
-        "files": [_file_record(p) for p in files],
+        "files": [file_record(p) for p in files],
         "date_window": None if window is None else {
             "field": spec.date_field,
             "from": window[0].date().isoformat() if window[0] else None,

@@ -273,9 +273,9 @@ async def generate_sample(generator: Generator, job: Job, params: Any, seed: int
             replaced by :func:`sample_seed`).
 
     Returns:
-        the sample record before grading: pass, dataset, problem_id, sample_index, output_ids (list[int]),
-        text (decoded, special tokens skipped, cut at the first stop string), finish_reason, stop_string
-        (the stop string that cut the text, or None), gold.
+        the sample record before grading: pass, dataset, problem_id, sample_index, prompt (the rendered prompt
+        text the model continued), output_ids (list[int]), text (decoded, special tokens skipped, cut at the
+        first stop string), finish_reason, stop_string (the stop string that cut the text, or None), gold.
     """
     p = job.prompt.problem
     sample_params = dataclasses.replace(params, seed=sample_seed(seed, p.dataset, p.id, job.sample_index))
@@ -287,6 +287,7 @@ async def generate_sample(generator: Generator, job: Job, params: Any, seed: int
         "dataset": p.dataset,
         "problem_id": p.id,
         "sample_index": job.sample_index,
+        "prompt": job.prompt.text,
         "output_ids": [int(t) for t in comp.output_ids],
         "text": text,
         "finish_reason": comp.finish_reason,

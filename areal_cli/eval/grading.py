@@ -30,7 +30,11 @@ CODE_GRADE_FN = "areal_cli.eval.grading:grade_code_sample"
 GRADER_DESCRIPTION = {
     "math": "areal_cli.reward.math_grader:grade (last \\boxed{} after </think>; math-verify 0.9.0)",
     "code": "areal_cli.reward.code_grader:grade_code (last fenced block after </think>; sandboxed tests)",
+    "reward": "the task's reward function through areal_cli.api.reward:call_reward (reward(prompt, completion, "
+              "prompt_ids, completion_ids, **fields); correct when reward >= the task's pass_threshold)",
 }
+#: The pool function of custom tasks' reward graders (:mod:`areal_cli.api.reward`).
+REWARD_FN = "areal_cli.api.reward:call_reward"
 DEFAULT_GRADER_TIMEOUT_S = 10.0
 DEFAULT_GRADER_WORKERS = 2
 #: Code grader budgets (seconds): per test case (AReaL ``SINGLE_CASE_EXEC_TIMEOUT``) and per completion.
@@ -41,8 +45,17 @@ CODE_POOL_MARGIN_S = 30.0
 
 
 def problem_kind(problem: Problem) -> str:
-    """``"math"`` or ``"code"`` (``Problem.kind``; problems of loaders without it are math)."""
+    """``"math"``, ``"code"`` or ``"reward"`` (``Problem.kind``; problems of loaders without it are math)."""
     return str(getattr(problem, "kind", "math") or "math")
+
+
+def prompt_kind(problem: Problem) -> str:
+    """How the problem text becomes the user message (:func:`areal_cli.eval.prompts.user_message`): ``"math"``
+    (with the boxed-answer instruction), ``"code"``, or ``"raw"`` for a custom task whose template wrote the whole
+    message or that its own reward grades."""
+    if getattr(problem, "user_message", False) or problem_kind(problem) == "reward":
+        return "raw"
+    return problem_kind(problem)
 
 
 def problem_tests(problem: Problem) -> dict | None:
@@ -83,6 +96,8 @@ def verdict_fields(result: RewardResult, kind: str = "math") -> dict[str, Any]:
     if result.status != "ok":
         out: dict[str, Any] = {"extracted": None, "correct": False, "grader_status": result.status,
                                "grader_message": result.message}
+        if kind == "reward":
+            out["reward"] = None
         if kind == "code":
             out.update({"code_status": None, "n_tests": None, "n_passed": None, "first_failure": None})
         return out
@@ -97,6 +112,16 @@ def verdict_fields(result: RewardResult, kind: str = "math") -> dict[str, Any]:
         return out
     extracted, correct = result.value
     return {"extracted": extracted, "correct": bool(correct), "grader_status": "ok", "grader_message": ""}
+
+
+def reward_verdict(result: RewardResult, threshold: float) -> dict[str, Any]:
+    """Per-sample grading fields of a reward grader: ``reward`` (the score, None on failure), ``correct`` (reward
+    >= ``threshold``), ``extracted`` (None: a reward has no answer to vote on), ``grader_status``,
+    ``grader_message``."""
+    if result.status != "ok" or result.reward is None:
+        return verdict_fields(result, "reward")
+    return {"extracted": None, "correct": result.reward >= threshold, "grader_status": "ok", "grader_message": "",
+            "reward": result.reward}
 
 
 class Graders:
@@ -123,6 +148,8 @@ class Graders:
                                timeout_s=CODE_TOTAL_TIMEOUT_S + CODE_POOL_MARGIN_S)
             elif kind == "math":
                 p = RewardPool(GRADE_FN, n_workers=self.n_workers, timeout_s=self.math_timeout_s)
+            elif kind == "reward":  # custom tasks' reward functions; the spec travels with each call
+                p = RewardPool(REWARD_FN, n_workers=self.n_workers, timeout_s=self.math_timeout_s)
             else:
                 raise ValueError(f"no grader for problem kind {kind!r}")
             self._pools[kind] = p
@@ -139,14 +166,28 @@ class Graders:
         for k in kinds:
             self.pool(k)
 
-    async def grade(self, problem: Problem, text: str, think_open: bool = False) -> dict[str, Any]:
-        """Grade one completion of ``problem``; returns :func:`verdict_fields`.
+    async def grade(self, problem: Problem, text: str, think_open: bool = False, *, prompt: str | None = None,
+                    prompt_ids: list[int] | None = None, completion_ids: list[int] | None = None) -> dict[str, Any]:
+        """Grade one completion of ``problem``.
 
-        ``think_open``: the prompt ended inside ``<think>``, so the grader sees ``"<think>" + text`` (boxes
-        or code blocks before ``</think>`` are not the final answer).
+        Args:
+            think_open: the prompt ended inside ``<think>``, so the math and code graders see ``"<think>" + text``
+                (boxes or code blocks before ``</think>`` are not the final answer).
+            prompt, prompt_ids, completion_ids: the rendered prompt and the token ids, for a reward grader
+                (``reward(prompt, completion, prompt_ids, completion_ids, **fields)``); defaults: the problem
+                text and empty lists.
+        Returns:
+            :func:`verdict_fields` (math, code) or :func:`reward_verdict` (reward).
         """
         kind = problem_kind(problem)
         shown = ("<think>" + text) if think_open else text
+        if kind == "reward":
+            grader = problem.reward
+            fields = {k: v for k, v in (problem.fields or {}).items()}
+            res = await self.pool("reward").call(REWARD_FN, grader.spec, grader.code_dir,
+                                                 prompt if prompt is not None else problem.problem, text,
+                                                 list(prompt_ids or []), list(completion_ids or []), fields)
+            return reward_verdict(res, grader.threshold)
         if kind == "code":
             res = await self.pool("code").call(CODE_GRADE_FN, shown, problem_tests(problem))
         else:

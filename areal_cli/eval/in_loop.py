@@ -12,7 +12,10 @@ loop awaits any weight load first and publishes nothing until the evaluation end
 is an error, never a silently mixed number.
 
 Results per benchmark: ``pass@1`` (mean correctness over problems and samples), ``n_problems``,
-``n_samples``, ``grader_failures`` (error / timeout: counted as wrong and reported).
+``n_samples``, ``n_truncated`` (completions cut by ``rollout.max_new_tokens``: finish reason "length"),
+``n_no_answer`` (completions without an extracted answer or code), ``grader_failures`` (error / timeout: counted
+as wrong and reported). They go to metrics.jsonl under ``eval_benchmarks`` (counts beside pass@1) and to the
+trackers as ``eval_benchmarks/<benchmark>/<metric>``.
 """
 
 from __future__ import annotations
@@ -43,36 +46,39 @@ class BenchmarkEval:
                 *, tiny_model: bool) -> "BenchmarkEval | None":
         """None when ``cfg.loop.eval_benchmarks`` is empty.
 
+        ``cfg.loop.eval_benchmarks`` entries may be custom tasks (:mod:`areal_cli.eval.custom_task`): a task YAML or
+        records file (made absolute against the recipe's folder when the recipe is read), or ``NAME`` with
+        ``loop.eval_data_dir/NAME.yaml``; a task's ``samples:`` does not apply (``loop.eval_n_samples`` does).
+
         Raises:
-            UserError: unknown benchmark, missing data (``loop.eval_data_dir``), a protocol that does not fit the
-                benchmarks or the tokenizer, a prompt that does not fit the model.
+            UserError: unknown benchmark or task, bad task records or grader, missing data (``loop.eval_data_dir``),
+                a protocol that does not fit the benchmarks or the tokenizer, a prompt that does not fit the model.
         """
         if not cfg.loop.eval_benchmarks:
             return None
         import json
 
-        from areal_cli.eval.benchmarks import load_benchmark_specs
         from areal_cli.eval.generate import render_prompts
-        from areal_cli.eval.grading import Graders, graders_kinds, problem_kind
-        from areal_cli.eval.preflight import load_selected
+        from areal_cli.eval.grading import Graders, graders_kinds, prompt_kind
+        from areal_cli.eval.preflight import load_selected, selected_specs
         from areal_cli.eval.protocols import check_tokenizer, prompt_token_ids, render_prompt
         from areal_cli.eval.settings import check_protocol_fits, choose_protocol, resolve_protocol
         from areal_cli.rollout.protocol import SamplingParams
 
         try:
-            problems, _ = load_selected(list(cfg.loop.eval_benchmarks), cfg.loop.eval_data_dir or None)
+            problems, reports = load_selected(list(cfg.loop.eval_benchmarks), cfg.loop.eval_data_dir or None)
         except UserError as e:
             raise UserError(f"field 'loop.eval_benchmarks': {e}") from None
         if cfg.loop.eval_max_problems:
             problems = {k: v[: cfg.loop.eval_max_problems] for k, v in problems.items()}
-        specs = load_benchmark_specs()
+        specs = selected_specs(reports)  # the declared benchmarks and the custom tasks among the names
         name = choose_protocol(cfg.loop.eval_protocol or None, specs, list(problems), tiny_model)
         _, proto = resolve_protocol(name, n_samples=cfg.loop.eval_n_samples, temperature=cfg.loop.eval_temperature,
                                     max_new_tokens=cfg.rollout.max_new_tokens, greedy_pass=False)
         check_protocol_fits(proto, problems, specs)
         check_tokenizer(proto, tokenizer)
         model_cfg = json.loads((Path(model_dir) / "config.json").read_text())
-        prompts = render_prompts(problems, lambda p: render_prompt(proto, p.problem, tokenizer, problem_kind(p)),
+        prompts = render_prompts(problems, lambda p: render_prompt(proto, p.problem, tokenizer, prompt_kind(p)),
                                  lambda text: prompt_token_ids(proto, tokenizer, text),
                                  max_new_tokens=proto.max_new_tokens,
                                  max_positions=model_cfg.get("max_position_embeddings"), vocab_size=vocab_size,
@@ -85,25 +91,29 @@ class BenchmarkEval:
 
     @property
     def names(self) -> list[str]:
+        """The benchmarks evaluated, in order."""
         return list(self.prompts)
 
     async def run(self, client: Any, tokenizer: Any, version: int) -> dict[str, dict[str, Any]]:
         """Generate and grade every (problem, sample) through ``client``; all tokens must be of ``version``.
 
         Returns:
-            ``{benchmark: {"pass@1", "n_problems", "n_samples", "grader_failures", "version"}}``.
+            ``{benchmark: {"pass@1", "n_problems", "n_samples", "n_truncated", "n_no_answer", "grader_failures",
+            "version"}}`` (counts over every completion of the benchmark).
         Raises:
             RuntimeError: a sample holds tokens of another policy version.
         """
         from areal_cli.eval.generate import cut_at_stop, sample_seed
 
-        async def one(prompt: Any, i: int) -> tuple[str, bool, str, set]:
+        async def one(prompt: Any, i: int) -> tuple[str, bool, str, set, bool, bool]:
             p = prompt.problem
             params = dataclasses.replace(self.params, seed=sample_seed(self.seed, p.dataset, p.id, i))
             comp = await client.generate(prompt.ids, params, rid=f"bench-{p.dataset}-{p.id}-{i}-v{version}")
             text, _ = cut_at_stop(tokenizer.decode(comp.output_ids, skip_special_tokens=True), self.protocol.stop)
-            verdict = await self.graders.grade(p, text, prompt.think_open)
-            return p.dataset, bool(verdict["correct"]), verdict["grader_status"], set(comp.output_versions)
+            verdict = await self.graders.grade(p, text, prompt.think_open, prompt=prompt.text, prompt_ids=prompt.ids,
+                                               completion_ids=list(comp.output_ids))
+            return (p.dataset, bool(verdict["correct"]), verdict["grader_status"], set(comp.output_versions),
+                    getattr(comp, "finish_reason", None) == "length", verdict.get("extracted") is None)
 
         jobs = [one(pr, i) for prompts in self.prompts.values() for pr in prompts
                 for i in range(self.protocol.n_samples)]
@@ -116,7 +126,8 @@ class BenchmarkEval:
         for name, prompts in self.prompts.items():
             mine = [r for r in results if r[0] == name]
             out[name] = {"pass@1": sum(r[1] for r in mine) / max(len(mine), 1), "n_problems": len(prompts),
-                         "n_samples": self.protocol.n_samples,
+                         "n_samples": self.protocol.n_samples, "n_truncated": sum(r[4] for r in mine),
+                         "n_no_answer": sum(r[5] for r in mine),
                          "grader_failures": sum(r[2] != "ok" for r in mine), "version": version}
         return out
 
@@ -125,4 +136,5 @@ class BenchmarkEval:
         return {"protocol": self.protocol.to_dict(), "benchmarks": {k: len(v) for k, v in self.prompts.items()}}
 
     def close(self) -> None:
+        """Stop the grader pools."""
         self.graders.close()

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from areal_cli.foundations.errors import UserError, where
-from areal_cli.eval.benchmarks import Problem, load_benchmark_specs, parse_dataset_names
+from areal_cli.eval.benchmarks import BenchmarkSpec, Problem, load_benchmark_specs, parse_dataset_names
 from areal_cli.eval.datasets import load_benchmark_with_report
 from areal_cli.eval.grading import graders_kinds, problem_kind, problem_tests
 
@@ -57,24 +57,84 @@ def check_code_tests(problems_by_ds: dict[str, list[Problem]]) -> None:
                 raise UserError(f"{where(p.path, p.line)}: problem '{p.id}' ({ds}): no decodable tests")
 
 
+def _split_names(names: Sequence[str] | str) -> list[str]:
+    """``"aime24,my-task.yaml"`` (or a list) -> the entries, blanks and repeats dropped, order kept.
+
+    Raises:
+        UserError: no entry at all.
+    """
+    parts = names.split(",") if isinstance(names, str) else list(names)
+    out = list(dict.fromkeys(str(p).strip() for p in parts if str(p).strip()))
+    if not out:
+        parse_dataset_names(out)  # the message listing the known datasets
+    return out
+
+
+def selected_names(names: Sequence[str] | str, data_dir: str | Path | None) -> list[str]:
+    """The result names of a ``--data`` selection: a benchmark's own name, a task's name (its YAML's ``name`` or
+    the file's stem), without loading any record.
+
+    Raises:
+        UserError: an unknown name, a task file that is missing or malformed.
+    """
+    from areal_cli.eval.custom_task import find_task_file, load_task
+
+    specs = load_benchmark_specs()
+    out = []
+    for entry in _split_names(names):
+        path = find_task_file(entry, data_dir, list(specs))
+        out.append(entry if path is None else load_task(path).name)
+    return out
+
+
 def load_selected(names: Sequence[str] | str, data_dir: str | Path | None, *, revision: str | None = None,
                   date_from: Any = None, date_to: Any = None
                   ) -> tuple[dict[str, list[Problem]], dict[str, dict[str, Any]]]:
     """The selected benchmarks' problems, all validated (records, code tests), and per benchmark the
     loader's report of what was read (source, revision, files with sha256, date window, counts).
 
+    An entry may also be a custom task (:mod:`areal_cli.eval.custom_task`): a task YAML or a records file by path,
+    or a name with ``data_dir/<name>.yaml``; its problems and report are keyed by the task's name.
+
     Raises:
-        UserError: as :func:`areal_cli.eval.datasets.load_benchmark_with_report` and :func:`check_code_tests`.
+        UserError: as :func:`areal_cli.eval.datasets.load_benchmark_with_report`,
+            :func:`areal_cli.eval.custom_task.load_task_with_report` and :func:`check_code_tests`; two entries
+            with the same result name; a task named like a built-in benchmark.
     """
+    from areal_cli.eval.custom_task import find_task_file, load_task_with_report
+
     specs = load_benchmark_specs()
     problems_by_ds: dict[str, list[Problem]] = {}
     reports: dict[str, dict[str, Any]] = {}
-    for name in parse_dataset_names(names, specs):
-        problems_by_ds[name], reports[name] = load_benchmark_with_report(
-            name, data_dir=data_dir, revision=revision if specs[name].hub is not None else None,
-            date_from=date_from, date_to=date_to, specs=specs)
+    entries = {entry: find_task_file(entry, data_dir, list(specs)) for entry in _split_names(names)}
+    for entry, path in entries.items():  # every name known before anything is read
+        if path is None:
+            problems_by_ds[entry], reports[entry] = load_benchmark_with_report(
+                entry, data_dir=data_dir, revision=revision if specs[entry].hub is not None else None,
+                date_from=date_from, date_to=date_to, specs=specs)
+            continue
+        task, problems, report = load_task_with_report(path)
+        if task.name in specs:
+            raise UserError(f"{path}: task name '{task.name}' is a built-in benchmark's; rename the file or set "
+                            f"'name:' in a task YAML")
+        if task.name in problems_by_ds:
+            raise UserError(f"{path}: task name '{task.name}' is given twice in the selection; set 'name:' in a "
+                            f"task YAML to tell them apart")
+        problems_by_ds[task.name], reports[task.name] = problems, report
     check_code_tests(problems_by_ds)
     return problems_by_ds, reports
+
+
+def selected_specs(reports: dict[str, dict[str, Any]]) -> dict[str, BenchmarkSpec]:
+    """The declared benchmarks plus the selected custom tasks (from their load reports), for protocol choice and
+    the protocol-fits check."""
+    from areal_cli.eval.custom_task import spec_from_report
+
+    specs = load_benchmark_specs()
+    for name, report in reports.items():
+        if report.get("loader") == "task":
+            specs[name] = spec_from_report(report)
+    return specs
 
 
 def sandbox_in_force(problems_by_ds: dict[str, list[Problem]], isolation: str | None) -> dict | None:

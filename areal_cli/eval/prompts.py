@@ -27,8 +27,9 @@ USER_TEMPLATE = "{problem}\nPlease reason step by step, and put your final answe
 
 
 def user_message(problem: str, kind: str = "math") -> str:
-    """The user message for one problem: math -> :data:`USER_TEMPLATE`; code -> the problem text."""
-    if kind == "code":
+    """The user message for one problem: math -> :data:`USER_TEMPLATE`; code, and ``raw`` (a custom task's own
+    template or reward: :func:`areal_cli.eval.grading.prompt_kind`) -> the problem text."""
+    if kind in ("code", "raw"):
         return problem
     return USER_TEMPLATE.format(problem=problem)
 

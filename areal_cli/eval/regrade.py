@@ -12,7 +12,9 @@ Record format (JSON Lines, one completion a line; blank lines skipped; a ``sampl
   problem's records are its samples 0..n-1 in file order (n samples per problem saved by another tool, in any
   interleaving of problems, qualify as is);
 - ``pass`` (optional): ``"sample"`` (default) or ``"greedy"``;
-- ``output_ids`` (list of ints), ``finish_reason`` (str): optional, kept for the length metrics;
+- ``output_ids`` (list of ints), ``finish_reason`` (str): optional, kept for the length metrics (and the
+  truncated counts of each pass);
+- ``prompt`` (str, optional): the prompt the completion continues (``samples.jsonl`` records it), kept as is;
 - ``think_open`` (bool, optional): the prompt ended inside ``<think>`` (as ``samples.jsonl`` records it), so
   a completion without ``</think>`` has no final answer; when absent it follows ``--protocol`` (true for
   templates ending in ``<think>``), else false.
@@ -21,7 +23,10 @@ Grading fields of the input (``extracted``, ``correct``, ...) are ignored: every
 :func:`run_regrade` is the workflow: read, match, grade, write the same outputs as ``areal eval``.
 
 Every problem of every benchmark named in the file must have completions, the same number n of them, with
-indices 0..n-1 (pass@k and maj@n are defined over the whole benchmark). All violations are
+indices 0..n-1 (pass@k and maj@n are defined over the whole benchmark). A run with ``--limit N`` covers the first N
+problems of each benchmark: the limit is read from the run's ``results.json`` beside the file
+(``config.data.<benchmark>.limit``, :func:`~areal_cli.eval.regrade_limits.recorded_limits`) or given with ``--limit``; a completion of a problem
+beyond the limit is an error, never dropped. All violations are
 :class:`UserError` with ``file:line`` (or the problem id): unknown benchmark, unknown problem id,
 malformed JSON, a missing or mistyped field, a duplicate (problem, sample index), a problem whose records mix
 records with and without ``sample_index``, a problem with more (or fewer) completions than most (at the line of
@@ -40,7 +45,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from areal_cli import __version__
 from areal_cli.foundations.errors import UserError, where
+from areal_cli.foundations.manifest import git_info
 from areal_cli.eval.benchmarks import Problem
 from areal_cli.eval.generate import PASSES
 from areal_cli.eval.grading import (
@@ -53,14 +60,15 @@ from areal_cli.eval.grading import (
     problem_kind,
     problem_text,
 )
-from areal_cli.eval.preflight import check_out_dir, load_selected, sandbox_in_force
+from areal_cli.eval.preflight import check_out_dir, load_selected, sandbox_in_force, selected_names
 from areal_cli.eval.progress import Progress
+from areal_cli.eval.regrade_limits import apply_limits, recorded_limits
 from areal_cli.eval.protocols import get_protocol
 from areal_cli.eval.report import METRIC_UNITS, json_safe, render_table, write_outputs
 from areal_cli.eval.settings import validate_run_options
 from areal_cli.eval.summary import CODEFORCES_BENCHMARK, check_cf_data, summarize
 
-KEPT_FIELDS = ("output_ids", "finish_reason", "think_open")
+KEPT_FIELDS = ("prompt", "output_ids", "finish_reason", "think_open")
 
 
 @dataclass(frozen=True)
@@ -183,6 +191,8 @@ def _parse_record(rec: dict[str, Any], path: Path, lineno: int, selected: list[s
         raise field_error("output_ids", "must be a list of integers")
     if rec.get("think_open") is not None and not isinstance(rec["think_open"], bool):
         raise field_error("think_open", "must be true or false")
+    if rec.get("prompt") is not None and not isinstance(rec["prompt"], str):
+        raise field_error("prompt", f"must be a string, got {type(rec['prompt']).__name__}")
     extra = {k: rec[k] for k in KEPT_FIELDS if rec.get(k) is not None}
     return SavedCompletion(lineno, ds.strip(), str(pid).strip(), text, pass_name, idx, extra)
 
@@ -271,8 +281,12 @@ def _check_coverage(path: Path, records: list[dict[str, Any]], lines: list[int],
             what = "greedy completions" if pass_name == "greedy" else "completions"
             missing = [p.id for p in problems if p.id not in found]
             if missing:
+                covered = len(problems) - len(missing)
+                hint = (f"; the file covers the first {covered} problems only: a run with --limit {covered}? "
+                        f"regrade it with --limit {covered}, or beside its results.json"
+                        if all(p.id in found for p in problems[:covered]) else "")
                 raise UserError(f"{path}: benchmark '{ds}': {len(missing)} of {len(problems)} problems have no "
-                                f"{what} (first: problem_id '{missing[0]}')")
+                                f"{what} (first: problem_id '{missing[0]}'){hint}")
             counts = Counter(len(v) for v in found.values())
             n, with_n = max(counts.items(), key=lambda kv: (kv[1], kv[0]))  # what most problems have
             odd = [p.id for p in problems if len(found[p.id]) != n]
@@ -319,6 +333,7 @@ def run_regrade(
     show_progress: bool = True,
     graders: Graders | None = None,
     isolation: str | None = None,
+    limit: int | None = None,
 ) -> dict[str, Any]:
     """Grade saved completions again (no model, no generation) and write the same outputs as
     :func:`areal_cli.eval.runner.run_eval`.
@@ -327,11 +342,15 @@ def run_regrade(
         generations: JSON Lines of completions (format in :mod:`areal_cli.eval.regrade`).
         out_dir: output directory for results.json, report.md, samples.jsonl.
         datasets: restrict to these benchmarks (a record of another one is an error); None = the
-            benchmarks named in the file.
+            benchmarks named in the file. Custom tasks (:mod:`areal_cli.eval.custom_task`) by their task file or
+            records file, or by name with ``data_dir/<name>.yaml``; a reward grader gets each record's saved
+            ``prompt`` and ``output_ids`` (``prompt_ids``: ``[]``).
         data_dir: directory holding the benchmark files.
         protocol: the protocol the completions were generated with (recorded only), if known.
         grader_timeout_s, grader_workers, cf_data, revision, date_from, date_to, console, show_progress,
             graders, isolation: as :func:`areal_cli.eval.runner.run_eval`.
+        limit: the first ``limit`` problems of each benchmark (the ``--limit`` of the run that wrote the file);
+            None -> the limits its ``results.json`` records (:func:`recorded_limits`), else every problem.
 
     Raises:
         UserError: ``FILE:LINE`` of a malformed record, an unknown benchmark or problem id; a benchmark
@@ -339,13 +358,23 @@ def run_regrade(
     """
     t_start = time.monotonic()
     validate_run_options(0, grader_timeout_s, grader_workers, 1)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise UserError(f"option 'limit': must be >= 1, got {limit}")
     out_dir = Path(out_dir)
     check_out_dir(out_dir)
     path = Path(generations)
-    saved = read_generations(path, datasets=datasets)
-    check_benchmark_names(path, saved)
+    selected = selected_names(datasets, data_dir) if datasets is not None else None  # task files -> task names
+    saved = read_generations(path, datasets=selected)
+    check_benchmark_names(path, saved, data_dir=data_dir, selected=selected or ())
     names = datasets if datasets is not None else datasets_in(saved)
     problems_by_ds, reports = load_selected(names, data_dir, revision=revision, date_from=date_from, date_to=date_to)
+    if limit is not None:
+        apply_limits(path, saved, problems_by_ds, reports, dict.fromkeys(problems_by_ds, limit),
+                     dict.fromkeys(problems_by_ds, "--limit"))
+    else:
+        recorded = recorded_limits(path)
+        apply_limits(path, saved, problems_by_ds, reports, recorded,
+                     dict.fromkeys(recorded, f"recorded in {path.parent / 'results.json'}; --limit N overrides it"))
     proto_record = get_protocol(protocol).to_dict() if protocol else None
     records = match_problems(path, saved, problems_by_ds)
     if protocol:
@@ -375,7 +404,8 @@ def run_regrade(
         async def grade_all() -> list[dict[str, Any]]:
             async def one(r: dict[str, Any]) -> dict[str, Any]:
                 verdict = await graders.grade(problem_of[(r["dataset"], r["problem_id"])], r["text"],
-                                              bool(r.get("think_open")))
+                                              bool(r.get("think_open")), prompt=r.get("prompt"),
+                                              completion_ids=r.get("output_ids"))
                 progress.advance(r["dataset"], r["pass"])
                 return {**r, **verdict}
 
@@ -423,6 +453,8 @@ def run_regrade(
             "grader_calls": counters,
             "cf_data": None if cf_data is None else str(cf_data),
             "elapsed_s": round(time.monotonic() - t_start, 3),
+            # the kit that extracted and graded the answers again: a change of its rules shows here
+            "kit": {"version": __version__, **git_info()},
         }
     }
     results.update(metrics)
@@ -432,16 +464,26 @@ def run_regrade(
     return results
 
 
-def check_benchmark_names(path: Path, saved: list[Any]) -> None:
+def check_benchmark_names(path: Path, saved: list[Any], *, data_dir: str | Path | None = None,
+                          selected: Sequence[str] = ()) -> None:
     """Unknown benchmark names in a generations file, reported with the first line that uses them.
 
+    Args:
+        data_dir: a name with ``data_dir/<name>.yaml`` is a custom task (:mod:`areal_cli.eval.custom_task`).
+        selected: the result names of the ``--data`` selection (custom tasks' names among them).
     Raises:
         UserError: ``FILE:LINE: field 'dataset': unknown benchmark 'x'; known benchmarks: ...``.
     """
     from areal_cli.eval.benchmarks import load_benchmark_specs
+    from areal_cli.eval.custom_task import TASK_SUFFIXES
 
     known = load_benchmark_specs()
+
+    def is_task(name: str) -> bool:
+        return name in selected or (data_dir is not None and any(
+            (Path(data_dir) / f"{name}{suffix}").is_file() for suffix in TASK_SUFFIXES))
+
     for s in saved:
-        if s.dataset not in known:
+        if s.dataset not in known and not is_task(s.dataset):
             raise UserError(f"{where(path, s.line, 'dataset')}: unknown benchmark '{s.dataset}'; known benchmarks: "
                             f"{', '.join(sorted(known))}")

@@ -13,9 +13,13 @@ from typing import Any, Sequence
 
 from areal_cli.foundations.atomic import write_atomic_many
 
-COUNTERS = (("n_no_answer", "no answer"), ("n_grader_errors", "grader errors"),
-            ("n_grader_timeouts", "grader timeouts"), ("n_equivalence_failures", "equivalence failures"),
-            ("n_truncated", "truncated (length)"))
+#: Per pass: completions without an answer and completions cut by the token budget (finish reason "length").
+PASS_COUNTERS = (("n_no_answer", "no answer (sampled)"), ("n_truncated", "truncated (sampled)"),
+                 ("greedy_n_no_answer", "no answer (greedy)"), ("greedy_n_truncated", "truncated (greedy)"))
+#: Over both passes: grader failures (graded wrong) and failed equivalence checks of maj@k.
+GRADER_COUNTERS = (("n_grader_errors", "grader errors"), ("n_grader_timeouts", "grader timeouts"),
+                   ("n_equivalence_failures", "equivalence failures"))
+COUNTERS = PASS_COUNTERS + GRADER_COUNTERS
 
 #: Units of the values in results.json (report.md and the terminal show fractions x100).
 METRIC_UNITS = {"pass@k, maj@k, greedy_acc, *_stderr": "fraction of problems in [0, 1]",
@@ -44,6 +48,19 @@ def metric_keys(results: dict[str, Any]) -> list[str]:
     order = {"greedy_acc": 0}
     return sorted(keys, key=lambda k: (order.get(k, 1 if k.startswith("pass@") else 2),
                                        int(k.split("@")[1]) if "@" in k else 0))
+
+
+def pass_counters(results: dict[str, Any]) -> list[tuple[str, str]]:
+    """The (key, label) of :data:`PASS_COUNTERS` a results dict reports: the sampled pass's always, the greedy
+    pass's when a dataset has one (``greedy_acc``)."""
+    greedy = any("greedy_acc" in results[ds] for ds in dataset_names(results))
+    return [(k, label) for k, label in PASS_COUNTERS if greedy or not k.startswith("greedy_")]
+
+
+def count_cell(m: dict[str, Any], key: str) -> str:
+    """A count as an integer; ``-`` when the results do not know it (e.g. no finish reasons in a regraded file)."""
+    v = m.get(key)
+    return str(v) if isinstance(v, int) else "-"
 
 
 def metric_cell(m: dict[str, Any], key: str) -> str:
@@ -86,7 +103,12 @@ def render_table(results: dict[str, Any], console: Any = None, out_dir: Path | N
     row("samples / problem", lambda m: str(m.get("n_samples", "-")))
     for k in metric_keys(results):
         row(k, lambda m, k=k: metric_cell(m, k))
-    for key, label in COUNTERS[:3]:
+    if any("mean_reward" in results[ds] for ds in datasets):  # custom tasks graded by their reward function
+        row("mean reward", lambda m: f"{m['mean_reward']:.3f}" if isinstance(m.get("mean_reward"), (int, float))
+            else "-")
+    for key, label in pass_counters(results):
+        row(label, lambda m, key=key: count_cell(m, key))
+    for key, label in GRADER_COUNTERS[:2]:
         row(label, lambda m, key=key: str(m.get(key, 0)))
     console.print(table)
     for ds in datasets:
@@ -109,6 +131,14 @@ def codeforces_line(cf: Any) -> str | None:
     return f"rating: {cf.get('summary') or cf['rating']} (rating / percentile; contests rated: {cf.get('n_contests', '?')})"
 
 
+def _kit_line(kit: Any) -> str | None:
+    """``areal 0.1.0, commit abc123def456 (dirty)`` from ``config.kit``; None when absent."""
+    if not isinstance(kit, dict):
+        return None
+    dirty = {True: " (dirty)", False: "", None: " (dirty: unknown)"}.get(kit.get("dirty"), "")
+    return f"areal {kit.get('version', '?')}, commit {str(kit.get('commit', 'unknown'))[:12]}{dirty}"
+
+
 def _md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
@@ -116,8 +146,9 @@ def _md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]
 
 
 def render_markdown(results: dict[str, Any]) -> str:
-    """``report.md``: protocol, model, datasets, a metrics table (rows = datasets, x100, 1 decimal),
-    breakdowns, Codeforces rating, grader counters, the code sandbox's isolation, config hash, elapsed time."""
+    """``report.md``: protocol, model, datasets, a metrics table (rows = datasets, x100, 1 decimal, with the
+    no-answer and truncated counts of each pass), breakdowns, Codeforces rating, grader counters, the code
+    sandbox's isolation, the kit (version, commit, dirty), config hash, elapsed time."""
     cfg = results.get("config") or {}
     datasets = dataset_names(results)
     protocol = cfg.get("protocol") or {}
@@ -141,6 +172,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         ("generations file", cfg.get("generations")),
         ("samples reused from an interrupted run", cfg.get("resumed_samples") or None),
         ("code sandbox isolation", (cfg.get("sandbox") or {}).get("summary")),
+        ("kit", _kit_line(cfg.get("kit"))),
         ("config hash", cfg.get("config_hash")),
         ("elapsed", f"{elapsed:.1f} s" if isinstance(elapsed, (int, float)) else None),
     ]
@@ -163,20 +195,30 @@ def render_markdown(results: dict[str, Any]) -> str:
             source = rep_.get("repo_id") or rep_.get("source") or "-"
             if rep_.get("revision"):
                 source += f"@{str(rep_['revision'])[:12]}"
-            rows.append([ds, source, files or "-", window, rep_.get("n_problems", "-"), excluded])
+            problems = rep_.get("n_problems", "-")
+            if rep_.get("limit") is not None:
+                problems = f"{problems} (evaluated: the first {rep_['limit']}, --limit {rep_['limit']})"
+            rows.append([ds, source, files or "-", window, problems, excluded])
         lines += _md_table(["dataset", "source", "files", "date window", "problems", "excluded"], rows)
     if cfg.get("generations_sha256"):
         lines += ["", f"Generations file sha256: {cfg['generations_sha256']}"]
     lines += ["", "## Metrics (% of problems)", ""]
     keys = metric_keys(results)
-    header = ["dataset", "problems", "samples/problem", *keys, "mean output tokens"]
+    counts = pass_counters(results)
+    header = ["dataset", "problems", "samples/problem", *keys, "mean output tokens", *[label for _, label in counts]]
     rows = []
     for ds in datasets:
         m = results[ds]
         tokens = m.get("mean_output_tokens")
         rows.append([ds, m.get("n_problems", "-"), m.get("n_samples", "-"), *[metric_cell(m, k) for k in keys],
-                     f"{tokens:.1f}" if isinstance(tokens, (int, float)) else "-"])
+                     f"{tokens:.1f}" if isinstance(tokens, (int, float)) else "-",
+                     *[count_cell(m, k) for k, _ in counts]])
     lines += _md_table(header, rows)
+    rewarded = [ds for ds in datasets if "mean_reward" in results[ds]]
+    if rewarded:  # custom tasks graded by their reward function (areal_cli.eval.custom_task)
+        lines += ["", "Mean reward (custom tasks' reward functions, sampled completions): " + ", ".join(
+            f"{ds} {results[ds]['mean_reward']:.3f}" if isinstance(results[ds]["mean_reward"], (int, float))
+            else f"{ds} -" for ds in rewarded)]
     for ds in datasets:
         for key, by_value in (results[ds].get("breakdown") or {}).items():
             lines += ["", f"## {ds}: by {key}", ""]
@@ -196,8 +238,8 @@ def render_markdown(results: dict[str, Any]) -> str:
                 lines.append(f"- contest {c.get('contest_id')}: score {c.get('score')}, rank {c.get('rank')} of "
                              f"{c.get('n_participants')} rated participants, rating {c.get('rating')}")
     lines += ["", "## Grader", ""]
-    lines += _md_table(["dataset", *[label for _, label in COUNTERS]],
-                       [[ds, *[results[ds].get(k, "-") for k, _ in COUNTERS]] for ds in datasets])
+    lines += _md_table(["dataset", *[label for _, label in GRADER_COUNTERS]],
+                       [[ds, *[results[ds].get(k, "-") for k, _ in GRADER_COUNTERS]] for ds in datasets])
     calls = cfg.get("grader_calls")
     if calls:
         lines += ["", "Grader pool calls: " + json.dumps(calls, sort_keys=True)]

@@ -18,7 +18,7 @@ Workflows:
 Outputs (written together and atomically at the end only; :func:`areal_cli.eval.report.write_outputs`):
 ``results.json`` (``{"config": {... "protocol": {"name", "preset", "overrides"}, "config_hash" ...},
 "<dataset>": {metrics}}``, metric values are fractions in [0, 1]), ``report.md`` and ``samples.jsonl``
-(one line per completion: pass, dataset, problem_id, sample_index, output_ids, text, finish_reason, gold,
+(one line per completion: pass, dataset, problem_id, sample_index, prompt, output_ids, text, finish_reason, gold,
 extracted, correct, grader_status, grader_message, and for code the test verdict). Bad input (unknown
 benchmark, malformed record, undecodable tests, bad option, model directory, a prompt that does not fit)
 is a :class:`UserError`, raised before anything is written.
@@ -39,7 +39,6 @@ from typing import Any, Sequence
 from areal_cli import __version__
 from areal_cli.foundations.errors import UserError
 from areal_cli.foundations.manifest import git_info
-from areal_cli.eval.benchmarks import load_benchmark_specs
 from areal_cli.eval.generate import (
     TINY_MODEL_SEED,
     Generator,
@@ -66,9 +65,10 @@ from areal_cli.eval.grading import (
     grade_completions,
     graders_kinds,
     open_graders,
-    problem_kind,
+    prompt_kind,
 )
-from areal_cli.eval.preflight import check_out_dir, load_selected, sandbox_in_force
+from areal_cli.eval.custom_task import task_samples
+from areal_cli.eval.preflight import check_out_dir, load_selected, sandbox_in_force, selected_specs
 from areal_cli.eval.progress import Progress
 from areal_cli.eval.protocols import Protocol, check_tokenizer, prompt_token_ids, render_prompt
 from areal_cli.eval.report import METRIC_UNITS, json_safe, render_table, write_outputs
@@ -128,7 +128,9 @@ async def _generate_and_grade(todo: list[Job], generator: Generator | None, serv
         async with sem:
             record = await generate_sample(generator, job, params[job.pass_name], seed, tokenizer, protocol.stop)
         record["think_open"] = job.prompt.think_open
-        record.update(await graders.grade(job.prompt.problem, record["text"], job.prompt.think_open))
+        record.update(await graders.grade(job.prompt.problem, record["text"], job.prompt.think_open,
+                                          prompt=job.prompt.text, prompt_ids=job.prompt.ids,
+                                          completion_ids=record["output_ids"]))
         partial.append(record)
         progress.advance(job.prompt.problem.dataset, job.pass_name)
         return record
@@ -200,7 +202,9 @@ def run_eval(
     """Evaluate a model on benchmarks; write ``results.json``, ``report.md`` and ``samples.jsonl``.
 
     Args:
-        datasets: names (``["aime24", "aime25"]`` or ``"aime24,aime25"``) from evaluation/benchmarks.json.
+        datasets: names (``["aime24", "aime25"]`` or ``"aime24,aime25"``) from evaluation/benchmarks.json, or
+            custom tasks (:mod:`areal_cli.eval.custom_task`): a task YAML or records file by path, or ``NAME`` with
+            ``data_dir/NAME.yaml``. A task's ``samples:`` is the n when ``n`` is None.
         data_dir: directory holding the benchmark files.
         model_dir: Hugging Face model directory or a ``.gguf`` file (dequantised once into a cache,
             :mod:`areal_cli.models.gguf`; its sha256 goes into results.json); None -> the tiny default model,
@@ -259,7 +263,9 @@ def run_eval(
         problems_by_ds = {k: v[:limit] for k, v in problems_by_ds.items()}
         for k in reports:
             reports[k] = {**reports[k], "limit": limit}
-    specs = load_benchmark_specs()
+    specs = selected_specs(reports)  # the declared benchmarks and the selected custom tasks
+    if n is None:
+        n = task_samples(reports)  # a task's own `samples:` when -n is not given
     notes: list[str] = []
     # the model's tokens before any conversion or generation: a protocol it cannot read is refused (or, as a
     # default, replaced by its own chat template) first
@@ -291,7 +297,7 @@ def run_eval(
     tokenizer = load_tokenizer(model_path)
     vocab_size = int(cfg["vocab_size"])
     check_tokenizer(proto, tokenizer)
-    prompts = render_prompts(problems_by_ds, lambda p: render_prompt(proto, p.problem, tokenizer, problem_kind(p)),
+    prompts = render_prompts(problems_by_ds, lambda p: render_prompt(proto, p.problem, tokenizer, prompt_kind(p)),
                              lambda text: prompt_token_ids(proto, tokenizer, text),
                              max_new_tokens=proto.max_new_tokens,
                              max_positions=cfg.get("max_position_embeddings"), vocab_size=vocab_size,

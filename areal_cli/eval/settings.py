@@ -83,12 +83,16 @@ def check_protocol_fits(protocol: Protocol, problems_by_ds: dict[str, list[Probl
                         specs: dict[str, BenchmarkSpec]) -> None:
     """Every selected benchmark is of the protocol's kind (math prompts never go to code benchmarks).
 
+    A custom task graded by its reward function takes any protocol.
+
     Raises:
         UserError: names the protocol, the benchmark and the benchmark's own default protocol.
     """
     for ds, problems in problems_by_ds.items():
         spec = specs.get(ds)
         kind = spec.kind if spec is not None else (problems[0].kind if problems else "math")
+        if kind == "reward":  # a custom task's reward reads any prompt format
+            continue
         check_kind(protocol, kind, ds, spec.default_protocol if spec is not None else "")
 
 

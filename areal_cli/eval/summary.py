@@ -6,10 +6,12 @@ Per dataset, from the ``"sample"`` pass (n samples per problem):
 - ``pass@k`` for k = 1, 2, 4, ... <= n (unbiased estimator, Chen et al. 2021),
 - ``maj@k`` for the same k and for k = n (majority vote over the first k samples' extracted answers,
   AReaL ``eval_maj_k_metrics``; math only: code has no answer to vote on),
-- ``mean_output_tokens`` (AReaL ``sample_length``), ``n_truncated`` (finish reason "length");
+- ``mean_output_tokens`` (AReaL ``sample_length``), ``n_truncated`` (finish reason "length"; present when every
+  record carries a finish reason), ``n_no_answer`` (no extracted answer or code);
 from the ``"greedy"`` pass when the protocol runs one (AReaL ``greedy_acc`` / ``greedy_length``):
-- ``greedy_acc``, ``greedy_mean_output_tokens``;
-counters over every graded completion of the dataset (both passes): ``n_no_answer``, ``n_grader_errors``,
+- ``greedy_acc``, ``greedy_mean_output_tokens``, ``greedy_n_truncated``, ``greedy_n_no_answer`` (the same counts
+  for the greedy completions: a greedy accuracy is never shown without them);
+counters over every graded completion of the dataset (both passes): ``n_grader_errors``,
 ``n_grader_timeouts``, ``n_equivalence_failures``; code: ``code_status_counts``;
 with problem metadata: ``breakdown`` by difficulty / platform (LiveCodeBench) and, for the ``codeforces``
 benchmark, ``codeforces`` (estimated rating and percentile, or what is needed to compute it).
@@ -141,11 +143,11 @@ def summarize(
             g_flat = [s for ss in g.values() for s in ss]
             if all("output_ids" in s for s in g_flat):
                 metrics["greedy_mean_output_tokens"] = sum(len(s["output_ids"]) for s in g_flat) / len(g_flat)
+            metrics.update({f"greedy_{k}": v for k, v in output_counts(g_flat).items()})
         metrics["n_problems"] = len(probs)
         metrics["n_samples"] = n
         flat = [s for ss in probs.values() for s in ss]
         every = flat + [s for ss in greedy.get(ds, {}).values() for s in ss]
-        metrics["n_no_answer"] = sum(s.get("extracted") is None for s in every)
         metrics["n_grader_errors"] = sum(s.get("grader_status") == "error" for s in every)
         metrics["n_grader_timeouts"] = sum(s.get("grader_status") == "timeout" for s in every)
         metrics["n_equivalence_failures"] = equiv.failures if equiv is not None else 0
@@ -153,8 +155,11 @@ def summarize(
             metrics["code_status_counts"] = dict(Counter(str(s.get("code_status")) for s in every))
         if all("output_ids" in s for s in flat):
             metrics["mean_output_tokens"] = sum(len(s["output_ids"]) for s in flat) / len(flat)
-        if all("finish_reason" in s for s in flat):
-            metrics["n_truncated"] = sum(s["finish_reason"] == "length" for s in flat)
+        metrics.update(output_counts(flat))
+        if kind == "reward":  # a custom task's reward function: no answer to extract; its mean score instead
+            scores = [s["reward"] for s in flat if isinstance(s.get("reward"), (int, float))]
+            metrics["mean_reward"] = sum(scores) / len(scores) if scores else None
+            metrics.update({k: 0 for k in ("n_no_answer", "greedy_n_no_answer") if k in metrics})
         if ds in by_id:
             metas = {pid: problem_meta(by_id[ds][pid]) for pid in probs if pid in by_id[ds]}
             keys = [k for k in BREAKDOWN_KEYS if any(k in m for m in metas.values())]
@@ -166,9 +171,19 @@ def summarize(
     return out
 
 
+def output_counts(records: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """What a pass's completions hide behind its accuracy: ``n_no_answer`` (no extracted answer or code) and
+    ``n_truncated`` (finish reason ``"length"``: cut by the token budget; only when every record carries a
+    finish reason, so that an unknown count is absent rather than 0)."""
+    out = {"n_no_answer": sum(r.get("extracted") is None for r in records)}
+    if all("finish_reason" in r for r in records):
+        out["n_truncated"] = sum(r["finish_reason"] == "length" for r in records)
+    return out
+
+
 def _dataset_kind(problems_by_id: dict[str, Problem]) -> str:
     kinds = {problem_kind(p) for p in problems_by_id.values()}
-    return "code" if kinds == {"code"} else "math"
+    return kinds.pop() if len(kinds) == 1 and kinds <= {"code", "reward"} else "math"
 
 
 # ------------------------------------------------------------------ call sites of areal_cli.eval.metrics / codeforces

@@ -1,11 +1,13 @@
 """JSON-lines files read as records with their line numbers: the one reader of evaluation benchmarks and
-training records, so both report bad input the same way (``file:line: what``)."""
+training records, so both report bad input the same way (``file:line: what``); and appended to, whole lines at a
+time, without leaving a half line behind (:func:`append_json_lines`)."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from areal_cli.foundations.errors import UserError
 
@@ -41,3 +43,55 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, dict]]:
             if not isinstance(record, dict):
                 raise UserError(f"{path}:{lineno}: expected a JSON object, got {type(record).__name__}")
             yield lineno, record
+
+
+def append_json_lines(path: Path, rows: Iterable[dict]) -> int:
+    """Append ``rows`` to the JSON-lines file ``path`` (created if missing), one object per line (UTF-8, non-ASCII
+    text kept), all of them in one ``write`` of whole lines to a file opened for appending: nothing is written
+    until every line is complete, so a reader sees each line with its end. A process killed inside that very write
+    can leave a torn last line; the next append cuts the file back to its last full line first
+    (:func:`cut_torn_tail`). Returns the number of lines appended."""
+    lines = [json.dumps(row, ensure_ascii=False) + "\n" for row in rows]
+    if not lines:
+        return 0
+    data = memoryview("".join(lines).encode("utf-8"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        _cut_torn_tail_fd(fd)
+        while data:
+            data = data[os.write(fd, data):]
+    finally:
+        os.close(fd)
+    return len(lines)
+
+
+def cut_torn_tail(path: Path) -> int:
+    """Cut a JSON-lines file back to its last complete line (ending in a newline): what a writer killed
+    mid-line leaves is dropped. A missing file is left alone. Returns the number of bytes cut."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return 0
+    try:
+        return _cut_torn_tail_fd(fd)
+    finally:
+        os.close(fd)
+
+
+def _cut_torn_tail_fd(fd: int, chunk: int = 1 << 16) -> int:
+    size = os.fstat(fd).st_size
+    if not size or os.pread(fd, 1, size - 1) == b"\n":
+        return 0
+    end = size
+    while end > 0:
+        start = max(0, end - chunk)
+        at = os.pread(fd, end - start, start).rfind(b"\n")
+        if at >= 0:
+            keep = start + at + 1
+            break
+        end = start
+    else:
+        keep = 0
+    os.ftruncate(fd, keep)
+    return size - keep

@@ -23,7 +23,9 @@ def _atomic_savefig(fig, path: Path) -> None:
 
 def plot_learning_curve(metrics_jsonl: Path, out_png: Path, *, target: float | None = None,
                         others: dict[str, Path] | None = None, label: str = "this run") -> Path:
-    """Held-out accuracy, rewards and in-loop benchmark pass@1 vs RL step and vs wall-clock seconds.
+    """Held-out accuracy, rewards and in-loop benchmark pass@1 vs RL step and vs wall-clock seconds; for a
+    multi-turn run (metrics lines with ``eval_first_try`` / ``train_first_try``) also its first-try accuracy,
+    held-out and of the conversations trained on (the held-out accuracy is then the accuracy within ``max_turns``).
 
     Two rewards are drawn per step: the batch the trainer took (after the success-rate filter, which keeps only
     groups with mixed outcomes, so it hovers near the middle whatever the policy does) and every group sampled
@@ -56,6 +58,17 @@ def plot_learning_curve(metrics_jsonl: Path, out_png: Path, *, target: float | N
         acc = [r["accuracy"] for r in measured]
         ax_step.plot(steps, acc, marker=".", color=color, label=f"{label}: held-out accuracy")
         ax_time.plot(secs, acc, marker=".", color=color, label=f"{label}: held-out accuracy")
+        # multi-turn runs: first-try accuracy, held-out (evaluated lines) and of the conversations trained on
+        first = [(r["step"], r["elapsed_s"], r["eval_first_try"]) for r in rows
+                 if r.get("eval_first_try") is not None and r.get("evaluated", True)]
+        if first:
+            style = dict(color=color, marker="x", ms=4, ls="-", lw=1, label=f"{label}: held-out first-try accuracy")
+            ax_step.plot([a for a, _, _ in first], [c for _, _, c in first], **style)
+            ax_time.plot([b for _, b, _ in first], [c for _, _, c in first], **style)
+        trained = [(r["step"], r["train_first_try"]) for r in rows if r.get("train_first_try") is not None]
+        if trained:
+            ax_step.plot([s for s, _ in trained], [v for _, v in trained], color=color, ls=(0, (1, 2)), alpha=0.6,
+                         label=f"{label}: first-try accuracy of the conversations trained on")
         for j, bench in enumerate(sorted({b for r in rows for b in (r.get("eval_benchmarks") or {})})):
             pts = [(r["step"], r["elapsed_s"], r["eval_benchmarks"][bench]["pass@1"]) for r in rows
                    if bench in (r.get("eval_benchmarks") or {})]

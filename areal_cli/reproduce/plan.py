@@ -19,6 +19,7 @@ from areal_cli.recipes import (
     Recipe,
     eval_vocabulary,
 )
+from areal_cli.reproduce.eval_needs import eval_needs, pin_commands
 from areal_cli.reproduce.hours import HoursEstimate, estimate_hours
 
 
@@ -79,6 +80,8 @@ class Plan:
     expected: list[ExpectedMetric]
     blocker: str | None = None
     notes: list[str] = field(default_factory=list)
+    eval_needs: Any = None  # areal_cli.reproduce.eval_needs.EvalNeeds: GPUs, memory, tokens, time (None: no eval)
+    pins: list[tuple[str, str]] = field(default_factory=list)  # (repo, exact commands) of each unpinned download
 
 
 def relevant_entries(recipe: Recipe, mode: str, subject: str, variant: str | None) -> list[ExpectedMetric]:
@@ -220,11 +223,16 @@ def make_plan(recipe: Recipe, *, eval_only: bool = False, subject: str | None = 
     if not f.data.complete and not eval_only:
         notes.append("part of the published training data was never released (data.complete: false): a retrain "
                      "cannot reproduce the published numbers from public data")
+    pins = []
     for it in downloads:
         if not it.pinned:
-            notes.append(f"{it.role} {it.repo_id} is not pinned ({it.revision_note}); the run needs --allow-unpinned")
+            notes.append(f"{it.role} {it.repo_id} is not pinned ({it.revision_note}); the run needs --allow-unpinned, "
+                         f"or pin it (commands below)")
+            pins.append((f"{it.role} {it.repo_id}", pin_commands(it, recipe)))
     for m in entries:
         if not m.evaluated:
             notes.append(f"{m.key}: skipped ({m.evaluated_note.strip()})")
-    return Plan(recipe, mode, subject, variant, overrides, downloads, r.gpus, allocation, placement, here, hours,
-                groups, entries, blocker, notes)
+    plan = Plan(recipe, mode, subject, variant, overrides, downloads, r.gpus, allocation, placement, here, hours,
+                groups, entries, blocker, notes, pins=pins)
+    plan.eval_needs = eval_needs(plan, model_dir)
+    return plan

@@ -97,6 +97,9 @@ def render_plan(plan: Plan, console: Any) -> None:
             f"{g.name}: " + ", ".join(f"{k}={v}" for k, v in g.settings.items())
             + (f", window {g.date_window[0]}..{g.date_window[1]}" if g.date_window else "") for g in plan.eval_groups)
             or "none")
+    if plan.eval_needs is not None:
+        for label, text in plan.eval_needs.lines():
+            row(label, text)
     if plan.overrides:
         row("overrides", " ".join(plan.overrides) + "  (not the locked recipe)")
     if plan.blocker:
@@ -106,6 +109,8 @@ def render_plan(plan: Plan, console: Any) -> None:
             "download, evaluate, compare")
     for note in plan.notes:
         row("note", note)
+    for what, commands in plan.pins:
+        row("pin", f"{what}:\n{commands}")
     console.print(Panel(t, title=f"areal reproduce {r.name} (plan)", title_align="left"))
     if plan.placement is not None:
         console.print(plan.placement.table())

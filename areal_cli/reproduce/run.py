@@ -16,6 +16,7 @@ from typing import Any
 from areal_cli.foundations.errors import UserError
 from areal_cli.recipes import Check, Measured, compare, load_recipe
 from areal_cli.reproduce.checkpoints import check_checkpoint
+from areal_cli.reproduce.eval_needs import EVAL_CONCURRENCY
 from areal_cli.reproduce.measure import explain_skips, measured_from_eval, measured_from_training
 from areal_cli.reproduce.plan import Plan, make_plan
 from areal_cli.reproduce.render import count_checks, exit_code_for, render_checks, render_plan
@@ -256,7 +257,8 @@ def _evaluate_groups(ctx: _RunRecord, model_dir: Path, data_dir: Path | None, cf
             [g.benchmark], data_dir, model_dir=model_dir, n=s["n_samples"], temperature=s["temperature"],
             top_p=s["top_p"], max_new_tokens=s["max_new_tokens"], out_dir=ctx.out / rel, protocol=s["protocol"],
             cf_data=cf_data, date_from=g.date_window[0] if g.date_window else None,
-            date_to=g.date_window[1] if g.date_window else None, console=ctx.console)
+            date_to=g.date_window[1] if g.date_window else None, console=ctx.console,
+            max_concurrency=EVAL_CONCURRENCY)  # what the plan's memory and time figures assume
         entries = [m for m in p.expected if m.key in g.keys]
         got, reasons = measured_from_eval(entries, g.benchmark, results.get(g.benchmark) or {})
         measured.update(got)

@@ -49,6 +49,7 @@ class RunContext:
     version: int = 0  # the policy version the servers hold
     bench: Any = None  # in-loop benchmark evaluation (areal_cli.eval.in_loop.BenchmarkEval) or None
     eval_failures: int = 0  # reward failures of the latest held-out evaluation (counted as wrong)
+    eval_turns: dict | None = None  # multi-turn workflows: conversation_metrics of the latest held-out evaluation
     reward_failure_shown: bool = False  # the run's first reward failure was shown in the live status
     tracker: Any = None  # experiment tracking (areal_cli.train_loop.tracking.Tracker) or None
     served: tuple[Path, int] | None = None  # (weights dir, policy version) the servers hold

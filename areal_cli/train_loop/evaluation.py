@@ -19,6 +19,11 @@ async def evaluate(ctx: RunContext) -> float | None:
     wrong and is counted (``ctx.eval_failures``), as ``areal eval`` counts grader failures. Every token must come
     from one policy version (the servers' current one): nothing may update the weights during an evaluation.
 
+    A multi-turn workflow (one that reports :attr:`~areal_cli.api.types.Group.conversations`) also leaves its
+    first-try accuracy, accuracy within ``max_turns`` and mean turns in ``ctx.eval_turns``
+    (:func:`~areal_cli.workflows.multi_turn.conversation_metrics`; an episode whose reward failed counts as
+    ``loop.eval_n_samples`` wrong conversations); None otherwise.
+
     Returns None when the run has no held-out items (``loop.eval_n_prompts: 0``).
     Raises:
         WorkflowError: the workflow raised or returned something that is not a Group (one line).
@@ -26,6 +31,7 @@ async def evaluate(ctx: RunContext) -> float | None:
     """
     from areal_cli.rollout.controller import check_group, check_reward_health
 
+    ctx.eval_turns = None
     if not ctx.eval_items:
         return None
     spec = ctx.task.workflow_spec
@@ -55,4 +61,9 @@ async def evaluate(ctx: RunContext) -> float | None:
     versions = {v for g in groups if g is not None for s in g.samples for v in s.versions if v >= 0}
     if versions - {ctx.version}:
         raise RuntimeError(f"held-out evaluation mixed policy versions {sorted(versions)} (expected {ctx.version})")
+    if any(g is not None and g.conversations for g in groups):
+        from areal_cli.workflows.multi_turn import conversation_metrics
+
+        outcomes = [o for g in groups for o in (g.conversations or [] if g is not None else [None] * n)]
+        ctx.eval_turns = conversation_metrics(outcomes)
     return correct / max(total, 1)

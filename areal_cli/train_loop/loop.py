@@ -27,7 +27,9 @@ from areal_cli.trainer.group import TorchrunTrainer
 from areal_cli.train_loop.context import STEPS, RunContext
 from areal_cli.train_loop.evaluation import evaluate
 from areal_cli.train_loop.resume import controller_state, restore_controller
+from areal_cli.train_loop.samples import SAMPLES_FILE, cut_samples, due, pick_samples, write_samples
 from areal_cli.train_loop.weights import VersionLoader, sync_distributed
+from areal_cli.workflows.multi_turn import turn_keys, turn_metrics
 
 
 def _rounded(key: str, value):
@@ -71,7 +73,12 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
     and the next line carries ``"resumed_from"`` (semantics: :mod:`areal_cli.train_loop.checkpoint`). Published versions load
     on the servers in the background, the newest winning (:class:`~areal_cli.train_loop.weights.VersionLoader`);
     the loop waits for them only before an evaluation, a checkpoint and at the end. With ``loop.eval_deferred`` the
-    held-out evaluations run after the loop (:mod:`areal_cli.train_loop.deferred_eval`).
+    held-out evaluations run after the loop (:mod:`areal_cli.train_loop.deferred_eval`). Every
+    ``loop.log_samples_every`` steps a few of the step's samples go to ``samples.jsonl`` and the trackers
+    (:mod:`areal_cli.train_loop.samples`). A multi-turn workflow's lines also carry ``train_first_try``,
+    ``train_within_max_turns`` and ``train_mean_turns`` (the conversations trained on, after the success-rate
+    filter) and, on evaluated lines, ``eval_first_try``, ``eval_within_max_turns`` and ``eval_mean_turns`` (the
+    held-out conversations) (:func:`turn_metrics`).
 
     With a :class:`Timeline`, each step adds ``{"step", "start", "end"`` (end = new version published,
     before any eval), ``"tokens"`` (prompt + response tokens of the batch: what the trainer consumed,
@@ -105,6 +112,7 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
         version, acc, first_step = int(rs["version"]), rs["accuracy"], int(rs["step"]) + 1
         time_to_target, trained_tokens, last_tokens = rs["time_to_target"], rs["trained_tokens"], rs["last_tokens"]
         resumes.append(restore_controller(controller, cfg, resume, truncate_metrics(metrics_path, resume.step)))
+        cut_samples(ctx.out / SAMPLES_FILE, resume.step)  # the steps after the checkpoint log their samples again
         now = time.monotonic()  # the run's clocks continue from the checkpoint (the downtime is not counted)
         ctx.t0 = ctx.status.t0 = now - rs["elapsed_s"]
         t_rl = now - rs["rl_elapsed_s"]
@@ -120,7 +128,8 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
             first = {"step": 0, "version": 0, "phase": "warm_start_end", "reward_mean": None, "accuracy": acc,
                      "staleness_max": 0, "staleness_mean": 0.0, "elapsed_s": round(ctx.elapsed(), 3),
                      "rl_elapsed_s": 0.0, "warm_start_steps": warm["steps"],
-                     "warm_start_s": round(warm["seconds"], 3), "evaluated": True}
+                     "warm_start_s": round(warm["seconds"], 3), "evaluated": True,
+                     **turn_keys(ctx.eval_turns, "eval_")}
             if ctx.sandbox is not None:
                 first["sandbox_isolation"] = ctx.sandbox["level"]
                 first["sandbox_isolation_summary"] = ctx.sandbox["summary"]
@@ -259,9 +268,11 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                     "staleness_hist": {str(k): v for k, v in sorted(Counter(stale).items())},
                     **{k: _rounded(k, v) for k, v in train_stats.items()}, **cs,
                 }
+                line.update(turn_metrics(groups, "train_"))  # multi-turn: the episodes trained on
                 line["evaluated"] = eval_due
                 if eval_due:
                     line["eval_reward_failures"] = ctx.eval_failures
+                    line.update(turn_keys(ctx.eval_turns, "eval_"))  # multi-turn: the held-out conversations
                 if bench is not None:
                     line["eval_benchmarks"] = bench
                     line.update({f"{b}/pass@1": round(r["pass@1"], 6) for b, r in bench.items()})
@@ -272,6 +283,11 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
                 mf.flush()
                 if ctx.tracker is not None:
                     ctx.tracker.log(line)
+                if due(cfg.loop, step):  # samples you can read (areal_cli.train_loop.samples)
+                    records = pick_samples(groups, cfg.loop.log_samples_n, ctx.tokenizer, step)
+                    write_samples(ctx.out, records)
+                    if ctx.tracker is not None:
+                        ctx.tracker.log_samples(step, records)
                 ctx.status.step(line, cs)
                 if cfg.loop.checkpoint_every and step % cfg.loop.checkpoint_every == 0:
                     await loader.wait()  # the servers must hold this version: the staleness counter is v
@@ -336,6 +352,13 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
         "final_weights": str(final), "controller": controller.stats.as_dict(),
         "reward_failures": controller.stats.reward_failure_examples, "task": ctx.task.name,
     }
+    if ctx.task.dataset and getattr(ctx.task, "heldout_records", None):  # one's own task read from files
+        from areal_cli.eval.heldout_task import heldout_eval_command
+
+        # the one command that evaluates the final weights on the held-out records (written as a task file)
+        summary["eval_command"], why_not = heldout_eval_command(ctx.task, cfg, ctx.out, Path(final))
+        if why_not:
+            summary["eval_command_missing"] = why_not
     if ctx.bench is not None:
         summary["eval_benchmarks"] = ctx.bench.record()
         summary["last_eval_benchmarks"] = last_bench

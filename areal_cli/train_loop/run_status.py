@@ -122,7 +122,11 @@ class RunStatus:
         if ctl.get("prompts_dropped_too_long"):
             t.add_row("prompts dropped (longer than max_prompt_len)", str(ctl["prompts_dropped_too_long"]))
         for name, rec in (summary.get("last_eval_benchmarks") or {}).items():
-            t.add_row(f"{name} pass@1 (in-loop, version {rec['version']})", f"{rec['pass@1']:.3f}")
+            counts = "".join(f", {label} {rec[k]}" for k, label in (("n_truncated", "truncated"),
+                                                                     ("n_no_answer", "no answer")) if k in rec)
+            t.add_row(f"{name} pass@1 (in-loop, version {rec['version']})",
+                      f"{rec['pass@1']:.3f}" + (f" ({counts[2:]} of {rec['n_problems'] * rec['n_samples']})"
+                                                if counts else ""))
         t.add_row("reward calls ok / error / timeout", f"{ctl['reward_ok']} / {ctl['reward_error']} / {ctl['reward_timeout']}")
         t.add_row("samples interrupted and resumed", str(ctl["interruptions"]))
         t.add_row("wall time", f"{summary['elapsed_s']:.1f} s")
@@ -133,6 +137,12 @@ class RunStatus:
         # the paths under the table, each whole on its own line (a table cell would cut them at 80 columns)
         print_paths(self.console, [("outputs (metrics.jsonl, learning_curve.png, summary.json)", self.out),
                                    ("final weights", summary.get("final_weights"))])
+        if summary.get("eval_command"):  # one's own task: evaluate the final weights on its held-out records
+            print_paths(self.console, [("evaluate the final weights on the held-out records",
+                                        summary["eval_command"])])
+        elif summary.get("eval_command_missing"):
+            self.console.print(f"no areal eval command for this task: {summary['eval_command_missing']}",
+                               markup=False, highlight=False, soft_wrap=True)
 
     # --- rendering ------------------------------------------------------------------------
     def _render(self):

@@ -18,7 +18,9 @@ already has keep the values that process logged (W&B cannot replace them; metric
 redone ones). Steps stay increasing, with no gap and no duplicate.
 
 What is logged per step: every number of the metrics line (booleans as 0/1, nested dicts such as
-``loop.eval_benchmarks`` flattened to ``eval_benchmarks/<bench>/<metric>``; text and None are skipped), at the RL step.
+``loop.eval_benchmarks`` flattened to ``eval_benchmarks/<bench>/<metric>``; text and None are skipped), at the RL step;
+and every ``loop.log_samples_every`` steps a table of the samples written to ``samples.jsonl``
+(:mod:`areal_cli.train_loop.samples`): TensorBoard text ``samples``, W&B table ``samples``.
 Both packages are optional (``pip install 'areal-cli[tracking]'``); a missing one is one line before any work.
 """
 
@@ -146,6 +148,24 @@ class Tracker:
                 self._tb.add_scalar(k, v, step)
             self._tb.flush()
         self._log_wandb(row)
+
+    def log_samples(self, step: int, records: list[dict[str, Any]]) -> None:
+        """Show the samples logged at RL ``step`` (:mod:`areal_cli.train_loop.samples`) as a table: TensorBoard
+        text ``samples`` (a Markdown table per step), W&B ``samples`` (a ``wandb.Table``, unless W&B would drop
+        the step)."""
+        if not records:
+            return
+        from areal_cli.train_loop.samples import FIELDS, markdown_table
+
+        if self._tb is not None:
+            self._tb.add_text("samples", markdown_table(records), int(step))
+            self._tb.flush()
+        if self._wandb is not None and int(step) >= self._wandb_next:
+            import wandb
+
+            table = wandb.Table(columns=list(FIELDS), data=[[r.get(c) for c in FIELDS] for r in records])
+            self._wandb.log({"samples": table}, step=int(step))
+            self._wandb_next = int(step)
 
     def summary(self, summary: dict[str, Any]) -> None:
         """Record the run's summary (final accuracy, time to target, controller counters)."""

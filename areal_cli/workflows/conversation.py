@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from areal_cli.api.types import Trajectory
+from areal_cli.api.types import ConversationOutcome, Trajectory
 from areal_cli.foundations.errors import UserError
 
 # Stub contents of the conversation whose render gives the template ids of a new turn (never sent to a model).
@@ -261,3 +261,8 @@ class Conversation:
     def first_success(self) -> int | None:
         """Index of the first turn with reward > 0, or None."""
         return next((t for t, r in enumerate(self.turns) if r.success), None)
+
+    def outcome(self, samples: Sequence[int] = ()) -> ConversationOutcome:
+        """How the conversation went (turns taken, first success) for :attr:`Group.conversations`; ``samples``: the
+        indices of its trajectories in the group."""
+        return ConversationOutcome(len(self.turns), self.first_success, tuple(int(i) for i in samples))

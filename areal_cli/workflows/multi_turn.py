@@ -56,7 +56,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from areal_cli.api.types import Group, Item, RewardFailed, Trajectory, gather_runs
+from areal_cli.api.types import ConversationOutcome, Group, Item, RewardFailed, Trajectory, gather_runs
 from areal_cli.foundations.errors import UserError
 from areal_cli.workflows.conversation import Conversation, template_suffix_ids, turn_end_token_of
 
@@ -277,14 +277,17 @@ class MultiTurnWorkflow:
         convs = await self.run_conversations(client, item, n)
         gid = client.episode_id
         samples: list[Trajectory] = []
+        outcomes: list[ConversationOutcome] = []
         for conv in convs:
+            first = len(samples)
             if getattr(client, "evaluating", False) and self.eval_export == "episode":
                 samples.append(conv.trajectory(len(conv.turns) - 1, success_reward(conv, self.turn_discount), gid))
             elif self.layout == "concat":
                 samples.append(conv.concat_trajectory(self.rewards(conv)[-1], gid))
             else:
                 samples.extend(conv.trajectory(t, r, gid) for t, r in enumerate(self.rewards(conv)))
-        return Group(gid, item, samples)
+            outcomes.append(conv.outcome(range(first, len(samples))))
+        return Group(gid, item, samples, conversations=outcomes)
 
 
 class Boba2MathMultiTurnAgent(MultiTurnWorkflow):
@@ -332,9 +335,44 @@ async def turn_accuracy(workflow: MultiTurnWorkflow, client: Any, items: Sequenc
             return None
 
     convs = await asyncio.gather(*(one(i, it) for i, it in enumerate(items)))
-    n = max(len(items), 1)
-    ok = [c for c in convs if c is not None]
-    return {"first_try": sum(c.turns[0].success for c in ok) / n,
+    return conversation_metrics([c.outcome() if c is not None else None for c in convs])
+
+
+def conversation_metrics(outcomes: Sequence[ConversationOutcome | None]) -> dict[str, float]:
+    """First-try accuracy, accuracy within ``max_turns`` and mean turns of conversations: the one definition
+    shared by :func:`turn_accuracy` (``python -m areal_cli.workflows.multi_turn_eval``) and the training loop's
+    per-step and held-out multi-turn metrics (:attr:`~areal_cli.api.types.Group.conversations`).
+
+    Args:
+        outcomes: one per conversation; None for a conversation whose reward failed (counted as wrong, and not
+            in the mean number of turns).
+    Returns:
+        ``{"first_try": fraction right at turn 1, "within_max_turns": fraction right at some turn,
+        "mean_turns": turns taken on average, "n": conversations, "reward_failures": conversations whose reward
+        failed}``; fractions are of all conversations (0.0 for none).
+    """
+    n = max(len(outcomes), 1)
+    ok = [c for c in outcomes if c is not None]
+    return {"first_try": sum(c.first_success == 0 for c in ok) / n,
             "within_max_turns": sum(c.first_success is not None for c in ok) / n,
-            "mean_turns": sum(len(c.turns) for c in ok) / max(len(ok), 1), "n": float(len(items)),
-            "reward_failures": float(len(convs) - len(ok))}
+            "mean_turns": sum(c.turns for c in ok) / max(len(ok), 1), "n": float(len(outcomes)),
+            "reward_failures": float(len(outcomes) - len(ok))}
+
+
+def turn_metrics(groups: Sequence[Any], prefix: str) -> dict:
+    """First-try accuracy, accuracy within ``max_turns`` and mean turns per conversation of the multi-turn
+    ``groups`` (those reporting :attr:`~areal_cli.api.types.Group.conversations`), as metrics-line keys
+    ``{prefix}first_try``, ``{prefix}within_max_turns``, ``{prefix}mean_turns``
+    (:func:`conversation_metrics`, the definitions of
+    ``python -m areal_cli.workflows.multi_turn_eval``); ``{}`` when no group reports conversations."""
+    outcomes = [o for g in groups for o in (g.conversations or [])]
+    if not outcomes:
+        return {}
+    return turn_keys(conversation_metrics(outcomes), prefix)
+
+
+def turn_keys(m: dict | None, prefix: str) -> dict:
+    """The three multi-turn metrics of a :func:`conversation_metrics` dict as metrics-line keys (6 decimals)."""
+    if not m:
+        return {}
+    return {f"{prefix}{k}": round(float(m[k]), 6) for k in ("first_try", "within_max_turns", "mean_turns")}

@@ -162,8 +162,8 @@ def add_generate_routes(app, state: ServerState) -> None:
                 raise OpenAIError(f"the prompt is {len(prompt)} tokens: no room left in the context of "
                                   f"{eng.context_length} tokens", param="messages", code="context_length_exceeded")
             budget = min(req.max_tokens, room) if req.max_tokens is not None else room
-            sp = SamplingParams(max_new_tokens=budget, temperature=req.temperature, top_p=req.top_p,
-                                top_k=req.top_k, stop_token_ids=stops, seed=req.seed)
+            sp = SamplingParams(max_new_tokens=budget, temperature=1.0 if req.temperature is None else req.temperature,
+                                top_p=1.0 if req.top_p is None else req.top_p, top_k=req.top_k, stop_token_ids=stops, seed=req.seed)
             sp = honoured_seed(sp)
             try:
                 eng.validate(prompt, sp)
