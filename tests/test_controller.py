@@ -238,6 +238,8 @@ def test_a_workflow_that_breaks_the_contract_ends_the_run_in_one_line(result, me
     text = asyncio.run(go())
     assert text.startswith("workflow tests:wf: ")
     assert_one_line(text, message)
+    if result == "raise":  # where the user's code raised, not only what
+        assert f"(raised at {__file__}:" in text and "in arun_episode)" in text
 
 
 def test_a_starving_trainer_is_told_why_and_what_to_change():

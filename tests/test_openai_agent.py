@@ -459,6 +459,43 @@ def test_proxy_records_exact_ids_and_versions_through_a_weight_update(server, di
 
 
 @pytest.mark.multiproc
+def test_an_agent_that_sets_no_temperature_gets_importance_weights_of_1_at_the_runs_temperature(server, dirs):
+    """Issue 41 item 5: at rollout.temperature 0.6 with unchanged weights, the agent path gave behaviour weights of
+    0.77-1.46 (the proxy sampled at OpenAI's 1.0, the trainer recomputed at 0.6). Now the agent's request without a
+    temperature samples at the run's, and the trainer's recompute (HF, log_softmax(logits / 0.6)) gives w = 1."""
+    from transformers import AutoModelForCausalLM
+
+    from areal_cli.models.tiny import load_tokenizer
+    from helpers.hf_reference import hf_logprobs
+
+    tok = load_tokenizer(dirs[0])
+    vocab = json.loads((dirs[0] / "config.json").read_text())["vocab_size"]
+
+    async def run():
+        rc = RolloutClient([server.url], vocab_size=vocab)
+        proxy = await OpenAIProxy.start()
+        ep = EpisodeClient(rc, None, "", tok, SamplingParams(24, temperature=0.6, ignore_eos=True, seed=3), 1)
+        sess = proxy.open_session(ep)
+        client = oai(sess.base_url)
+        try:
+            await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "reverse 5303"}])
+            return sess
+        finally:
+            await client.close()
+            await proxy.aclose()
+            await rc.aclose()
+
+    (it,) = asyncio.run(run()).interactions.values()
+    model = AutoModelForCausalLM.from_pretrained(dirs[0], torch_dtype=torch.float32).eval()
+    behaviour = torch.tensor(it.completion.output_logprobs, dtype=torch.float64)
+    at_run = torch.tensor(hf_logprobs(model, it.prompt_ids, it.output_ids, 0.6), dtype=torch.float64)
+    at_openai_default = torch.tensor(hf_logprobs(model, it.prompt_ids, it.output_ids, 1.0), dtype=torch.float64)
+    w = (at_run - behaviour).exp()
+    assert len(it.output_ids) == 24 and float((w - 1).abs().max()) < 1e-3, w
+    assert float((at_openai_default - behaviour).exp().sub(1).abs().max()) > 0.05  # the test can tell them apart
+
+
+@pytest.mark.multiproc
 def test_proxy_in_front_of_the_sglang_stand_in(dirs, tmp_path):
     from areal_cli.foundations.ports import free_port
 

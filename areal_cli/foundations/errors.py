@@ -37,3 +37,21 @@ def where(path: object, line: int | None = None, field: str | None = None) -> st
     if field is not None:
         loc += f": field '{field}'"
     return loc
+
+
+def raised_at(exc: BaseException, skip: tuple[str, ...] = ()) -> str:
+    """Where ``exc`` was raised, as ``" (raised at FILE:LINE in FUNCTION)"``: the deepest frame of its traceback that
+    is neither in ``skip`` (file paths), the standard library nor an installed package (the user's own code), else
+    the deepest frame not in ``skip``; ``""`` without a traceback. Used by the messages of a user's reward and
+    workflow that raised (:mod:`areal_cli.reward.pool`, :mod:`areal_cli.rollout.controller`)."""
+    import sysconfig
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ is not None else []
+    frames = [f for f in frames if f.filename not in skip]
+    if not frames:
+        return ""
+    libs = {sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib")}
+    own = [f for f in frames if not any(f.filename.startswith(d) for d in libs) and "site-packages" not in f.filename]
+    f = (own or frames)[-1]
+    return f" (raised at {f.filename}:{f.lineno} in {f.name})"

@@ -37,6 +37,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Literal
 
+from areal_cli.foundations.errors import raised_at as _raised_at
+
 Status = Literal["ok", "error", "timeout"]
 
 _FN_PATH_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -76,20 +78,8 @@ def one_line(exc: BaseException) -> str:
 
 
 def raised_at(exc: BaseException) -> str:
-    """Where ``exc`` was raised, as ``" (raised at FILE:LINE in FUNCTION)"``: the deepest frame of the traceback
-    that is neither this module, the standard library nor an installed package (the user's own code), else the
-    deepest frame; ``""`` without a traceback."""
-    import sysconfig
-    import traceback
-
-    frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ is not None else []
-    frames = [f for f in frames if f.filename != __file__]
-    if not frames:
-        return ""
-    libs = {sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib")}
-    own = [f for f in frames if not any(f.filename.startswith(d) for d in libs) and "site-packages" not in f.filename]
-    f = (own or frames)[-1]
-    return f" (raised at {f.filename}:{f.lineno} in {f.name})"
+    """Where ``exc`` was raised (:func:`areal_cli.foundations.errors.raised_at`), this module's frames left out."""
+    return _raised_at(exc, skip=(__file__,))
 
 
 def validate_fn_path(fn: str) -> None:

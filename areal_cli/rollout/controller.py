@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from areal_cli.api.types import Group, Item, RewardFailed, Trajectory, WorkflowError  # noqa: F401 (re-exported)
-from areal_cli.foundations.errors import UserError
+from areal_cli.foundations.errors import UserError, raised_at
 from areal_cli.rollout.episode import EpisodeClient, EpisodeStats
 from areal_cli.rollout.protocol import ProtocolError, ServerError
 from areal_cli.rollout.staleness import StalenessManager
@@ -219,8 +219,8 @@ class RolloutController:
         except (asyncio.CancelledError, ServerError, ProtocolError, WorkflowError):
             raise
         except Exception as e:  # noqa: BLE001 - a bug in the workflow: one line naming it
-            raise WorkflowError(f"workflow {self.workflow_name}: arun_episode raised {type(e).__name__}: {e} "
-                                f"(item {item.where or item.id})") from e
+            raise WorkflowError(f"workflow {self.workflow_name}: arun_episode raised {type(e).__name__}: {e}"
+                                f"{raised_at(e)} (item {item.where or item.id})") from e
         if group is None:
             self._drop(gid, "groups_rejected")
             return

@@ -7,7 +7,7 @@ import asyncio
 
 
 from areal_cli.api.types import Group, Item, RewardFailed, WorkflowError
-from areal_cli.foundations.errors import UserError
+from areal_cli.foundations.errors import UserError, raised_at
 from areal_cli.rollout.protocol import ServerError
 from areal_cli.train_loop.context import RunContext
 
@@ -44,7 +44,7 @@ async def evaluate(ctx: RunContext) -> float | None:
         except (asyncio.CancelledError, UserError, ServerError):
             raise
         except Exception as e:  # noqa: BLE001 - a bug in the workflow: one line naming it
-            raise WorkflowError(f"workflow {spec}: arun_episode raised {type(e).__name__}: {e} "
+            raise WorkflowError(f"workflow {spec}: arun_episode raised {type(e).__name__}: {e}{raised_at(e)} "
                                 f"(held-out item {item.where or item.id})") from e
         if group is not None:
             check_group(group, spec, item)
