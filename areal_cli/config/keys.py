@@ -39,7 +39,10 @@ _RENAMED = {
 
 #: Settings added after the flat names were deprecated: they never had one.
 _NO_FLAT_NAME = frozenset({"rollout.pause_mode", "loop.eval_deferred", "loop.log_samples_every",
-                           "loop.log_samples_n"})
+                           "loop.log_samples_n", "ppo.algorithm", "ppo.eps_clip_higher", "ppo.c_clip",
+                           "ppo.loss_agg_mode", "ppo.importance_sampling_level", "ppo.loss_fn",
+                           "ppo.reward_norm_mean_level", "ppo.reward_norm_std_level", "ppo.reward_norm_mean_leave1out",
+                           "ppo.overlong_reward_penalty", "ppo.overlong_tokens", "ppo.overlong_penalty_factor"})
 
 
 @dataclass(frozen=True)
@@ -122,9 +125,12 @@ def get_value(cfg: Any, dotted: str) -> Any:
 
 
 def set_value(cfg: Any, dotted: str, value: Any) -> None:
-    """Set setting ``dotted`` of ``cfg`` to ``value`` (no conversion, no check)."""
+    """Set setting ``dotted`` of ``cfg`` to ``value`` (no conversion, no check), and note on ``cfg`` that it was set
+    (``cfg._set_keys``: an algorithm preset fills only the keys not set, :mod:`areal_cli.config.algorithms`)."""
     k = KEYS[dotted]
     setattr(getattr(cfg, k.section) if k.section else cfg, k.name, value)
+    if hasattr(cfg, "__dict__"):
+        vars(cfg).setdefault("_set_keys", set()).add(dotted)
 
 
 @dataclass

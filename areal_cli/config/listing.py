@@ -8,6 +8,7 @@ import types
 import typing
 from typing import Any
 
+from areal_cli.config.algorithms import describe_presets
 from areal_cli.config.keys import FLAT_NAMES, KEYS, field_docs, get_value
 from areal_cli.config.sections import SECTIONS
 
@@ -45,4 +46,8 @@ def describe_settings(cfg: Any, width: int = 100) -> list[str]:
         out.extend(textwrap.wrap(f"{sec}: " + plain_text(cls.__doc__ or ""), width))
         for key in (k for k in KEYS if k.startswith(sec + ".")):
             entry(key)
+            if key == "ppo.algorithm":  # what each preset fills (the keys a recipe leaves unset)
+                for line in describe_presets():
+                    out.extend(textwrap.wrap(f"preset {line}", width, initial_indent="      ",
+                                             subsequent_indent="          "))
     return out

@@ -245,7 +245,41 @@ class PPOSection:
     behav_imp_weight_lower: float = 0.0
     """Mask modes: also mask w below this (IcePop's alpha, e.g. 0.5); 0: off."""
     adv_norm: Literal["group", "global"] = "group"
-    """Advantage normalisation: per prompt group (GRPO) or over all valid tokens of the batch."""
+    """Advantage normalisation: per prompt group (GRPO) or over all valid tokens of the batch (``global``: the
+    REINFORCE++ style global normalisation, Hu 2025; AReaL ``adv_norm: {mean_level: batch, std_level: batch}``)."""
+    algorithm: Literal["grpo", "dr_grpo", "dapo", "gspo", "rloo", "cispo"] = "grpo"
+    """Algorithm preset (:mod:`areal_cli.config.algorithms`): fills the keys of its recipe that the recipe and -o
+    leave unset; ``grpo`` is today's loss and advantages (sets nothing)."""
+    eps_clip_higher: float | None = None
+    """Upper clip range (DAPO clip-higher, AReaL ``eps_clip_higher``): u is clipped to [1 - eps_clip,
+    1 + eps_clip_higher]; None: symmetric."""
+    c_clip: float | None = None
+    """Dual clip (Ye et al. 2020; AReaL ``c_clip``, > 1): for A < 0 the token's loss is at most c_clip * |A|; None: off."""
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
+    """Loss aggregation (verl's names; :mod:`areal_cli.trainer.loss_terms`): token-mean (AReaL, DAPO), mean over
+    sequences of each sequence's token mean (GRPO paper, GSPO), or token sums over sequences x max_new_tokens
+    (Dr.GRPO's constant normaliser). Zero-variance groups count in every denominator (their tokens / sequences)."""
+    importance_sampling_level: Literal["token", "sequence"] = "token"
+    """Ratio u = pi_theta / pi_prox per token, or per sequence s = exp(mean_t log u_t) (GSPO, AReaL's key; needs a
+    sequence-level behaviour correction: sequence_mask, sequence_truncate or disabled)."""
+    loss_fn: Literal["ppo", "cispo"] = "ppo"
+    """Policy loss: ``ppo`` (clipped, decoupled) or ``cispo`` (MiniMax-M1 2025: -sg(clip(u, 1 - eps_clip,
+    1 + eps_clip_higher)) * A * log pi_theta, times the behaviour weight)."""
+    reward_norm_mean_level: Literal["", "group", "batch", "none"] = ""
+    """Advantage baseline over samples (AReaL ``reward_norm.mean_level``); "": from adv_norm (group: group)."""
+    reward_norm_std_level: Literal["", "group", "batch", "none"] = ""
+    """Advantage scale over samples (AReaL ``reward_norm.std_level``; none: Dr.GRPO, batch: LitePPO); "": from
+    adv_norm (group: group)."""
+    reward_norm_mean_leave1out: bool = False
+    """Leave-one-out group mean (RLOO, Ahmadian et al. 2024; AReaL ``reward_norm.mean_leave1out``)."""
+    overlong_reward_penalty: bool = False
+    """DAPO overlong reward shaping (AReaL's key): reward -= factor * (len - (max_new_tokens - overlong_tokens)) /
+    overlong_tokens for responses longer than max_new_tokens - overlong_tokens."""
+    overlong_tokens: int = 0
+    """The penalised tail, tokens (AReaL ``overlong_tokens``); 0: a fifth of rollout.max_new_tokens (DAPO's 4096 of
+    20480)."""
+    overlong_penalty_factor: float = 1.0
+    """The penalty at max_new_tokens (AReaL ``overlong_penalty_factor``)."""
     reward_bias: float = 0.0
     """Reward shaping before advantages (AReaL actor): clip((r + reward_bias) * reward_scaling, +-max_reward_clip)."""
     reward_scaling: float = 1.0

@@ -41,7 +41,8 @@ class TrainConfig:
 
     def validate(self, source: str = "config", lines: dict[str, int] | None = None,
                  where: dict[str, str] | None = None) -> None:
-        """Check types of enumerations (``Literal``) and value ranges (:func:`areal_cli.config.validate.validate`).
+        """Fill the keys ``ppo.algorithm``'s preset sets and the config leaves unset, then check types of
+        enumerations (``Literal``) and value ranges (:func:`areal_cli.config.validate.validate`).
 
         Args:
             source: where the values come from (a file path or "overrides").
@@ -50,8 +51,10 @@ class TrainConfig:
         Raises:
             UserError: ``source:line: field 'section.key': why (got value)``.
         """
+        from areal_cli.config.algorithms import fill_algorithm
         from areal_cli.config.validate import validate
 
+        fill_algorithm(self)  # ppo.algorithm's preset fills the keys not set (areal_cli.config.algorithms)
         validate(self, source, lines, where)
 
     def copy(self) -> TrainConfig:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import typing
 from typing import Any
 
+from areal_cli.config.algorithms import check_algorithm
 from areal_cli.config.cpus import parse_cpu_list
 from areal_cli.config.keys import KEYS, get_value
 from areal_cli.config.sections import RolloutSection
@@ -151,6 +152,7 @@ def validate(cfg: Any, source: str = "config", lines: dict[str, int] | None = No
         raise bad("task.workflow_args", "must be a mapping of argument names to values")
     if r.batch_size % p.n_minibatches:
         raise bad("ppo.n_minibatches", f"must divide rollout.batch_size={r.batch_size}")
+    check_algorithm(cfg, bad)  # the ppo algorithm keys (areal_cli.config.algorithms)
     for name in ("parallel.trainer_cpus", "parallel.server_cpus", "parallel.controller_cpus"):
         try:
             parse_cpu_list(v(name))

@@ -95,3 +95,99 @@ def global_normalized_token_advantages(
         return torch.zeros_like(token_advantages)
     out = (a - mean) / (std + eps) * m
     return out.to(token_advantages.dtype)
+
+
+NORM_LEVELS = ("group", "batch", "none")
+
+
+def _group_stats(r: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per sample: its group's reward sum, size and biased std ([N] each, float64)."""
+    n_groups = int(group_ids.max()) + 1
+    sums = torch.zeros(n_groups, dtype=r.dtype).index_add_(0, group_ids, r)
+    sizes = torch.zeros(n_groups, dtype=r.dtype).index_add_(0, group_ids, torch.ones_like(r))
+    mean = sums / sizes
+    sq = torch.zeros(n_groups, dtype=r.dtype).index_add_(0, group_ids, (r - mean[group_ids]) ** 2)
+    return sums[group_ids], sizes[group_ids], (sq / sizes).sqrt()[group_ids]
+
+
+def reward_norm_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, mean_level: str = "group",
+                           std_level: str = "group", leave1out: bool = False, eps: float = 1e-5) -> torch.Tensor:
+    """Sample advantages by AReaL's ``reward_norm: {mean_level, mean_leave1out, std_level}`` rule
+    (``areal/api/cli_args.py:NormConfig``; ``areal/utils/functional`` ``Normalization``):
+    ``A_i = (r_i - b_i) / (std + eps)``.
+
+    * baseline b_i: ``group`` mean of i's group (Shao et al. 2024, GRPO); with ``leave1out`` the mean of the
+      group's *other* samples, ``(sum_g - r_i) / (n_g - 1)`` (RLOO: Ahmadian et al. 2024, "Back to Basics:
+      Revisiting REINFORCE Style Optimization for Learning from Human Feedback", §3.2 eq. 9); ``batch`` mean of
+      all samples; ``none``: 0.
+    * scale: ``group`` biased std of i's group (GRPO, as :func:`group_normalized_advantages`); ``batch`` biased std
+      of all the batch's rewards (LitePPO: Liu et al. 2025, "Part I: Tricks or Traps? A Deep Dive into RL for LLM
+      Reasoning", §4.1: group mean, batch std); ``none``: no division (Dr.GRPO: Liu et al. 2025, "Understanding
+      R1-Zero-Like Training", §3.2). The biased std is the kit's (AReaL's ``std_unbiased`` default is True).
+
+    Zero-variance ("dead") groups: with a group baseline their samples get exactly 0 (b_i = r_i, also
+    leave-one-out); with a ``batch`` baseline they keep ``r - batch mean`` (they carry signal against the batch).
+    A batch whose rewards all agree gives 0 everywhere under a batch std.
+
+    Args:
+        rewards: [N] shaped rewards, one per sample. group_ids: [N] long, the group of each sample (0..G-1).
+        mean_level, std_level: in :data:`NORM_LEVELS`. leave1out: needs ``mean_level == "group"`` and groups of
+        at least 2. eps: added to the std.
+    Returns:
+        [N] advantages in ``rewards``' dtype (computed in float64).
+    Raises:
+        ValueError: an unknown level, leave1out with another mean level or a group of one, non-finite rewards.
+    """
+    if mean_level not in NORM_LEVELS or std_level not in NORM_LEVELS:
+        raise ValueError(f"mean_level and std_level must be in {NORM_LEVELS}, got {mean_level!r}, {std_level!r}")
+    if rewards.dim() != 1 or group_ids.shape != rewards.shape:
+        raise ValueError(f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} must be [N] each")
+    if not torch.isfinite(rewards).all():
+        raise ValueError("rewards contain NaN or inf")
+    r, g = rewards.to(torch.float64), group_ids.long()
+    g_sum, g_size, g_std = _group_stats(r, g)
+    if leave1out and (mean_level != "group" or bool((g_size < 2).any())):
+        raise ValueError("leave1out needs mean_level 'group' and groups of at least 2 samples")
+    if mean_level == "group":
+        base = (g_sum - r) / (g_size - 1) if leave1out else g_sum / g_size
+    else:
+        base = r.mean().expand_as(r) if mean_level == "batch" else torch.zeros_like(r)
+    adv = r - base
+    if std_level == "group":
+        adv = adv / (g_std + eps)
+    elif std_level == "batch":
+        std = r.std(unbiased=False)
+        adv = torch.zeros_like(adv) if std < ZERO_STD_TOL else adv / (std + eps)
+    if mean_level == "group":
+        adv = torch.where(g_std < ZERO_STD_TOL, torch.zeros_like(adv), adv)
+    return adv.to(rewards.dtype)
+
+
+def zero_std_group_fraction(rewards: torch.Tensor, group_ids: torch.Tensor) -> float:
+    """Share of groups whose rewards ([N], groups by ``group_ids`` [N]) have a std below :data:`ZERO_STD_TOL`
+    ("dead" groups: zero advantage under a group baseline)."""
+    r, g = rewards.to(torch.float64), group_ids.long()
+    _, _, g_std = _group_stats(r, g)
+    n_groups = int(g.max()) + 1
+    dead = torch.zeros(n_groups, dtype=torch.bool)
+    dead[g] = g_std < ZERO_STD_TOL
+    return float(dead.double().mean())
+
+
+def overlong_penalty(lengths: torch.Tensor, max_new_tokens: int, overlong_tokens: int,
+                     factor: float = 1.0) -> torch.Tensor:
+    """DAPO's soft overlong punishment (Yu et al. 2025, DAPO §3.4 eq. 13; AReaL
+    ``areal/utils/functional/functional.py:reward_overlong_penalty``), added to the raw reward:
+    ``min(-(len - (L_max - L_cache)) / L_cache * factor, 0)``: 0 up to ``L_max - L_cache`` tokens, then linear
+    down to ``-factor`` at ``L_max``.
+
+    Args:
+        lengths: [N] response tokens (loss tokens) per sample. max_new_tokens: L_max. overlong_tokens: L_cache
+            (> 0). factor: the penalty at L_max.
+    Returns:
+        [N] float penalties (<= 0).
+    """
+    if overlong_tokens <= 0:
+        raise ValueError(f"overlong_tokens must be > 0, got {overlong_tokens}")
+    exceed = lengths.to(torch.float64) - (max_new_tokens - overlong_tokens)
+    return (-exceed / overlong_tokens * factor).clamp(max=0.0).to(torch.float32)

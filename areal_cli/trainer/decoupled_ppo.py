@@ -32,6 +32,17 @@ Off-policy corrections of the behaviour weight ``w`` (``ppo.behav_imp_weight_mod
 * ``sequence_truncate``: ``w := min(w_seq, cap)`` per sequence (AReaL's ``sequence_truncate``).
 * ``disabled``: ``w := 1`` (the behaviour policy is ignored: PPO against the proximal policy only).
 
+Algorithm keys (``ppo.*``, :mod:`areal_cli.config.algorithms`; the pieces in :mod:`areal_cli.trainer.loss_terms`,
+with their sources): ``eps_clip_higher`` clips u to ``[1 - eps, 1 + eps_high]`` (DAPO §3.1, Yu et al. 2025);
+``c_clip`` bounds the loss of A < 0 tokens by ``c |A|`` (dual clip, Ye et al. 2020); ``importance_sampling_level:
+sequence`` replaces u_t by GSPO's ``s_i = exp(mean_t log u_t)`` (Zheng et al. 2025, eq. 7) and A_t by the sequence
+mean of A; ``loss_fn: cispo`` replaces the clipped objective by ``sg(clip(u)) A log pi_theta`` (MiniMax-M1 2025
+eq. 4); ``loss_agg_mode`` picks the normaliser (token-mean above; seq-mean-token-mean; seq-mean-token-sum-norm).
+Each keeps the behaviour weight w as a factor, so it combines with the decoupled loss and eta > 0: GSPO with a
+*token* weight w_t is refused (the config's check), since sum_t w_t f(s_i) weighs the sequence by the arithmetic
+mean of its token weights, which is no importance weight of the sequence; the sequence modes give the sequence one
+weight, the length-normalised (geometric-mean) sequence likelihood ratio, as GSPO's s_i is for pi_theta / pi_prox.
+
 Naive PPO (proximal := behaviour, ``ppo.recompute_proximal: false``) makes ``w = 1`` by construction. Its ratio is
 then ``pi_theta / pi_behav``, which at ``theta = theta_prox`` (the first minibatch of a step) equals the decoupled
 ``w``: with one minibatch per step the two gradients differ only on the tokens naive PPO clips.
@@ -43,6 +54,10 @@ from dataclasses import dataclass
 
 import torch
 
+from areal_cli.trainer.loss_terms import (LOSS_AGG_MODES, aggregate, cispo_loss_terms, dual_clip,
+                                          sequence_level_ratio, sequence_mean)
+
+__all__ = ["BEHAV_IMP_WEIGHT_MODES", "DecoupledPPOConfig", "behaviour_weights", "decoupled_ppo_loss", "sequence_mean"]
 
 BEHAV_IMP_WEIGHT_MODES = ("token_mask", "token_truncate", "sequence_mask", "sequence_truncate", "disabled")
 
@@ -58,16 +73,36 @@ class DecoupledPPOConfig:
             None disables the bound.
         behav_imp_weight_mode: one of :data:`BEHAV_IMP_WEIGHT_MODES` (see the module docstring).
         behav_imp_weight_lower: lower bound for the mask modes (IcePop's alpha, e.g. 0.5); None: no lower bound.
+        eps_clip_higher: upper clip range (DAPO clip-higher); None: ``eps_clip``.
+        c_clip: dual clip (> 1); None: off.
+        importance_sampling_level: ``token`` or ``sequence`` (GSPO).
+        loss_fn: ``ppo`` or ``cispo``.
+        loss_agg_mode: one of :data:`~areal_cli.trainer.loss_terms.LOSS_AGG_MODES`.
+        loss_agg_norm_tokens: Dr.GRPO's constant for ``seq-mean-token-sum-norm`` (rollout.max_new_tokens).
     Raises:
-        ValueError: an unknown mode, a cap <= 1 with a mask/truncate mode, or a lower bound outside (0, 1).
+        ValueError: an unknown mode, a cap <= 1 with a mask/truncate mode, or a lower bound outside (0, 1), a
+            c_clip <= 1, an unknown level, loss or aggregation.
     """
 
     eps_clip: float = 0.2
     behav_imp_weight_cap: float | None = 5.0
     behav_imp_weight_mode: str = "token_mask"
     behav_imp_weight_lower: float | None = None
+    eps_clip_higher: float | None = None
+    c_clip: float | None = None
+    importance_sampling_level: str = "token"
+    loss_fn: str = "ppo"
+    loss_agg_mode: str = "token-mean"
+    loss_agg_norm_tokens: int = 0
 
     def __post_init__(self) -> None:
+        if self.c_clip is not None and not self.c_clip > 1.0:
+            raise ValueError(f"c_clip must be > 1 (or None), got {self.c_clip}")
+        for name, value, allowed in (("importance_sampling_level", self.importance_sampling_level, ("token", "sequence")),
+                                     ("loss_fn", self.loss_fn, ("ppo", "cispo")),
+                                     ("loss_agg_mode", self.loss_agg_mode, LOSS_AGG_MODES)):
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
         if self.behav_imp_weight_mode not in BEHAV_IMP_WEIGHT_MODES:
             raise ValueError(f"behav_imp_weight_mode must be one of {', '.join(BEHAV_IMP_WEIGHT_MODES)}, "
                              f"got {self.behav_imp_weight_mode!r}")
@@ -79,29 +114,6 @@ class DecoupledPPOConfig:
             if not self.behav_imp_weight_mode.endswith("_mask"):
                 raise ValueError("behav_imp_weight_lower applies to the mask modes only "
                                  f"(behav_imp_weight_mode is {self.behav_imp_weight_mode!r})")
-
-
-def sequence_mean(values: torch.Tensor, mask: torch.Tensor, sequence_ids: torch.Tensor | None) -> torch.Tensor:
-    """Per-token mean of ``values`` over the masked tokens of the token's sequence.
-
-    Args:
-        values: [B, T] floats.
-        mask: [B, T] bool, tokens that count.
-        sequence_ids: [B, T] long, which sequence of its row a token belongs to (packed rows: the segment id,
-            -1 on padding); None: one sequence per row.
-    Returns:
-        [B, T]: for each token, the mean of ``values`` over the masked tokens of its sequence (0 for a sequence
-        with no masked token).
-    """
-    B, T = values.shape
-    seg = torch.zeros_like(values, dtype=torch.long) if sequence_ids is None else sequence_ids.clamp(min=0).long()
-    n_seg = int(seg.max()) + 1 if seg.numel() else 1
-    key = torch.arange(B, device=values.device).unsqueeze(1) * n_seg + seg  # [B, T] global sequence index
-    m = mask.to(values.dtype)
-    sums = torch.zeros(B * n_seg, dtype=values.dtype, device=values.device).index_add_(0, key.flatten(), (values * m).flatten())
-    counts = torch.zeros(B * n_seg, dtype=values.dtype, device=values.device).index_add_(0, key.flatten(), m.flatten())
-    mean = sums / counts.clamp(min=1.0)
-    return mean[key]
 
 
 def behaviour_weights(
@@ -152,8 +164,10 @@ def decoupled_ppo_loss(
     n_valid_tokens_global: int | float,
     config: DecoupledPPOConfig = DecoupledPPOConfig(),
     sequence_ids: torch.Tensor | None = None,
+    n_sequences_global: int | float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Decoupled PPO loss for one micro-batch, normalised by the global valid-token count.
+    """Decoupled PPO loss for one micro-batch, normalised by the global valid-token count (``token-mean``; the
+    other ``config.loss_agg_mode``s: :func:`~areal_cli.trainer.loss_terms.aggregate`).
 
     Args:
         logprobs: [B, T] log pi_theta of the sampled tokens (with grad).
@@ -165,11 +179,13 @@ def decoupled_ppo_loss(
         config: clip eps and the behaviour-weight correction (mode, cap, lower bound).
         sequence_ids: [B, T] sequence of each token within its row, for packed rows and the sequence modes
             (None: one sequence per row).
+        n_sequences_global: sequences with a loss token in the global batch (the ``seq-*`` aggregation modes).
 
     Returns:
         (loss, stats): ``loss`` is a scalar = sum over this micro-batch's tokens / n_valid_tokens_global,
         so summing micro-batch losses gives the global token mean. ``stats`` holds token counts (not
-        normalised): ``n_tokens``, ``n_clipped``, ``n_iw_capped`` (loss tokens the correction masked out),
+        normalised): ``n_tokens``, ``n_clipped`` (CISPO: weights clipped), ``n_dual_clipped`` (tokens the dual clip
+        bound), ``n_iw_capped`` (loss tokens the correction masked out),
         ``n_iw_truncated`` (weights truncated), and ``imp_weight_sum`` / ``imp_weight_max`` of the weights
         applied, for logging.
 
@@ -197,21 +213,35 @@ def decoupled_ppo_loss(
 
     # u_t = pi_theta / pi_prox, zero log-ratio on masked tokens so exp() never overflows there.
     log_ratio = torch.where(mask, logprobs - prox, torch.zeros_like(logprobs))
+    if config.importance_sampling_level == "sequence":  # GSPO: u_t := s_i, A_t := mean_t A (loss_terms)
+        log_ratio, adv = sequence_level_ratio(log_ratio, adv, mask, sequence_ids)
     ratio = torch.exp(log_ratio)
-    clipped = torch.clamp(ratio, 1.0 - config.eps_clip, 1.0 + config.eps_clip)
-    pg_loss = torch.maximum(-adv * ratio, -adv * clipped)
+    high = config.eps_clip if config.eps_clip_higher is None else config.eps_clip_higher
+    clipped = torch.clamp(ratio, 1.0 - config.eps_clip, 1.0 + high)
+    dual = torch.zeros_like(mask)
+    if config.loss_fn == "cispo":
+        pg_loss = cispo_loss_terms(logprobs, clipped, adv)
+    else:
+        pg_loss = torch.maximum(-adv * ratio, -adv * clipped)
+        if config.c_clip is not None:
+            pg_loss, dual = dual_clip(pg_loss, adv, config.c_clip)
 
     # w_t = pi_prox / pi_behav after the off-policy correction (masked-out tokens: weight 0).
     weight, kept, truncated = behaviour_weights(prox, behav, mask, config, sequence_ids)
 
     per_token = torch.where(mask, pg_loss * weight, torch.zeros_like(pg_loss))
-    loss = per_token.sum() / float(n_valid_tokens_global)
+    loss = aggregate(per_token, mask, config.loss_agg_mode, n_valid_tokens_global, n_sequences_global,
+                     config.loss_agg_norm_tokens, sequence_ids)
 
     with torch.no_grad():
-        was_clipped = mask & ((-adv * clipped) > (-adv * ratio))
+        if config.loss_fn == "cispo":
+            was_clipped = mask & (clipped != ratio)
+        else:
+            was_clipped = mask & ((-adv * clipped) > (-adv * ratio))
         stats = {
             "n_tokens": float(mask.sum()),
             "n_clipped": float(was_clipped.sum()),
+            "n_dual_clipped": float((mask & dual).sum()),
             "n_iw_capped": float((mask & ~kept).sum()),
             "n_iw_truncated": float(truncated.sum()),
             "imp_weight_sum": float(weight[mask].sum()) if mask.any() else 0.0,

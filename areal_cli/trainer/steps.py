@@ -20,6 +20,9 @@ from areal_cli.trainer.advantages import (
     broadcast_to_tokens,
     global_normalized_token_advantages,
     group_normalized_advantages,
+    overlong_penalty,
+    reward_norm_advantages,
+    zero_std_group_fraction,
 )
 from areal_cli.trainer.batch import TrainBatch, build_train_batch
 from areal_cli.trainer.decoupled_ppo import DecoupledPPOConfig, decoupled_ppo_loss
@@ -93,11 +96,29 @@ def kv_versions(versions: list[int]) -> list[int]:
     return [v if v < 0 or v == first else MIXED_KV_VERSION for v in versions]
 
 
+def reward_norm_levels(ppo) -> tuple[str, str, bool] | None:
+    """The sample-level advantage rule ``(mean_level, std_level, leave1out)`` of the ``ppo`` settings, or None for
+    ``ppo.adv_norm: global`` (token-level normalisation over the batch). ``ppo.reward_norm_*`` left "" follow
+    ``ppo.adv_norm: group`` (group mean and std: GRPO)."""
+    if ppo.adv_norm == "global":
+        return None
+    return ppo.reward_norm_mean_level or "group", ppo.reward_norm_std_level or "group", ppo.reward_norm_mean_leave1out
+
+
 def make_train_batch(groups: list[Group], cfg, pad_id: int) -> TrainBatch:
-    """Pack groups into a right-padded TrainBatch with per-token advantages.
+    """Pack groups into a right-padded TrainBatch with per-token advantages (:func:`_batch_and_rewards`)."""
+    return _batch_and_rewards(groups, cfg, pad_id)[0]
+
+
+def _batch_and_rewards(groups: list[Group], cfg, pad_id: int) -> tuple[TrainBatch, torch.Tensor, torch.Tensor]:
+    """Pack groups into a right-padded TrainBatch with per-token advantages; also the shaped rewards [N] and the
+    group of each sample [N].
 
     Advantages: group normalisation (GRPO) of the shaped rewards (:func:`shaped_rewards`), or rewards
-    broadcast to tokens and normalised over all valid tokens of the batch (``ppo.adv_norm = global``).
+    broadcast to tokens and normalised over all valid tokens of the batch (``ppo.adv_norm = global``), or the
+    ``ppo.reward_norm_*`` rule (:func:`reward_norm_levels`, :func:`~areal_cli.trainer.advantages.reward_norm_advantages`:
+    Dr.GRPO, RLOO, LitePPO). With ``ppo.overlong_reward_penalty`` DAPO's length penalty is added to the raw
+    rewards first (:func:`~areal_cli.trainer.advantages.overlong_penalty`, AReaL's order: before bias and scaling).
     Groups may differ in size (a workflow decides how many samples an episode has); group normalisation
     is then per group. A sample's own ``loss_mask`` (the concatenated multi-turn / agent layout) is written
     into the batch, so its environment and template tokens get loss mask 0 and advantage 0. With
@@ -110,32 +131,43 @@ def make_train_batch(groups: list[Group], cfg, pad_id: int) -> TrainBatch:
           getattr(s, "loss_mask", None)) for s in samples], pad_id=pad_id
     )
     sizes = {len(g.samples) for g in groups}
-    if cfg.ppo.adv_norm == "group":
+    p = cfg.ppo
+    group_ids = torch.tensor([i for i, g in enumerate(groups) for _ in g.samples], dtype=torch.long)
+    raw = torch.tensor([s.reward for s in samples], dtype=torch.float32)
+    if p.overlong_reward_penalty:
+        tail = p.overlong_tokens or max(1, cfg.rollout.max_new_tokens // 5)
+        raw = raw + overlong_penalty(batch.loss_mask.sum(dim=1), cfg.rollout.max_new_tokens, tail,
+                                     p.overlong_penalty_factor)
+    levels = reward_norm_levels(p)
+    if levels is not None and levels != ("group", "group", False):
+        adv = reward_norm_advantages(shaped_rewards(raw, cfg), group_ids, *levels)
+        batch.advantages = broadcast_to_tokens(adv, batch.loss_mask)
+    elif levels is not None:  # GRPO: today's group normalisation
         if len(sizes) == 1:
-            raw = torch.tensor([[s.reward for s in g.samples] for g in groups], dtype=torch.float32)
-            adv = group_normalized_advantages(shaped_rewards(raw, cfg)).flatten()
+            adv = group_normalized_advantages(shaped_rewards(raw.view(len(groups), -1), cfg)).flatten()
         else:
-            adv = torch.cat([group_normalized_advantages(shaped_rewards(
-                torch.tensor([[s.reward for s in g.samples]], dtype=torch.float32), cfg)).flatten() for g in groups])
+            adv = torch.cat([group_normalized_advantages(shaped_rewards(raw[group_ids == i][None], cfg)).flatten()
+                             for i in range(len(groups))])
         batch.advantages = broadcast_to_tokens(adv, batch.loss_mask)
     else:
-        raw = torch.tensor([s.reward for s in samples], dtype=torch.float32)
         batch.advantages = global_normalized_token_advantages(
             broadcast_to_tokens(shaped_rewards(raw, cfg), batch.loss_mask), batch.loss_mask)
-    return batch
+    return batch, shaped_rewards(raw, cfg), group_ids
 
 
 def train_on_groups(engine, groups: list[Group], cfg, pad_id: int, trainer_version: int | None = None) -> dict:
     """One RL training step in the trainer: :func:`make_train_batch` then :func:`ppo_update`. Returns
     ppo_update's stats plus ``tokens`` (prompt + response tokens of the batch), ``response_tokens`` and
     ``batch_s`` (seconds building the batch). ``trainer_version``: the policy version the trainer's weights
-    hold (for the engine-vs-trainer mismatch of :func:`off_policy_diagnostics`)."""
+    hold (for the engine-vs-trainer mismatch of :func:`off_policy_diagnostics`). ``zero_std_group_frac``: the share
+    of groups whose shaped rewards all agree ("dead" groups, :mod:`areal_cli.trainer.loss_terms` for how they
+    count in the loss), a metric of every step."""
     t0 = time.monotonic()
-    batch = make_train_batch(groups, cfg, pad_id)
+    batch, rewards, group_ids = _batch_and_rewards(groups, cfg, pad_id)
     batch_s = time.monotonic() - t0
     stats = ppo_update(engine, batch, cfg, trainer_version=trainer_version)
     return {**stats, "tokens": float(batch.attention_mask.sum()), "response_tokens": float(batch.loss_mask.sum()),
-            "batch_s": batch_s}
+            "batch_s": batch_s, "zero_std_group_frac": zero_std_group_fraction(rewards, group_ids)}
 
 
 #: Engine-vs-trainer logprob mismatch above this, in float32, is a bug (the same weights must give the same
@@ -257,12 +289,18 @@ def ppo_update(engine, batch: TrainBatch, cfg, trainer_version: int | None = Non
     if source != "reuse":
         diagnostics = off_policy_diagnostics(diagnosed, trainer_version, source == "recompute", float32)
     seen: list[TrainBatch] = []  # reuse: the (micro-)batches loss_fn saw, with their proximal logprobs
-    loss_cfg = DecoupledPPOConfig(cfg.ppo.eps_clip, cfg.ppo.behav_imp_weight_cap,
-                                  cfg.ppo.behav_imp_weight_mode, cfg.ppo.behav_imp_weight_lower or None)
-    totals: dict[str, float] = {"n_tokens": 0.0, "n_clipped": 0.0, "n_iw_capped": 0.0, "n_iw_truncated": 0.0}
+    p = cfg.ppo
+    loss_cfg = DecoupledPPOConfig(p.eps_clip, p.behav_imp_weight_cap, p.behav_imp_weight_mode,
+                                  p.behav_imp_weight_lower or None, eps_clip_higher=p.eps_clip_higher,
+                                  c_clip=p.c_clip, importance_sampling_level=p.importance_sampling_level,
+                                  loss_fn=p.loss_fn, loss_agg_mode=p.loss_agg_mode,
+                                  loss_agg_norm_tokens=cfg.rollout.max_new_tokens)
+    totals: dict[str, float] = {"n_tokens": 0.0, "n_clipped": 0.0, "n_dual_clipped": 0.0, "n_iw_capped": 0.0,
+                                "n_iw_truncated": 0.0}
     out: dict[str, float] = {}
     for mb, micro in plan:
         n_valid = max(mb.n_loss_tokens, 1)
+        n_seqs = max(int((mb.loss_mask.sum(dim=1) > 0).sum()), 1)  # rows of a minibatch are its sequences
 
         def loss_fn(lp: torch.Tensor, m: TrainBatch) -> torch.Tensor:
             if source == "reuse":
@@ -270,7 +308,8 @@ def ppo_update(engine, batch: TrainBatch, cfg, trainer_version: int | None = Non
                 seen.append(m)
             seq_ids = m.segment_ids[:, 1:] if m.segment_ids is not None else None
             loss, st = decoupled_ppo_loss(lp, m.proximal_logprobs, m.behaviour_logprobs, m.advantages,
-                                          m.loss_mask, n_valid, loss_cfg, sequence_ids=seq_ids)
+                                          m.loss_mask, n_valid, loss_cfg, sequence_ids=seq_ids,
+                                          n_sequences_global=n_seqs)
             for k in totals:
                 totals[k] += st[k]
             return loss
@@ -281,6 +320,7 @@ def ppo_update(engine, batch: TrainBatch, cfg, trainer_version: int | None = Non
     _sum_over_data_parallel(totals)
     n = max(totals["n_tokens"], 1.0)
     return {"loss": out["loss"], "grad_norm": out["grad_norm"], "clip_frac": totals["n_clipped"] / n,
+            "dual_clip_frac": totals["n_dual_clipped"] / n,
             "iw_capped_frac": totals["n_iw_capped"] / n, "iw_truncated_frac": totals["n_iw_truncated"] / n,
             **diagnostics, "n_micro_batches": float(sum(len(m) for _, m in plan)),
             "cpu_s": time.thread_time() - cpu0}

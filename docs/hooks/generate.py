@@ -119,6 +119,13 @@ def settings_page() -> str:
     for sec, cls in SECTIONS.items():
         out += [f"## `{sec}`", "", escape_html(plain_text(cls.__doc__ or "")), ""]
         out += table([k for k in KEYS if k.startswith(sec + ".")]) + [""]
+        if sec == "ppo":  # what each ppo.algorithm preset fills (areal_cli.config.algorithms)
+            from areal_cli.config.algorithms import ALGORITHMS
+
+            out += ["`ppo.algorithm` presets fill the keys a recipe and `-o` leave unset:", "",
+                    "| preset | sets |", "|---|---|"]
+            out += [f"| `{name}` | " + (", ".join(f"`{k}: {v}`" for k, v in vals.items()) or "nothing (today's "
+                                        "defaults)") + " |" for name, vals in ALGORITHMS.items()] + [""]
     return "\n".join(out)
 
 
