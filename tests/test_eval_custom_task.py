@@ -8,6 +8,7 @@ weights on its held-out records."""
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -137,6 +138,10 @@ def test_yaml_task_with_a_reward_grader_is_scored_by_it_and_regraded(tmp_path, t
     again = run_regrade(out / "samples.jsonl", tmp_path / "regrade", datasets=str(task), show_progress=False)
     assert {k: again["my-task"][k] for k in ("pass@1", "pass@2", "mean_reward")} == \
         {k: m[k] for k in ("pass@1", "pass@2", "mean_reward")}
+    # without --data: the task is named from the results.json beside the file
+    with pytest.raises(UserError, match=r"samples.jsonl:1: field 'dataset': unknown benchmark 'my-task'; it is the "
+                                        r"task .*my-task.yaml \(results.json beside the file\): pass --data "):
+        run_regrade(out / "samples.jsonl", tmp_path / "regrade2", show_progress=False)
 
 
 @pytest.mark.multiproc
@@ -187,11 +192,22 @@ def _bad(tmp_path: Path, name: str) -> tuple[Path, str]:
     if name == "template field":
         return reward_task(root, prompt_template="Q: {questoin}"), \
             "{root}/test.jsonl:1: field 'questoin' missing (task my-task.yaml: prompt_template)"
+    if name == "grader cannot take the fields":  # score() needs 'unit', the second record has none
+        task = reward_task(root, prompt_template=None)
+        write_jsonl(root / "test.jsonl", [{"qid": "a", "question": "q", "answer": "1", "unit": "kg"},
+                                          {"qid": "b", "question": "q", "answer": "1"}])
+        return task, "{root}/test.jsonl:2: task my-task.yaml: grader: {root}/rewards.py:score(prompt, completion, " \
+                     "prompt_ids, completion_ids, *, answer, unit, **fields) cannot take the record's fields"
+    if name == "async grader":
+        task = reward_task(root, grader="rewards.py:judge")
+        (root / "rewards.py").write_text("async def judge(prompt, completion, prompt_ids, completion_ids, **f):\n"
+                                         "    return 1.0\n")
+        return task, "my-task.yaml:6: field 'grader': {root}/rewards.py:judge is an async function"
     raise AssertionError(name)
 
 
 BAD = ["missing records", "missing answer", "missing prompt", "unknown grader", "grader does not import",
-       "grader signature", "unknown key", "template field"]
+       "grader signature", "unknown key", "template field", "grader cannot take the fields", "async grader"]
 
 
 @pytest.mark.parametrize("name", BAD)
@@ -208,7 +224,7 @@ def test_bad_task_is_one_line_before_any_model_and_writes_nothing(tmp_path, name
 
 def test_missing_records_file_and_unknown_name_are_one_line(tmp_path):
     res = CliRunner().invoke(main, ["eval", "--data", str(tmp_path / "gone.jsonl"), "--out", str(tmp_path / "o")])
-    one_line_error(res, f"{tmp_path / 'gone.jsonl'}: file not found (option '--data': a task file)")
+    one_line_error(res, f"{tmp_path / 'gone.jsonl'}: file not found (option '--data': a records file)")
     res = CliRunner().invoke(main, ["eval", "--data", "my-task", "--data-dir", str(tmp_path), "--out",
                                     str(tmp_path / "o")])
     one_line_error(res, "unknown dataset 'my-task'; known datasets: aime24", f"{tmp_path}/my-task.yaml")
@@ -286,12 +302,16 @@ def test_a_training_task_is_written_as_an_eval_task_with_its_command(tmp_path):
                            id_field="", reward_spec=f"{tmp_path / 'rewards.py'}:score", code_dir=str(tmp_path),
                            workflow_spec="areal_cli.workflows.rlvr:RLVRWorkflow", dataset="d.jsonl")
     cfg = SimpleNamespace(recipe="mine", loop=SimpleNamespace(eval_temperature=0.0, eval_n_samples=1),
-                          rollout=SimpleNamespace(max_new_tokens=6))
+                          rollout=SimpleNamespace(max_new_tokens=6, top_p=1.0, top_k=-1))
     run = tmp_path / "run"
     command, why = heldout_eval_command(task, cfg, run, run / "weights" / "v3")
     yaml_path = run / "eval-task" / "mine-heldout.yaml"
     assert why == "" and command == (f"areal eval --model {run / 'weights' / 'v3'} --data {yaml_path} --protocol "
-                                     f"chat-template --temperature 0 -n 1 --max-new-tokens 6 --out {run / 'eval-final'}")
+                                     f"chat-template --temperature 0 --top-p 1 --top-k -1 -n 1 --max-new-tokens 6 "
+                                     f"--out {run / 'eval-final'}")
+    spaced = tmp_path / "st run"  # pasted into a shell, the printed command works as printed
+    command, _ = heldout_eval_command(task, cfg, spaced, spaced / "weights" / "v3")
+    assert shlex.split(command)[3] == str(spaced / "weights" / "v3")
     spec, problems, _ = load_task_with_report(yaml_path)
     assert [p.id for p in problems] == ["d.jsonl:3", "d.jsonl:7"] and spec.kind == "reward"
     assert problems[0].problem == "2+2" and problems[0].fields["unit"] == "kg"

@@ -131,7 +131,7 @@ def test_malformed_json_line_names_file_and_line(tmp_path):
     f = write(tmp_path / "aime24.jsonl", ['{"id": 1, "problem": "p", "answer": "1"}', "", '{"id": 2, "problem": "p",'])
     assert one_line_error(load_dataset, "aime24", tmp_path).startswith(f"{f}:3: malformed JSON: ")
     write(f, ["[1, 2]"])
-    assert one_line_error(load_dataset, "aime24", tmp_path) == f"{f}:1: expected a JSON object, got list"
+    assert one_line_error(load_dataset, "aime24", tmp_path) == f"{f}:1: expected a JSON object, got list (JSON Lines: one object per line)"
 
 
 def test_record_without_answer_or_problem_names_the_field(tmp_path):

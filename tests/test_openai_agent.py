@@ -216,6 +216,9 @@ def test_a_request_samples_at_the_runs_settings_and_other_settings_are_refused_n
             run_sampling(ChatRequest(msgs, **kw), base)
         assert e.value.status == 400 and e.value.param == param and "rollout." + param in e.value.message
         assert "leave '" + param + "' out" in e.value.message
+        # a held-out evaluation trains on nothing: the agent's own settings are used there
+        assert run_sampling(ChatRequest(msgs, **kw), base, evaluating=True)[param] == kw[param]
+    assert run_sampling(ChatRequest(msgs), base, evaluating=True) == {"temperature": 0.6, "top_p": 1.0, "top_k": -1}
 
     engine = Scripted([[tok.eos_token_id]])
 

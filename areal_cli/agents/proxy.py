@@ -64,7 +64,7 @@ log = logging.getLogger("areal.agents.proxy")
 EXPORT_STYLES = ("concat", "individual")
 
 
-def run_sampling(req: Any, base: Any) -> dict[str, Any]:
+def run_sampling(req: Any, base: Any, *, evaluating: bool = False) -> dict[str, Any]:
     """The sampling of one proxied request: the run's (``base``, the episode's
     :class:`~areal_cli.rollout.protocol.SamplingParams`: ``rollout.temperature``, top_p 1, top_k off).
 
@@ -76,16 +76,24 @@ def run_sampling(req: Any, base: Any) -> dict[str, Any]:
     where the true ratio is below 1, and another temperature would train on samples from a policy the loss does
     not model.
 
+    A held-out evaluation trains on nothing: there the agent's own settings are used as asked (values left out
+    are the evaluation's: ``loop.eval_temperature``).
+
     Args:
         req: the parsed :class:`~areal_cli.agents.openai_schema.ChatRequest`.
         base: the episode's sampling parameters.
+        evaluating: the episode is a held-out evaluation (:attr:`EpisodeClient.evaluating
+            <areal_cli.rollout.episode.EpisodeClient.evaluating>`).
     Returns:
         ``{"temperature", "top_p", "top_k"}`` for ``dataclasses.replace(base, ...)``.
     Raises:
-        OpenAIError: (400) a temperature, top_p or top_k other than the run's, naming the setting to change.
+        OpenAIError: (400) in a training episode, a temperature, top_p or top_k other than the run's, naming the
+            setting to change.
     """
     asked = {"temperature": req.temperature, "top_p": req.top_p, "top_k": None if req.top_k == -1 else req.top_k}
     run = {"temperature": float(base.temperature), "top_p": float(base.top_p), "top_k": int(base.top_k)}
+    if evaluating:
+        return {k: run[k] if v is None else v for k, v in asked.items()}
     for key, value in asked.items():
         if value is None or (key == "top_k" and run["top_k"] == value) or (key != "top_k"
                                                                             and math.isclose(value, run[key])):
@@ -218,7 +226,8 @@ class AgentSession:
             budget = min(budget, room)
         stops = sorted(set(base.stop_token_ids or []) | set(stop_token_ids(self.tokenizer, req.stop))
                        | {turn_end_token_of(self.tokenizer, self.turn_end_token)[1]})
-        params = dataclasses.replace(base, max_new_tokens=int(budget), **run_sampling(req, base), stop_token_ids=stops,
+        sampling = run_sampling(req, base, evaluating=bool(getattr(self.episode, "evaluating", False)))
+        params = dataclasses.replace(base, max_new_tokens=int(budget), **sampling, stop_token_ids=stops,
                                      seed=req.seed if req.seed is not None else base.seed)
         (comp,) = await self.episode.generate(prompt, n=1, sampling=params)
         if comp.finish_reason == "abort":

@@ -76,20 +76,20 @@ def parse_source(text: str, *, what: str, revision: str = "", split: str = "trai
                             f"(got {revision!r}); pin it so the data cannot change under the run")
         return Source("hf", text, repo=m["repo"], repo_path=m["path"] or "", revision=revision, split=split)
     head = text.rpartition(":")[0]
-    if ":" in text and not Path(text).suffix in SUFFIXES and (is_file_spec(text) or "/" not in head):
+    if ":" in text and Path(text).suffix.lower() not in SUFFIXES and (is_file_spec(text) or "/" not in head):
         check_spec(text, what)
         return Source("function", text)
     p = Path(text).expanduser()
     if not p.is_absolute() and base_dir is not None:
         p = Path(base_dir) / p
     if p.is_dir():
-        files = tuple(sorted(f for f in p.iterdir() if f.suffix in SUFFIXES and f.is_file()))
+        files = tuple(sorted(f for f in p.iterdir() if f.suffix.lower() in SUFFIXES and f.is_file()))
         if not files:
             raise UserError(f"{what}: folder {p} holds no {'/'.join(SUFFIXES)} file")
         return Source("files", text, paths=files)
     if not p.is_file():
         raise UserError(f"{what}: {p} not found")
-    if p.suffix not in SUFFIXES:
+    if p.suffix.lower() not in SUFFIXES:
         raise UserError(f"{what}: {p}: expected a {'/'.join(SUFFIXES)} file")
     return Source("files", text, paths=(p,))
 
@@ -190,7 +190,7 @@ def iter_records(src: Source, *, what: str, split: str = "train", seed: int = 0,
     """
     if src.kind == "files":
         rows: Iterable[tuple[str, dict]] = (r for p in src.paths
-                                            for r in (_parquet_rows(p) if p.suffix == ".parquet" else _json_lines(p)))
+                                            for r in (_parquet_rows(p) if p.suffix.lower() == ".parquet" else _json_lines(p)))
     elif src.kind == "hf":
         rows = _hf_rows(src, what)
     else:

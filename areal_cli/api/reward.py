@@ -42,12 +42,15 @@ def resolve_reward(spec: str, what: str = "field 'task.reward'") -> Callable[...
     """Import the reward function named by ``spec`` and check it can take the four positional arguments.
 
     Raises:
-        UserError: not importable, not callable, or a signature that cannot take
+        UserError: not importable, not callable, an ``async def``, or a signature that cannot take
             ``(prompt, completion, prompt_ids, completion_ids)``.
     """
     fn = load_object(spec, what)
     if not callable(fn):
         raise UserError(f"{what}: {spec} is not callable")
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):
+        raise UserError(f"{what}: {spec} is an async function; a reward is called synchronously in worker "
+                        f"processes: make it a plain def")
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):  # builtins without a signature: trust them

@@ -102,6 +102,13 @@ def check_algorithm(cfg: Any, bad: Callable[[str, str], Exception]) -> None:
                                                     "ppo.reward_norm_mean_level group")
     if p.reward_norm_mean_leave1out and r.group_size < 2:
         raise bad("ppo.reward_norm_mean_leave1out", f"the leave-one-out mean{by} needs rollout.group_size >= 2")
+    if p.kl_ctl < 0:
+        raise bad("ppo.kl_ctl", "must be >= 0 (0: no KL, no reference policy)")
+    par = cfg.parallel
+    if p.kl_ctl > 0 and max(par.data, par.tensor, par.pipeline) > 1:
+        raise bad("ppo.kl_ctl", f"the frozen reference (KL > 0) is kept by the single-process trainer only: needs "
+                                f"parallel.data = parallel.tensor = parallel.pipeline = 1 (they are {par.data}, "
+                                f"{par.tensor}, {par.pipeline}), or ppo.kl_ctl 0")
     if p.overlong_tokens < 0 or p.overlong_tokens > r.max_new_tokens:
         raise bad("ppo.overlong_tokens", f"must be in [0, rollout.max_new_tokens={r.max_new_tokens}] (0: a fifth)")
     if p.overlong_penalty_factor < 0:

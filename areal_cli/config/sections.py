@@ -272,6 +272,15 @@ class PPOSection:
     adv_norm (group: group)."""
     reward_norm_mean_leave1out: bool = False
     """Leave-one-out group mean (RLOO, Ahmadian et al. 2024; AReaL ``reward_norm.mean_leave1out``)."""
+    kl_ctl: float = 0.0
+    """KL to the frozen initial policy (the weights after the warm start; AReaL ``kl_ctl``, verl ``kl_coef`` /
+    ``kl_loss_coef``; :mod:`areal_cli.trainer.kl`); 0: off, no reference is kept."""
+    kl_estimator: Literal["k1", "k2", "k3"] = "k1"
+    """KL estimator (AReaL ``kl_estimator``; Schulman 2020): k1 = log pi/pi_ref, k2 = (log pi/pi_ref)^2 / 2, k3 =
+    pi_ref/pi - 1 - log(pi_ref/pi) (verl's low_var_kl)."""
+    kl_in: Literal["reward", "loss"] = "reward"
+    """Where the KL goes: ``reward`` (AReaL, verl ``use_kl_in_reward``: per-token reward -kl_ctl * k summed into
+    each token's advantage) or ``loss`` (verl ``use_kl_loss``: + kl_ctl * k aggregated as the policy loss)."""
     overlong_reward_penalty: bool = False
     """DAPO overlong reward shaping (AReaL's key): reward -= factor * (len - (max_new_tokens - overlong_tokens)) /
     overlong_tokens for responses longer than max_new_tokens - overlong_tokens."""

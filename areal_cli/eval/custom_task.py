@@ -136,10 +136,13 @@ def find_task_file(name: str, data_dir: str | Path | None, builtin: Sequence[str
             return p
         if data_dir is not None and not p.is_absolute() and (Path(data_dir) / p).is_file():
             return Path(data_dir) / p
-        raise UserError(f"{p}: file not found (option '--data': a task file"
+        what = "a task file" if p.suffix.lower() in TASK_SUFFIXES else "a records file"
+        raise UserError(f"{p}: file not found (option '--data': {what}"
                         f"{'' if data_dir is None else f', also looked for in {data_dir}'})")
     if name in builtin:
         return None
+    if data_dir is not None and not Path(data_dir).is_dir():
+        raise UserError(f"{data_dir}: data directory not found (option '--data-dir', looked for {name}.yaml in it)")
     if data_dir is not None:
         for suffix in TASK_SUFFIXES:
             p = Path(data_dir) / f"{name}{suffix}"
@@ -272,6 +275,11 @@ def read_task_yaml(path: str | Path) -> TaskSpec:
         if protocol not in PROTOCOLS:
             raise UserError(f"{path}:{data.at('default_protocol')}: field 'default_protocol': unknown protocol "
                             f"{protocol!r}; known protocols: {', '.join(PROTOCOLS)}")
+        kind = grader if grader in BUILTIN_GRADERS else None  # a reward grader takes any protocol
+        if kind is not None and PROTOCOLS[protocol].kind not in ("any", kind):
+            fitting = ", ".join(n for n, p in PROTOCOLS.items() if p.kind in ("any", kind))
+            raise UserError(f"{path}:{data.at('default_protocol')}: field 'default_protocol': protocol {protocol!r} "
+                            f"is for {PROTOCOLS[protocol].kind} tasks; this task's grader is {kind} ({fitting})")
     samples = data.get("samples")
     if samples is not None and (isinstance(samples, bool) or not isinstance(samples, int) or samples < 1):
         raise UserError(f"{path}:{data.at('samples')}: field 'samples': expected an integer >= 1, got {samples!r}")
@@ -325,6 +333,7 @@ def task_problems(task: TaskSpec) -> list[Problem]:
     tmpl_fields = template_fields(task.prompt_template, task.label) if task.prompt_template else []
     problems: list[Problem] = []
     seen: dict[str, int] = {}
+    checked: set[frozenset] = set()
     for rec in iter_records(src, what=f"{task.label}: records"):
         fields, loc, line = rec.fields, rec.where, _line_of(rec.where)
         if task.prompt_template is not None:
@@ -372,6 +381,11 @@ def task_problems(task: TaskSpec) -> list[Problem]:
             raise UserError(f"{loc}: field '{id_name or 'id'}': duplicate id {pid!r} (first on line {seen[pid]}; "
                             f"{task.label})")
         seen[pid] = line
+        if reward is not None and frozenset(fields) not in checked:  # the grader takes this record's fields
+            from areal_cli.api.reward import check_fields
+
+            check_fields(task.grader, fields, loc, what=f"{task.label}: grader")
+            checked.add(frozenset(fields))
         tests = None
         if task.kind == "code":
             tests = _tests_of(fields, loc, task)
@@ -452,10 +466,16 @@ def task_samples(reports: dict[str, dict[str, Any]]) -> int | None:
     """The samples per problem the selected tasks ask for (``samples:``), None when none does.
 
     Raises:
-        UserError: two tasks that ask for different numbers (pass ``-n``).
+        UserError: two tasks that ask for different numbers, or a task that asks for some beside a benchmark or
+            task that does not (one ``n`` holds for the whole run: pass ``-n``).
     """
     asked = {name: r["samples"] for name, r in reports.items() if r.get("loader") == "task" and r.get("samples")}
     if len(set(asked.values())) > 1:
         listing = ", ".join(f"{k} ({v})" for k, v in asked.items())
         raise UserError(f"the tasks ask for different samples per problem: {listing}; choose one with -n")
+    others = [name for name in reports if name not in asked]
+    if asked and others:
+        (task, k), = list(asked.items())[:1]
+        raise UserError(f"task {task} asks for {k} samples per problem (samples:), {', '.join(others)} for its "
+                        f"protocol's; one number holds for the whole run: choose it with -n")
     return next(iter(asked.values()), None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +68,8 @@ SINGLE_TURN_WORKFLOW = "areal_cli.workflows.rlvr:RLVRWorkflow"
 def heldout_eval_command(task: Any, cfg: Any, run_dir: Path, weights: Path) -> tuple[str | None, str]:
     """After a training run of one's own task: write its held-out records as a task (:func:`write_heldout_task`,
     into ``run_dir/eval-task/``) and return the ``areal eval`` command that evaluates ``weights`` on them with the
-    run's reward, prompt and evaluation sampling.
+    run's reward, prompt and evaluation sampling (``loop.eval_temperature``, ``rollout.top_p`` / ``top_k``), paths
+    shell-quoted.
 
     Args:
         task: the run's :class:`areal_cli.tasks.task.Task`.
@@ -94,8 +96,11 @@ def heldout_eval_command(task: Any, cfg: Any, run_dir: Path, weights: Path) -> t
                               name=f"{getattr(cfg, 'recipe', '') or task.name}-heldout")
     if path is None:
         return None, "the task has no held-out records read from files (a record function, or messages prompts)"
+    # the run's held-out sampling: loop.eval_temperature with the rollout's top_p / top_k (never a protocol preset's)
     temperature = float(cfg.loop.eval_temperature)
-    command = (f"areal eval --model {weights} --data {path} --protocol {protocol} --temperature {temperature:g} "
+    q = shlex.quote
+    command = (f"areal eval --model {q(str(weights))} --data {q(str(path))} --protocol {protocol} "
+               f"--temperature {temperature:g} --top-p {float(cfg.rollout.top_p):g} --top-k {int(cfg.rollout.top_k)} "
                f"-n {int(cfg.loop.eval_n_samples)} --max-new-tokens {int(cfg.rollout.max_new_tokens)} "
-               f"--out {run_dir / 'eval-final'}")
+               f"--out {q(str(run_dir / 'eval-final'))}")
     return command, ""

@@ -105,7 +105,7 @@ class BenchmarkEval:
         """
         from areal_cli.eval.generate import cut_at_stop, sample_seed
 
-        async def one(prompt: Any, i: int) -> tuple[str, bool, str, set, bool, bool]:
+        async def one(prompt: Any, i: int) -> tuple[str, bool, str, set, bool, bool | None]:
             p = prompt.problem
             params = dataclasses.replace(self.params, seed=sample_seed(self.seed, p.dataset, p.id, i))
             comp = await client.generate(prompt.ids, params, rid=f"bench-{p.dataset}-{p.id}-{i}-v{version}")
@@ -113,7 +113,8 @@ class BenchmarkEval:
             verdict = await self.graders.grade(p, text, prompt.think_open, prompt=prompt.text, prompt_ids=prompt.ids,
                                                completion_ids=list(comp.output_ids))
             return (p.dataset, bool(verdict["correct"]), verdict["grader_status"], set(comp.output_versions),
-                    getattr(comp, "finish_reason", None) == "length", verdict.get("extracted") is None)
+                    getattr(comp, "finish_reason", None) == "length",
+                    None if getattr(p, "kind", "math") == "reward" else verdict.get("extracted") is None)  # reward: no answer
 
         jobs = [one(pr, i) for prompts in self.prompts.values() for pr in prompts
                 for i in range(self.protocol.n_samples)]
@@ -127,7 +128,7 @@ class BenchmarkEval:
             mine = [r for r in results if r[0] == name]
             out[name] = {"pass@1": sum(r[1] for r in mine) / max(len(mine), 1), "n_problems": len(prompts),
                          "n_samples": self.protocol.n_samples, "n_truncated": sum(r[4] for r in mine),
-                         "n_no_answer": sum(r[5] for r in mine),
+                         "n_no_answer": None if any(r[5] is None for r in mine) else sum(r[5] for r in mine),
                          "grader_failures": sum(r[2] != "ok" for r in mine), "version": version}
         return out
 

@@ -62,7 +62,7 @@ from areal_cli.eval.grading import (
 )
 from areal_cli.eval.preflight import check_out_dir, load_selected, sandbox_in_force, selected_names
 from areal_cli.eval.progress import Progress
-from areal_cli.eval.regrade_limits import apply_limits, recorded_limits
+from areal_cli.eval.regrade_limits import apply_limits, recorded_limits, recorded_task_file
 from areal_cli.eval.protocols import get_protocol
 from areal_cli.eval.report import METRIC_UNITS, json_safe, render_table, write_outputs
 from areal_cli.eval.settings import validate_run_options
@@ -485,5 +485,9 @@ def check_benchmark_names(path: Path, saved: list[Any], *, data_dir: str | Path 
 
     for s in saved:
         if s.dataset not in known and not is_task(s.dataset):
-            raise UserError(f"{where(path, s.line, 'dataset')}: unknown benchmark '{s.dataset}'; known benchmarks: "
-                            f"{', '.join(sorted(known))}")
+            task_file = recorded_task_file(path, s.dataset)
+            hint = (f"; it is the task {task_file} (results.json beside the file): pass --data {task_file}"
+                    if task_file else f"; known benchmarks: {', '.join(sorted(known))} (a task of your own: pass "
+                                      f"--data path/to/task.yaml)")
+            raise UserError(f"{where(path, s.line, 'dataset')}: unknown benchmark '{s.dataset}'{hint}")
+

@@ -1,6 +1,7 @@
-"""The ``--limit`` of a regraded run: a run with ``--limit N`` covers the first N problems of each benchmark, and its
-``samples.jsonl`` is regraded over those problems only (:func:`recorded_limits` reads the limit the run recorded,
-:func:`apply_limits` keeps those problems and refuses a completion beyond them, never dropping one).
+"""What a regraded run recorded beside its ``samples.jsonl`` (``results.json``): its ``--limit`` (a run with
+``--limit N`` covers the first N problems of each benchmark, and its ``samples.jsonl`` is regraded over those problems
+only: :func:`recorded_limits` reads the limit, :func:`apply_limits` keeps those problems and refuses a completion
+beyond them, never dropping one) and the task files of one's own tasks (:func:`recorded_task_file`, for messages).
 """
 
 from __future__ import annotations
@@ -63,3 +64,14 @@ def apply_limits(path: Path, saved: list[Any], problems_by_ds: dict[str, list[Pr
                                 f"({origin[ds]}): give a limit that covers it")
         problems_by_ds[ds] = problems_by_ds[ds][:limit]
         reports[ds] = {**reports[ds], "limit": limit}
+
+
+def recorded_task_file(generations: Path, name: str) -> str | None:
+    """The task file the run that wrote ``generations`` read for ``name`` (``config.data.<name>.task_file``, or
+    the records file of a task without one, in the ``results.json`` beside it), or None."""
+    try:
+        data = json.loads((Path(generations).parent / "results.json").read_text(encoding="utf-8"))["config"]["data"]
+        rep = data[name]
+        return rep.get("task_file") or (rep["files"][-1]["path"] if rep.get("loader") == "task" else None)
+    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return None

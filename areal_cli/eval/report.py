@@ -91,7 +91,9 @@ def render_table(results: dict[str, Any], console: Any = None, out_dir: Path | N
         return
     protocol = (results.get("config") or {}).get("protocol") or {}
     title = "areal eval" + (f" (protocol {protocol['name']})" if protocol.get("name") else "")
-    table = Table(title=title, caption="metrics in % of problems; grader failures are graded wrong")
+    table = Table(title=title, caption="accuracies in % of problems (counts: completions; mean reward: the "
+                                       "reward's own scale, over the calls that returned); grader failures are "
+                                       "graded wrong")
     table.add_column("", no_wrap=True)
     for ds in datasets:
         table.add_column(ds, justify="right", no_wrap=True)
@@ -102,7 +104,7 @@ def render_table(results: dict[str, Any], console: Any = None, out_dir: Path | N
     row("problems", lambda m: str(m.get("n_problems", "-")))
     row("samples / problem", lambda m: str(m.get("n_samples", "-")))
     for k in metric_keys(results):
-        row(k, lambda m, k=k: metric_cell(m, k))
+        row("greedy accuracy" if k == "greedy_acc" else k, lambda m, k=k: metric_cell(m, k))
     if any("mean_reward" in results[ds] for ds in datasets):  # custom tasks graded by their reward function
         row("mean reward", lambda m: f"{m['mean_reward']:.3f}" if isinstance(m.get("mean_reward"), (int, float))
             else "-")

@@ -8,7 +8,8 @@ the protocol in force, the names of the overridden settings and the preset's val
 is never reported under a protocol it did not follow.
 
 Which protocol when none is given: the tiny default model has no template but its chat template, so
-``chat-template``; any other model gets the default protocol the selected benchmarks declare
+``chat-template`` (unless only one's own tasks are selected and they declare one ``default_protocol``, which is then
+used); any other model gets the default protocol the selected benchmarks declare
 (``default_protocol`` in ``evaluation/benchmarks.json``), which must then be the same for all of them, unless its
 fixed template uses chat markers that are not tokens of the model (R1's ``<｜User｜>`` or Qwen3's ``<think>`` for
 SmolLM2): then the model's own chat template (``chat-template``), and the run says why. The model's tokens are read
@@ -48,9 +49,12 @@ def choose_protocol(explicit: str | None, specs: dict[str, BenchmarkSpec], bench
                 raise UserError(f"protocol '{explicit}' uses {marker}, which is not a token of {model}; use a "
                                 f"protocol for this model family (e.g. --protocol chat-template)")
         return explicit
-    if tiny_model:
-        return TINY_MODEL_PROTOCOL
     defaults = {b: specs[b].default_protocol for b in benchmarks}
+    if tiny_model:  # the built-in tiny model reads its own chat template; one's own tasks may declare another
+        task_defaults = {p for b, p in defaults.items() if specs[b].loader == "task"}
+        if len(task_defaults) == 1 and len(defaults) == sum(specs[b].loader == "task" for b in benchmarks):
+            return task_defaults.pop()
+        return TINY_MODEL_PROTOCOL
     names = set(defaults.values())
     if len(names) == 1 and "" not in names:
         name = names.pop()

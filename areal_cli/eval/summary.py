@@ -159,7 +159,8 @@ def summarize(
         if kind == "reward":  # a custom task's reward function: no answer to extract; its mean score instead
             scores = [s["reward"] for s in flat if isinstance(s.get("reward"), (int, float))]
             metrics["mean_reward"] = sum(scores) / len(scores) if scores else None
-            metrics.update({k: 0 for k in ("n_no_answer", "greedy_n_no_answer") if k in metrics})
+            for k in ("n_no_answer", "greedy_n_no_answer"):  # nothing is extracted: not a count of anything
+                metrics.pop(k, None)
         if ds in by_id:
             metas = {pid: problem_meta(by_id[ds][pid]) for pid in probs if pid in by_id[ds]}
             keys = [k for k in BREAKDOWN_KEYS if any(k in m for m in metas.values())]

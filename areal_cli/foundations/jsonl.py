@@ -41,7 +41,8 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, dict]]:
             except json.JSONDecodeError as exc:
                 raise UserError(f"{path}:{lineno}: malformed JSON: {exc.msg} (column {exc.colno})") from None
             if not isinstance(record, dict):
-                raise UserError(f"{path}:{lineno}: expected a JSON object, got {type(record).__name__}")
+                raise UserError(f"{path}:{lineno}: expected a JSON object, got {type(record).__name__} (JSON Lines: one "
+                              f"object per line)")
             yield lineno, record
 
 

@@ -318,15 +318,22 @@ def pin_commands(item: Any, recipe: Any) -> str:
     """The exact commands that pin the unpinned download ``item`` (:class:`areal_cli.reproduce.download.DownloadItem`)
     of ``recipe``: print the repo's current commit, fetch that commit with ``areal download``, and use it (a
     checkpoint: ``--model DIR``; any: write the SHA into the recipe's ``revision`` field)."""
+    import shlex
+    import sys
+
     dataset = item.repo_type == "dataset"
     info = "dataset_info" if dataset else "model_info"
     local = f"checkpoints/{item.repo_id.split('/')[-1]}"
+    # the kit's own interpreter: it has huggingface_hub (a bare `python` may not)
     lines = [
-        f"python -c \"from huggingface_hub import HfApi; print(HfApi().{info}('{item.repo_id}').sha)\"  # -> SHA",
+        f"{shlex.quote(sys.executable)} -c \"from huggingface_hub import HfApi; "
+        f"print(HfApi().{info}('{item.repo_id}').sha)\"  # -> SHA",
         f"areal download {'datasets/' if dataset else ''}{item.repo_id} --revision SHA --local-dir {local}",
     ]
     if item.role == "published":
-        lines.append(f"areal reproduce {recipe.name} --eval-only --model {local}")
-    lines.append(f"(or write SHA as the revision at {item.origin}, then `areal download {recipe.name} --what "
-                 f"{item.role}`)")
+        rated = "codeforces" in recipe.file.eval.benchmarks
+        lines.append(f"areal reproduce {recipe.name} --eval-only --model {local}"
+                     + (" --cf-data DIR  # DIR: evaluation/codeforces/README.md" if rated else ""))
+    lines.append(f"(or, in a copy of the recipe, write SHA as the revision of the field at {item.origin}, then "
+                 f"`areal download COPY.yaml --what {item.role}`)")
     return "\n".join(lines)

@@ -81,10 +81,13 @@ def render_plan(plan: Plan, console: Any) -> None:
         gpus = f"{res.gpus} = {res.nodes} nodes x {res.gpus_per_node}"
         gpus += (f"; allocation {plan.allocation.text} = {plan.allocation.describe()}" if plan.allocation
                  else f"; allocation not published ({' '.join((res.note or '').split())})")
-    row("GPUs needed", gpus + f"; this machine: {plan.gpus_here}")
+    eval_only = plan.mode == "eval_only"  # training is not run: its figures are for reference only
+    aside = " (training: not run with --eval-only; the evaluation's own needs are the eval rows below)"
+    row("training GPUs" if eval_only else "GPUs needed",
+        gpus + f"; this machine: {plan.gpus_here}" + (aside if eval_only and f.trainer != "cpu" else ""))
     if plan.placement is not None:
         row("placement", "\n".join(plan.placement.describe()[:4]) + "\n(per node: the placement table below)")
-    row("training time", plan.hours.text())
+    row("training time" + (" (not run)" if eval_only else ""), plan.hours.text())
     ev = f.eval
     row("evaluation", f"protocol {ev.protocol}; {ev.n_samples} sample(s), temperature {ev.temperature:g}, "
                             f"top_p {ev.top_p:g}, {ev.max_new_tokens} new tokens")

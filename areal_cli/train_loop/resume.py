@@ -88,3 +88,29 @@ def restore_controller(controller: RolloutController, cfg: TrainConfig, ckpt: Ch
         "capacity_after_readmission": staleness_capacity(eta, b, {**restored, "running": n_pending}),
     }
 
+
+async def setup_reference(ctx, resumed: bool) -> None:
+    """Freeze the KL reference on the trainer (``ppo.kl_ctl > 0``; :mod:`areal_cli.trainer.kl`); nothing otherwise.
+
+    A new run's reference is the trainer's weights now (after the warm start), also written to
+    ``<run>/reference`` when the run checkpoints (``loop.checkpoint_every``); a resumed run reloads it from there.
+
+    Args:
+        ctx: the :class:`~areal_cli.train_loop.context.RunContext`. resumed: the run continues from a checkpoint.
+    Raises:
+        UserError: a resumed run whose reference weights folder is missing.
+    """
+    from areal_cli.trainer.kl import REFERENCE_DIR
+
+    if not ctx.cfg.ppo.kl_ctl > 0:
+        return
+    ref_dir = ctx.out / REFERENCE_DIR
+    if resumed:
+        if not (ref_dir / "config.json").is_file():
+            raise UserError(f"{ref_dir}: the KL reference weights (ppo.kl_ctl={ctx.cfg.ppo.kl_ctl}) of this run are "
+                            f"missing, so the reference (the run's initial policy) cannot be restored; the run "
+                            f"cannot be resumed with ppo.kl_ctl > 0")
+        await ctx.train("areal_cli.trainer.kl:freeze_reference", ref_dir)
+    else:
+        await ctx.train("areal_cli.trainer.kl:freeze_reference", None,
+                        ref_dir if ctx.cfg.loop.checkpoint_every else None)

@@ -123,7 +123,7 @@ class RunStatus:
             t.add_row("prompts dropped (longer than max_prompt_len)", str(ctl["prompts_dropped_too_long"]))
         for name, rec in (summary.get("last_eval_benchmarks") or {}).items():
             counts = "".join(f", {label} {rec[k]}" for k, label in (("n_truncated", "truncated"),
-                                                                     ("n_no_answer", "no answer")) if k in rec)
+                                                                     ("n_no_answer", "no answer")) if rec.get(k) is not None)
             t.add_row(f"{name} pass@1 (in-loop, version {rec['version']})",
                       f"{rec['pass@1']:.3f}" + (f" ({counts[2:]} of {rec['n_problems'] * rec['n_samples']})"
                                                 if counts else ""))

@@ -23,7 +23,7 @@ from torch import Tensor
 
 __all__ = ["TrainBatch", "build_train_batch"]
 
-_PER_TOKEN = ("loss_mask", "behaviour_logprobs", "versions", "advantages", "proximal_logprobs")
+_PER_TOKEN = ("loss_mask", "behaviour_logprobs", "versions", "advantages", "proximal_logprobs", "ref_logprobs")
 
 
 @dataclass
@@ -46,6 +46,8 @@ class TrainBatch:
             sequences end to end, :mod:`areal_cli.trainer.micro_batches`): ``segment_ids`` is k on the k-th
             sequence of a row and -1 on padding, ``position_ids`` restarts at 0 for each sequence. None: one
             sequence per row at positions 0..L-1.
+        ref_logprobs: optional FloatTensor[B, L-1] (nats), log pi_ref of the frozen reference
+            (``ppo.kl_ctl > 0``, :mod:`areal_cli.trainer.kl`).
     Raises (from ``__post_init__``/:meth:`validate`):
         ValueError: wrong dtype, shape, padding layout, or a loss mask on padding.
     """
@@ -59,6 +61,7 @@ class TrainBatch:
     proximal_logprobs: Tensor | None = None
     position_ids: Tensor | None = None
     segment_ids: Tensor | None = None
+    ref_logprobs: Tensor | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -106,9 +109,10 @@ class TrainBatch:
             ("versions", (torch.long,)),
             ("advantages", (torch.float32, torch.float64, torch.float16, torch.bfloat16)),
             ("proximal_logprobs", (torch.float32, torch.float64, torch.float16, torch.bfloat16)),
+            ("ref_logprobs", (torch.float32, torch.float64, torch.float16, torch.bfloat16)),
         ):
             t = getattr(self, name)
-            if t is None and name in ("advantages", "proximal_logprobs"):
+            if t is None and name in ("advantages", "proximal_logprobs", "ref_logprobs"):
                 continue
             if not isinstance(t, Tensor) or tuple(t.shape) != want or t.dtype not in dtypes:
                 raise ValueError(f"{name} must be a {_kind(dtypes)}{list(want)}, got {_desc(t)}")

@@ -26,6 +26,7 @@ from areal_cli.trainer.advantages import (
 )
 from areal_cli.trainer.batch import TrainBatch, build_train_batch
 from areal_cli.trainer.decoupled_ppo import DecoupledPPOConfig, decoupled_ppo_loss
+from areal_cli.trainer.kl import kl_loss, kl_reward_to_go, kl_sum, reference_logprobs
 
 
 def _state(engine) -> dict:
@@ -238,6 +239,11 @@ def ppo_update(engine, batch: TrainBatch, cfg, trainer_version: int | None = Non
     policy, so the loss and its gradient are the recomputed ones (tests/test_ppo_update.py) for one forward
     pass fewer. ``behaviour`` (``ppo.recompute_proximal: false``) is naive PPO.
 
+    KL to the frozen reference (``ppo.kl_ctl > 0``, :mod:`areal_cli.trainer.kl`): reference logprobs are computed
+    with the proximal ones, per (micro-)batch; ``ppo.kl_in: reward`` adds ``kl.kl_reward_to_go`` to the
+    advantages, ``loss`` adds ``kl.kl_loss`` to the loss; the stats then hold ``kl_mean`` (mean of the estimator
+    of pi_prox vs pi_ref over the step's loss tokens). With kl_ctl 0 none of this runs.
+
     Minibatches: ``ppo.n_minibatches`` contiguous row splits. With ``max_tokens_per_mb > 0`` each minibatch is
     split into micro-batches of at most that many tokens and packed (:func:`~areal_cli.trainer.micro_batches.
     split_by_tokens`; right-padded instead under pipeline parallelism); proximal logprobs are recomputed per
@@ -258,6 +264,7 @@ def ppo_update(engine, batch: TrainBatch, cfg, trainer_version: int | None = Non
     cpu0 = time.thread_time()
     budget = int(cfg.ppo.max_tokens_per_mb or 0)
     source = proximal_source(cfg)
+    kl_on = cfg.ppo.kl_ctl > 0
 
     def proximal(b: TrainBatch) -> None:
         if source == "recompute":
@@ -265,6 +272,8 @@ def ppo_update(engine, batch: TrainBatch, cfg, trainer_version: int | None = Non
         elif source == "behaviour":
             b.proximal_logprobs = b.behaviour_logprobs.clone()
         # reuse: set by loss_fn from the training forward
+        if kl_on:
+            b.ref_logprobs = reference_logprobs(engine, b, cfg.rollout.temperature) * b.loss_mask
 
     if budget:
         minibatches = batch.split(cfg.ppo.n_minibatches)
@@ -297,6 +306,8 @@ def ppo_update(engine, batch: TrainBatch, cfg, trainer_version: int | None = Non
                                   loss_agg_norm_tokens=cfg.rollout.max_new_tokens)
     totals: dict[str, float] = {"n_tokens": 0.0, "n_clipped": 0.0, "n_dual_clipped": 0.0, "n_iw_capped": 0.0,
                                 "n_iw_truncated": 0.0}
+    if kl_on:
+        totals["kl_sum"] = 0.0
     out: dict[str, float] = {}
     for mb, micro in plan:
         n_valid = max(mb.n_loss_tokens, 1)
@@ -307,9 +318,21 @@ def ppo_update(engine, batch: TrainBatch, cfg, trainer_version: int | None = Non
                 m.proximal_logprobs = lp.detach() * m.loss_mask
                 seen.append(m)
             seq_ids = m.segment_ids[:, 1:] if m.segment_ids is not None else None
-            loss, st = decoupled_ppo_loss(lp, m.proximal_logprobs, m.behaviour_logprobs, m.advantages,
+            adv = m.advantages
+            if kl_on:
+                mask = m.loss_mask.bool()
+                st_kl = kl_sum(m.proximal_logprobs, m.ref_logprobs, mask, p.kl_estimator)
+                if p.kl_in == "reward":
+                    adv = adv + kl_reward_to_go(m.proximal_logprobs, m.ref_logprobs, mask, p.kl_ctl, p.kl_estimator,
+                                                seq_ids).to(adv.dtype)
+            loss, st = decoupled_ppo_loss(lp, m.proximal_logprobs, m.behaviour_logprobs, adv,
                                           m.loss_mask, n_valid, loss_cfg, sequence_ids=seq_ids,
                                           n_sequences_global=n_seqs)
+            if kl_on:
+                st["kl_sum"] = st_kl
+                if p.kl_in == "loss":
+                    loss = loss + kl_loss(lp, m.ref_logprobs, mask, p.kl_ctl, p.kl_estimator, p.loss_agg_mode,
+                                          n_valid, n_seqs, cfg.rollout.max_new_tokens, seq_ids)
             for k in totals:
                 totals[k] += st[k]
             return loss
@@ -319,7 +342,8 @@ def ppo_update(engine, batch: TrainBatch, cfg, trainer_version: int | None = Non
         diagnostics = off_policy_diagnostics(seen, trainer_version, True, float32)
     _sum_over_data_parallel(totals)
     n = max(totals["n_tokens"], 1.0)
-    return {"loss": out["loss"], "grad_norm": out["grad_norm"], "clip_frac": totals["n_clipped"] / n,
+    kl = {"kl_mean": totals["kl_sum"] / n} if kl_on else {}
+    return {**kl, "loss": out["loss"], "grad_norm": out["grad_norm"], "clip_frac": totals["n_clipped"] / n,
             "dual_clip_frac": totals["n_dual_clipped"] / n,
             "iw_capped_frac": totals["n_iw_capped"] / n, "iw_truncated_frac": totals["n_iw_truncated"] / n,
             **diagnostics, "n_micro_batches": float(sum(len(m) for _, m in plan)),
