@@ -68,6 +68,25 @@ PEER_NAMES: dict[str, tuple[str, str]] = {
     "valid_dataset.path": ("task.eval_dataset", "AReaL"),
     "total_train_epochs": ("loop.epochs", "AReaL"),
     "saver.freq_steps": ("loop.checkpoint_every", "AReaL"),
+    # the algorithm keys (issue 41): peers' spellings of what ppo.* now holds
+    "trainer.logger": ("loop.loggers", "verl"),
+    "beta": ("ppo.kl_ctl", "TRL"),
+    "epsilon_high": ("ppo.eps_clip_higher", "TRL"),
+    "loss_type": ("ppo.loss_agg_mode", "TRL"),
+    "importance_sampling_level": ("ppo.importance_sampling_level", "TRL/AReaL"),
+    "actor_rollout_ref.actor.clip_ratio_high": ("ppo.eps_clip_higher", "verl"),
+    "clip_ratio_high": ("ppo.eps_clip_higher", "verl"),
+    "clip_ratio_c": ("ppo.c_clip", "verl"),
+    "loss_agg_mode": ("ppo.loss_agg_mode", "verl"),
+    "kl_loss_coef": ("ppo.kl_ctl", "verl"),
+    "kl_loss_type": ("ppo.kl_estimator", "verl"),
+    "use_kl_loss": ("ppo.kl_in", "verl"),
+    "algorithm.adv_estimator": ("ppo.algorithm", "verl"),
+    "adv_estimator": ("ppo.algorithm", "verl"),
+    "actor.eps_clip_higher": ("ppo.eps_clip_higher", "AReaL"),
+    "actor.c_clip": ("ppo.c_clip", "AReaL"),
+    "actor.kl_ctl": ("ppo.kl_ctl", "AReaL"),
+    "kl_estimator": ("ppo.kl_estimator", "AReaL"),
 }
 
 

@@ -91,9 +91,7 @@ def render_table(results: dict[str, Any], console: Any = None, out_dir: Path | N
         return
     protocol = (results.get("config") or {}).get("protocol") or {}
     title = "areal eval" + (f" (protocol {protocol['name']})" if protocol.get("name") else "")
-    table = Table(title=title, caption="accuracies in % of problems (counts: completions; mean reward: the "
-                                       "reward's own scale, over the calls that returned); grader failures are "
-                                       "graded wrong")
+    table = Table(title=title, caption="accuracy: % of problems; counts: completions; grader failures graded wrong")
     table.add_column("", no_wrap=True)
     for ds in datasets:
         table.add_column(ds, justify="right", no_wrap=True)

@@ -6,9 +6,10 @@ install's) last, where it alone sets the run's end. ``tests/conftest.py`` orders
 recorded here instead (longest processing time first, the classic list-scheduling rule: its makespan is
 within 4/3 of the optimum). Files not listed count as :data:`DEFAULT_S`.
 
-Refresh the record after adding or slowing tests::
+Refresh the record after adding or slowing tests (the files a junit file holds replace their entries; the others
+are kept, so a run of just the new files is enough)::
 
-    .venv/bin/python -m pytest -q --junitxml=/tmp/junit.xml
+    .venv/bin/python -m pytest -q --junitxml=/tmp/junit.xml [tests/test_new.py ...]
     .venv/bin/python -m tests.helpers.file_durations /tmp/junit.xml
 """
 
@@ -52,7 +53,8 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1 or not Path(argv[0]).is_file():
         print("usage: python -m tests.helpers.file_durations JUNIT.xml (from pytest --junitxml)", file=sys.stderr)
         return 2
-    seconds = from_junit(argv[0])
+    seconds = {**load(), **from_junit(argv[0])}
+    seconds = dict(sorted(seconds.items(), key=lambda kv: -kv[1]))
     RECORD.write_text(json.dumps({"note": "seconds per test file, from tests/helpers/file_durations.py",
                                   "seconds": seconds}, indent=1) + "\n", encoding="utf-8")
     print(f"{RECORD}: {len(seconds)} files, {sum(seconds.values()) / 60:.1f} min in all")
