@@ -57,16 +57,18 @@ class Basis:
 
 
 def run_kind(bench: str, run: dict[str, Any]) -> Hashable:
-    """The kind of a run record: its mode (throughput) or (variant, eta) (staleness)."""
+    """The kind of a run record: its mode (throughput), (variant, eta) (staleness) or preset (algorithms)."""
+    if bench == "algorithms":
+        return run.get("preset")
     return run.get("mode") if bench == "throughput" else (run.get("variant"), run.get("eta"))
 
 
 def read_basis(path: Path, bench: str) -> Basis | None:
-    """The timings of one ``results.json`` of ``bench`` ("throughput" | "staleness"); None when it is another
-    benchmark's file or lacks a figure."""
+    """The timings of one ``results.json`` of ``bench`` ("throughput" | "staleness" | "algorithms"); None when it
+    is another benchmark's file or lacks a figure."""
     try:
         d = json.loads(path.read_text(encoding="utf-8"))
-        if ("modes" if bench == "throughput" else "grid") not in d:
+        if {"throughput": "modes", "staleness": "grid", "algorithms": "presets"}[bench] not in d:
             return None
         runs = [r for r in d["runs"] if r.get("steps") and r.get("rl_seconds") is not None]
         warm = float((d.get("warm_start") or {}).get("seconds") or 0.0)

@@ -223,6 +223,7 @@ def bench() -> None:
 
 def _register() -> None:
     """Commands defined in their own modules (each imports only click at load time)."""
+    from areal_cli.commands.bench_algorithms import algorithms
     from areal_cli.commands.bench_simulate import simulate
     from areal_cli.commands.bench_staleness import staleness
     from areal_cli.commands.bench_throughput import throughput
@@ -239,6 +240,7 @@ def _register() -> None:
     bench.add_command(throughput)
     bench.add_command(simulate)
     bench.add_command(staleness)
+    bench.add_command(algorithms)
 
 
 _register()
