@@ -96,3 +96,18 @@ def _cut_torn_tail_fd(fd: int, chunk: int = 1 << 16) -> int:
         keep = 0
     os.ftruncate(fd, keep)
     return size - keep
+
+
+def lines_up_to_step(lines: Iterable[str], step: int) -> list[tuple[str, dict]]:
+    """``(line, parsed row)`` of the JSON ``lines`` (a run's metrics.jsonl or samples.jsonl) whose integer ``step``
+    is <= ``step``, in order; lines that do not parse (a torn last line) or carry no int step are skipped. What a run
+    resumed from step ``step``'s checkpoint keeps of its logs."""
+    out = []
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] <= step:
+            out.append((line, row))
+    return out

@@ -61,6 +61,7 @@ from typing import Any, Callable, Iterator
 
 from areal_cli.foundations.atomic import write_atomic_many
 from areal_cli.foundations.errors import UserError
+from areal_cli.foundations.jsonl import lines_up_to_step
 
 __all__ = ["FORMAT", "Checkpoint", "PromptStream", "checkpoint_name", "save_checkpoint", "list_checkpoints",
            "latest_checkpoint", "verify_checkpoint", "load_checkpoint", "restore_trainer", "capture_rng",
@@ -366,24 +367,10 @@ def _read_lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def _lines_up_to(lines: list[str], step: int) -> list[tuple[str, dict]]:
-    """``(line, parsed row)`` of the ``metrics.jsonl`` ``lines`` whose RL ``step`` is <= ``step``, in order; lines
-    that do not parse (a torn last line) or carry no int step are skipped."""
-    out = []
-    for line in lines:
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] <= step:
-            out.append((line, row))
-    return out
-
-
 def metrics_up_to(path: Path, step: int) -> list[dict]:
     """The rows of ``metrics.jsonl`` up to RL step ``step``: what a run resumed from that step keeps of it (the
     lines :func:`truncate_metrics` keeps)."""
-    return [row for _, row in _lines_up_to(_read_lines(path), step)]
+    return [row for _, row in lines_up_to_step(_read_lines(path), step)]
 
 
 def truncate_metrics(path: Path, step: int, *, write: bool = True) -> int:
@@ -395,7 +382,7 @@ def truncate_metrics(path: Path, step: int, *, write: bool = True) -> int:
     """
     lines = _read_lines(path)
     kept, seen = [], False
-    for line, row in _lines_up_to(lines, step):
+    for line, row in lines_up_to_step(lines, step):
         kept.append(line)
         seen = seen or row["step"] == step
     if not seen:

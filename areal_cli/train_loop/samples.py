@@ -31,13 +31,12 @@ checkpoint (:func:`cut_samples`).
 from __future__ import annotations
 
 import html
-import json
 from pathlib import Path
 from typing import Any, Sequence
 
 from areal_cli.api.types import Group, Trajectory
 from areal_cli.foundations.atomic import write_atomic_many
-from areal_cli.foundations.jsonl import append_json_lines, cut_torn_tail
+from areal_cli.foundations.jsonl import append_json_lines, cut_torn_tail, lines_up_to_step
 
 #: The run folder's file of logged samples.
 SAMPLES_FILE = "samples.jsonl"
@@ -135,14 +134,7 @@ def cut_samples(path: Path, step: int) -> int:
         return 0
     cut_torn_tail(path)
     lines = path.read_text(encoding="utf-8").splitlines()
-    kept = []
-    for line in lines:
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] <= step:
-            kept.append(line)
+    kept = [line for line, _ in lines_up_to_step(lines, step)]
     if len(kept) != len(lines):
         write_atomic_many({path: "".join(line + "\n" for line in kept)})
     return len(lines) - len(kept)

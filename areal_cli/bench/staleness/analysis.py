@@ -8,8 +8,8 @@ import sys
 import time
 
 from areal_cli.bench.staleness.scenario import SYNC, Scenario
-from areal_cli.bench.throughput.accounting import effective_throughput, step_durations
-from areal_cli.bench.throughput.analysis import first_crossing, mean_accuracy_curve, spread
+from areal_cli.bench.throughput.accounting import effective_throughput
+from areal_cli.bench.throughput.analysis import first_crossing, mean_accuracy_curve, run_curve, spread
 
 SCHEMA = "areal.bench.staleness/1"
 
@@ -25,20 +25,7 @@ def summarize_run(timeline: dict, metrics: list[dict], summary: dict, *, label: 
     defer their evaluations to after the loop), final and best accuracy, realised staleness, off-policy statistics."""
     steps = timeline["steps"]
     rl_start = timeline["marks"]["rl_start"]
-    durations = step_durations(steps, rl_start)
-    curve, t = [], 0.0
-    warm_acc = next((m.get("accuracy") for m in metrics if m.get("phase") == "warm_start_end"), None)
-    if warm_acc is not None:
-        curve.append([0, 0.0, warm_acc])
-    for s, dt in zip(steps, durations):
-        t += dt
-        if s.get("evaluated") and s.get("accuracy") is not None:
-            curve.append([s["step"], round(t, 4), s["accuracy"]])
-    rl = [m for m in metrics if m.get("phase") == "rl"]
-    hist: dict[int, int] = {}
-    for m in rl:
-        for k, n in (m.get("staleness_hist") or {}).items():
-            hist[int(k)] = hist.get(int(k), 0) + int(n)
+    curve, durations, rl, hist = run_curve(timeline, metrics)
     n = sum(hist.values())
 
     def mean_of(key: str) -> float | None:

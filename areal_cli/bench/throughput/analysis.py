@@ -178,6 +178,33 @@ def mean_accuracy_curve(runs: list[dict]) -> list[list[float]] | None:
             for st in sorted(shared)]
 
 
+def run_curve(timeline: dict, metrics: list[dict]) -> tuple[list[list], list[float], list[dict], dict[int, int]]:
+    """What the staleness and algorithms benches read from one run: the held-out accuracy curve against RL seconds
+    (``[[step, seconds, accuracy], ...]``, the warm start's accuracy at ``[0, 0.0, acc]``; a run's evaluations
+    after its loop are not counted in the seconds), each step's duration (s), the run's RL lines of metrics.jsonl
+    and the realised staleness histogram over them (``{staleness: samples}``).
+
+    Args:
+        timeline: the run's timeline.json (``steps``, ``marks.rl_start``). metrics: its metrics.jsonl lines.
+    """
+    steps = timeline["steps"]
+    durations = step_durations(steps, timeline["marks"]["rl_start"])
+    curve, t = [], 0.0
+    warm_acc = next((m.get("accuracy") for m in metrics if m.get("phase") == "warm_start_end"), None)
+    if warm_acc is not None:
+        curve.append([0, 0.0, warm_acc])
+    for s, dt in zip(steps, durations):
+        t += dt
+        if s.get("evaluated") and s.get("accuracy") is not None:
+            curve.append([s["step"], round(t, 4), s["accuracy"]])
+    rl = [m for m in metrics if m.get("phase") == "rl"]
+    hist: dict[int, int] = {}
+    for m in rl:
+        for k, n in (m.get("staleness_hist") or {}).items():
+            hist[int(k)] = hist.get(int(k), 0) + int(n)
+    return curve, durations, rl, hist
+
+
 def first_crossing(curve: list[list[float]], target: float, *, interpolate: bool = True) -> float | None:
     """RL seconds at which ``curve`` ([[step, seconds, accuracy], ...]) first reaches ``target``: linearly
     interpolated between the evaluation below and the first one at or above it, or (``interpolate=False``, and
