@@ -65,8 +65,8 @@ def test_every_setting_has_a_docstring_a_type_and_a_section():
     assert set(docs) == set(KEYS), sorted(set(KEYS) - set(docs))
     assert all(len(d) > 10 for d in docs.values())
     assert all(cls.__doc__ and len(cls.__doc__) > 20 for cls in SECTIONS.values())
-    assert {k.partition(".")[0] for k in KEYS if "." in k} == {"model", "task", "sft", "rollout", "ppo", "parallel",
-                                                               "loop"}
+    assert {k.partition(".")[0] for k in KEYS if "." in k} == {"model", "task", "sft", "rollout", "ppo", "critic",
+                                                               "parallel", "loop"}
     literal = {k for k, key in KEYS.items() if typing.get_origin(key.type) is typing.Literal}
     assert {"rollout.engine", "rollout.stale_groups", "rollout.weight_update_mode", "ppo.adv_norm",
             "ppo.behav_imp_weight_mode", "ppo.prox_logp_method", "ppo.lr_scheduler", "model.chat_template",

@@ -1,6 +1,6 @@
 """Training configuration: :class:`TrainConfig` in sections, set from a recipe and ``-o section.key=value``.
 
-- :mod:`~areal_cli.config.sections`: the sections (model, task, sft, rollout, ppo, parallel, loop), a docstring
+- :mod:`~areal_cli.config.sections`: the sections (model, task, sft, rollout, ppo, critic, parallel, loop), a docstring
   and a type per setting, enumerations as ``Literal``.
 - :mod:`~areal_cli.config.train`: :class:`TrainConfig` (two identity fields and the sections), to and from a
   run's ``config.json``.

@@ -7,6 +7,10 @@ it, whatever the value; :func:`fill_algorithm` runs when a config is validated, 
 
 =========  ====================================================================================================
 grpo       group mean/std advantages, symmetric clip, token-mean loss (Shao et al. 2024; AReaL boba² defaults)
+ppo        a critic, GAE (gamma 1, lambda 0.95), raw rewards, advantages normalised over the batch's tokens
+           (Schulman et al. 2017 with GAE, Schulman et al. 2016; Ouyang et al. 2022; AReaL
+           ``examples/math/gsm8k_ppo.yaml``: critic, ``adv_norm: {mean_level: batch, std_level: batch}``, no
+           reward_norm)
 dr_grpo    no std, Dr.GRPO's constant normaliser (Liu et al. 2025, "Understanding R1-Zero-Like Training", §3.2)
 dapo       clip-higher 0.2/0.28, overlong reward shaping, token-mean (Yu et al. 2025, DAPO §3.1, §3.3, §3.4;
            AReaL ``examples/math/gsm8k_dapo_dynamic_bs.yaml``); dynamic sampling is ``rollout.success_rate_lb/ub``,
@@ -28,6 +32,7 @@ from areal_cli.config.sections import SECTIONS
 #: ``ppo.algorithm`` -> the dotted keys it fills and their values.
 ALGORITHMS: dict[str, dict[str, Any]] = {
     "grpo": {},
+    "ppo": {"critic.enabled": True, "ppo.gae_lambda": 0.95, "ppo.adv_norm": "global"},
     "dr_grpo": {"ppo.reward_norm_std_level": "none", "ppo.loss_agg_mode": "seq-mean-token-sum-norm"},
     "dapo": {"ppo.eps_clip": 0.2, "ppo.eps_clip_higher": 0.28, "ppo.overlong_reward_penalty": True,
              "ppo.loss_agg_mode": "token-mean"},
@@ -94,7 +99,7 @@ def check_algorithm(cfg: Any, bad: Callable[[str, str], Exception]) -> None:
     levels = [n for n in ("ppo.reward_norm_mean_level", "ppo.reward_norm_std_level") if getattr(p, n[4:])]
     if p.reward_norm_mean_leave1out:
         levels.append("ppo.reward_norm_mean_leave1out")
-    if levels and p.adv_norm == "global":
+    if levels and p.adv_norm == "global" and not cfg.critic.enabled:
         raise bad(levels[0], f"the reward_norm keys{by} set the advantage rule of ppo.adv_norm group; "
                              "ppo.adv_norm global normalises tokens over the batch (REINFORCE++): set one or the other")
     if p.reward_norm_mean_leave1out and (p.reward_norm_mean_level or "group") != "group":
@@ -102,6 +107,13 @@ def check_algorithm(cfg: Any, bad: Callable[[str, str], Exception]) -> None:
                                                     "ppo.reward_norm_mean_level group")
     if p.reward_norm_mean_leave1out and r.group_size < 2:
         raise bad("ppo.reward_norm_mean_leave1out", f"the leave-one-out mean{by} needs rollout.group_size >= 2")
+    _check_critic(cfg, bad, by)
+    if p.entropy_coeff < 0:
+        raise bad("ppo.entropy_coeff", "must be >= 0 (0: no entropy term)")
+    if p.entropy_coeff > 0 and cfg.parallel.tensor > 1:
+        raise bad("ppo.entropy_coeff", f"the entropy over the vocabulary is computed with the whole vocabulary on "
+                                       f"one rank: needs parallel.tensor 1 (it is {cfg.parallel.tensor}), or "
+                                       f"ppo.entropy_coeff 0")
     if p.kl_ctl < 0:
         raise bad("ppo.kl_ctl", "must be >= 0 (0: no KL, no reference policy)")
     par = cfg.parallel
@@ -113,3 +125,33 @@ def check_algorithm(cfg: Any, bad: Callable[[str, str], Exception]) -> None:
         raise bad("ppo.overlong_tokens", f"must be in [0, rollout.max_new_tokens={r.max_new_tokens}] (0: a fifth)")
     if p.overlong_penalty_factor < 0:
         raise bad("ppo.overlong_penalty_factor", "must be >= 0")
+
+
+def _check_critic(cfg: Any, bad: Callable[[str, str], Exception], by: str) -> None:
+    """The critic's keys (``critic.*``, ``ppo.discount``, ``ppo.gae_lambda``; :mod:`areal_cli.trainer.critic`)."""
+    p, c = cfg.ppo, cfg.critic
+    for key, value in (("ppo.discount", p.discount), ("ppo.gae_lambda", p.gae_lambda)):
+        if not 0.0 <= value <= 1.0:
+            raise bad(key, "must be in [0, 1]")
+        if value != 1.0 and not c.enabled:
+            raise bad(key, f"GAE with {key[4:]} < 1 needs values: set critic.enabled true (or ppo.algorithm ppo); "
+                           f"without a critic the advantage is the outcome reward (discount = gae_lambda = 1)")
+    if not c.enabled:
+        return
+    if c.lr < 0 or c.weight_decay < 0 or c.eps_clip < 0 or not c.grad_clip > 0:
+        name = next(n for n, ok in (("critic.lr", c.lr >= 0), ("critic.weight_decay", c.weight_decay >= 0),
+                                    ("critic.eps_clip", c.eps_clip >= 0), ("critic.grad_clip", c.grad_clip > 0))
+                    if not ok)
+        raise bad(name, "must be >= 0" if name != "critic.grad_clip" else "must be > 0")
+    if c.n_minibatches < 1 or cfg.rollout.batch_size % c.n_minibatches:
+        raise bad("critic.n_minibatches", f"must be >= 1 and divide rollout.batch_size ({cfg.rollout.batch_size})")
+    par = cfg.parallel
+    if par.pipeline > 1:
+        raise bad("critic.enabled", f"the critic{by} runs with tensor and data parallelism, not the pipeline-parallel "
+                                    f"trainer: needs parallel.pipeline 1 (it is {par.pipeline})")
+    if p.kl_ctl > 0 and p.kl_in == "reward":
+        raise bad("ppo.kl_in", f"with the critic{by} the KL would enter GAE as per-token rewards before the update, "
+                               f"where the proximal logprobs are not computed yet: use ppo.kl_in loss")
+    if p.importance_sampling_level == "sequence":
+        raise bad("ppo.importance_sampling_level", f"sequence (GSPO) averages the advantage over the sequence; with "
+                                                   f"the critic{by} GAE gives each token its own: use token")

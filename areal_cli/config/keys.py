@@ -42,7 +42,8 @@ _NO_FLAT_NAME = frozenset({"rollout.pause_mode", "loop.eval_deferred", "loop.log
                            "loop.log_samples_n", "ppo.algorithm", "ppo.eps_clip_higher", "ppo.c_clip",
                            "ppo.loss_agg_mode", "ppo.importance_sampling_level", "ppo.loss_fn",
                            "ppo.reward_norm_mean_level", "ppo.reward_norm_std_level", "ppo.reward_norm_mean_leave1out",
-                           "ppo.overlong_reward_penalty", "ppo.overlong_tokens", "ppo.overlong_penalty_factor"})
+                           "ppo.overlong_reward_penalty", "ppo.overlong_tokens", "ppo.overlong_penalty_factor",
+                           "ppo.discount", "ppo.gae_lambda", "ppo.entropy_coeff"})
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ def _table() -> tuple[dict[str, Key], dict[str, str]]:
         for f in fields(cls):
             dotted = f"{sec}.{f.name}"
             keys[dotted] = Key(dotted, sec, f.name, hints[f.name])
-            if dotted in _NO_FLAT_NAME:
+            if dotted in _NO_FLAT_NAME or sec == "critic":
                 continue
             old = _RENAMED.get(dotted) or (f"sft_{f.name}" if sec == "sft" else f.name)
             if old in flat:

@@ -247,9 +247,18 @@ class PPOSection:
     adv_norm: Literal["group", "global"] = "group"
     """Advantage normalisation: per prompt group (GRPO) or over all valid tokens of the batch (``global``: the
     REINFORCE++ style global normalisation, Hu 2025; AReaL ``adv_norm: {mean_level: batch, std_level: batch}``)."""
-    algorithm: Literal["grpo", "dr_grpo", "dapo", "gspo", "rloo", "cispo"] = "grpo"
+    algorithm: Literal["grpo", "ppo", "dr_grpo", "dapo", "gspo", "rloo", "cispo"] = "grpo"
     """Algorithm preset (:mod:`areal_cli.config.algorithms`): fills the keys of its recipe that the recipe and -o
-    leave unset; ``grpo`` is today's loss and advantages (sets nothing)."""
+    leave unset; ``grpo`` is today's loss and advantages (sets nothing); ``ppo`` turns the critic on."""
+    discount: float = 1.0
+    """GAE discount gamma (AReaL ``discount``; :func:`areal_cli.trainer.advantages.gae_advantages`): per token of a
+    response; < 1 needs the critic (critic.enabled), without one advantages are the outcome reward (gamma = 1)."""
+    gae_lambda: float = 1.0
+    """GAE lambda (AReaL ``gae_lambda``): 1 = Monte-Carlo return minus the value, 0 = one-step TD; < 1 needs the
+    critic."""
+    entropy_coeff: float = 0.0
+    """Entropy bonus (verl ``entropy_coeff``): the loss minus entropy_coeff times the policy's entropy over the
+    whole vocabulary at each loss token (at rollout.temperature), aggregated as the loss; 0: not computed."""
     eps_clip_higher: float | None = None
     """Upper clip range (DAPO clip-higher, AReaL ``eps_clip_higher``): u is clipped to [1 - eps_clip,
     1 + eps_clip_higher]; None: symmetric."""
@@ -310,6 +319,27 @@ class PPOSection:
     the weights before the step; ``reuse`` = the training forward's own logprobs, detached (exact when the step
     is one optimiser step, n_minibatches = 1; one forward pass fewer per step); ``auto`` = reuse when
     n_minibatches = 1, else recompute."""
+
+
+@dataclass
+class CriticSection:
+    """PPO with a critic (AReaL's ``critic`` block; :mod:`areal_cli.trainer.critic`): a value model with the policy's
+    architecture and initial weights, its LM head replaced by a zero-initialised linear value head, trained beside
+    the policy on the same ranks with its own AdamW; advantages by GAE (ppo.discount, ppo.gae_lambda)."""
+
+    enabled: bool = False
+    """Train a critic and take advantages from GAE over its values (the ``ppo`` algorithm preset sets it)."""
+    lr: float = 0.0
+    """Critic learning rate (AdamW); 0: ppo.lr."""
+    weight_decay: float = 0.0
+    """Critic AdamW weight decay (matrices only)."""
+    grad_clip: float = 1.0
+    """Critic global gradient-norm clip."""
+    eps_clip: float = 0.5
+    """Value clipping (AReaL critic ``eps_clip``, verl ``cliprange_value``): the clipped value is
+    old + clip(V - old, -eps_clip, eps_clip) and the loss the larger of the two squared errors; 0: no clipping."""
+    n_minibatches: int = 1
+    """Critic optimiser steps per training step (AReaL critic ``ppo_n_minibatches``); divides rollout.batch_size."""
 
 
 @dataclass
@@ -402,4 +432,5 @@ class LoopSection:
 
 #: Section name -> its dataclass, in the order a config is written.
 SECTIONS: dict[str, type] = {"model": ModelSection, "task": TaskSection, "sft": SftSection, "rollout": RolloutSection,
-                             "ppo": PPOSection, "parallel": ParallelSection, "loop": LoopSection}
+                             "ppo": PPOSection, "critic": CriticSection, "parallel": ParallelSection,
+                             "loop": LoopSection}

@@ -8,13 +8,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from areal_cli.config.keys import FLAT_NAMES, KEYS, TOP_LEVEL, note_flat_names, read_mapping, set_value
-from areal_cli.config.sections import (LoopSection, ModelSection, ParallelSection, PPOSection, RolloutSection,
+from areal_cli.config.sections import (CriticSection, LoopSection, ModelSection, ParallelSection, PPOSection, RolloutSection,
                                        SECTIONS, SftSection, TaskSection)
 
 
 @dataclass
 class TrainConfig:
-    """Every setting of an ``areal train`` run: two identity fields and seven sections.
+    """Every setting of an ``areal train`` run: two identity fields and eight sections.
 
     Read from a recipe (:func:`areal_cli.recipes.load_train_config`) and ``-o section.field=value`` overrides
     (:func:`areal_cli.config.apply_overrides`); written to a run's ``config.json`` by :meth:`to_dict` and read
@@ -31,6 +31,7 @@ class TrainConfig:
     sft: SftSection = field(default_factory=SftSection)
     rollout: RolloutSection = field(default_factory=RolloutSection)
     ppo: PPOSection = field(default_factory=PPOSection)
+    critic: CriticSection = field(default_factory=CriticSection)
     parallel: ParallelSection = field(default_factory=ParallelSection)
     loop: LoopSection = field(default_factory=LoopSection)
 

@@ -8,6 +8,7 @@ Layout: ``RUN/checkpoints/step-000012/`` (written every ``loop.checkpoint_every`
                       from them
     optimizer.pt      torch.save(AdamW state_dict): moments, step counts, lr of every parameter group
     rng.pt            RNG states: python ``random``, numpy, torch CPU (+ CUDA, + Megatron's RNG tracker)
+    critic.pt         only with critic.enabled: the critic's weights and AdamW state (areal_cli.trainer.critic)
     state.json        the loop's state: step, policy version, held-out accuracy, staleness counters,
                       controller counters, data position, warm-start summary, elapsed seconds
     manifest.json     {"format", "step", "files": {relative path: {"sha256", "bytes"}}}: written last
@@ -68,6 +69,8 @@ __all__ = ["FORMAT", "Checkpoint", "PromptStream", "checkpoint_name", "save_chec
            "restore_rng", "truncate_metrics", "staleness_capacity"]
 
 FORMAT = 1
+#: The critic's file in a checkpoint (``critic.enabled``).
+CRITIC_FILE = "critic.pt"
 CHECKPOINTS = "checkpoints"
 _CHUNK = 1 << 20
 
@@ -201,7 +204,7 @@ def restore_rng(state: dict) -> None:
 # save
 # ---------------------------------------------------------------------------------------------------------
 def save_checkpoint(run_dir: Path, step: int, *, hf_dir: Path, optimizer_state: dict, rng: dict, state: dict,
-                    keep: int) -> Path:
+                    keep: int, extra: dict[str, object] | None = None) -> Path:
     """Write ``run_dir/checkpoints/step-NNNNNN`` atomically; keep the newest ``keep``; return its path.
 
     Args:
@@ -209,6 +212,7 @@ def save_checkpoint(run_dir: Path, step: int, *, hf_dir: Path, optimizer_state: 
         optimizer_state: ``optimizer.state_dict()``.
         rng: :func:`capture_rng`.
         state: JSON-able loop state (``state.json``).
+        extra: more files, name -> object for ``torch.save`` (the critic: :data:`CRITIC_FILE`).
     """
     import torch
 
@@ -223,6 +227,8 @@ def save_checkpoint(run_dir: Path, step: int, *, hf_dir: Path, optimizer_state: 
         shutil.copytree(hf_dir, tmp / "hf")
         torch.save(optimizer_state, tmp / "optimizer.pt")
         torch.save(rng, tmp / "rng.pt")
+        for name, obj in (extra or {}).items():
+            torch.save(obj, tmp / name)
         (tmp / "state.json").write_text(json.dumps(state, indent=2) + "\n")
         files = {}
         for f in sorted(p for p in tmp.rglob("*") if p.is_file()):
@@ -396,10 +402,16 @@ def save_trainer_checkpoint(engine, run_dir: Path, step: int, *, hf_dir: Path, r
                             keep: int) -> Path | None:
     """Trainer-side call (``areal_cli.train_loop.checkpoint:save_trainer_checkpoint`` through the trainer group,
     run on every rank): :func:`save_checkpoint` with the engine's optimizer state, written by global rank 0 only
-    (data-parallel replicas hold the same state; config refuses checkpoints with model parallelism)."""
+    (data-parallel replicas hold the same state; config refuses checkpoints with model parallelism); with a
+    critic on the engine also :data:`CRITIC_FILE`."""
     import torch.distributed as dist
 
     if dist.is_initialized() and dist.get_rank() != 0:
         return None
+    extra = None
+    if getattr(engine, "critic", None) is not None:  # critic.enabled: its weights and AdamW state
+        from areal_cli.trainer.critic import critic_state
+
+        extra = {CRITIC_FILE: critic_state(engine)}
     return save_checkpoint(run_dir, step, hf_dir=hf_dir, optimizer_state=engine.optimizer.state_dict(), rng=rng,
-                           state=state, keep=keep)
+                           state=state, keep=keep, extra=extra)

@@ -26,7 +26,7 @@ from areal_cli.foundations.timeline import cpu_snapshot
 from areal_cli.trainer.group import TorchrunTrainer
 from areal_cli.train_loop.context import STEPS, RunContext
 from areal_cli.train_loop.evaluation import evaluate
-from areal_cli.train_loop.resume import controller_state, restore_controller, setup_reference
+from areal_cli.train_loop.resume import controller_state, restore_controller, setup_critic, setup_reference
 from areal_cli.train_loop.samples import SAMPLES_FILE, cut_samples, due, pick_samples, write_samples
 from areal_cli.train_loop.weights import VersionLoader, sync_distributed
 from areal_cli.workflows.multi_turn import turn_keys, turn_metrics
@@ -119,6 +119,7 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
         restore_rng(resume.load_rng())
         ctx.status.log(f"resumed at step {first_step}: {len(rs['data']['pending'])} pending prompt(s) re-issued")
     await setup_reference(ctx, resumed=rs is not None)  # ppo.kl_ctl > 0: the frozen reference
+    await setup_critic(ctx, resume)  # critic.enabled: the value model
     if tl is not None:
         tl.marks["rl_start"] = t_rl
         tl.cpu["rl_start"] = _cpu_snapshot(ctx)

@@ -12,7 +12,7 @@ from dataclasses import fields
 from pathlib import Path
 
 
-from areal_cli.train_loop.checkpoint import Checkpoint, PromptStream, staleness_capacity
+from areal_cli.train_loop.checkpoint import CRITIC_FILE, Checkpoint, PromptStream, staleness_capacity
 from areal_cli.config import TrainConfig
 from areal_cli.foundations.errors import UserError
 from areal_cli.rollout.controller import RolloutController
@@ -114,3 +114,28 @@ async def setup_reference(ctx, resumed: bool) -> None:
     else:
         await ctx.train("areal_cli.trainer.kl:freeze_reference", None,
                         ref_dir if ctx.cfg.loop.checkpoint_every else None)
+
+
+async def setup_critic(ctx, resume) -> None:
+    """Build the critic on the trainer (``critic.enabled``; :mod:`areal_cli.trainer.critic`); nothing otherwise.
+
+    A new run's critic starts from the run's initial model with a zero value head; a resumed run loads the
+    checkpoint's :data:`~areal_cli.train_loop.checkpoint.CRITIC_FILE` (weights and AdamW state).
+
+    Args:
+        ctx: the :class:`~areal_cli.train_loop.context.RunContext`. resume: the :class:`Checkpoint` or None.
+    Raises:
+        UserError: a resumed run whose checkpoint has no critic.
+    """
+    c = ctx.cfg.critic
+    if not c.enabled:
+        return
+    state_file = None
+    if resume is not None:
+        state_file = resume.path / CRITIC_FILE
+        if not state_file.is_file():
+            raise UserError(f"{state_file}: missing: this checkpoint was written without a critic, so a run with "
+                            f"critic.enabled true cannot resume from it")
+    await ctx.train("areal_cli.trainer.critic:attach_critic", lr=c.lr or ctx.cfg.ppo.lr,
+                    weight_decay=c.weight_decay, grad_clip=c.grad_clip, seed=ctx.cfg.seed,
+                    state_file=str(state_file) if state_file else None)

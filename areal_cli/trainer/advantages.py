@@ -191,3 +191,66 @@ def overlong_penalty(lengths: torch.Tensor, max_new_tokens: int, overlong_tokens
         raise ValueError(f"overlong_tokens must be > 0, got {overlong_tokens}")
     exceed = lengths.to(torch.float64) - (max_new_tokens - overlong_tokens)
     return (-exceed / overlong_tokens * factor).clamp(max=0.0).to(torch.float32)
+
+
+def last_token_rewards(seq_rewards: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
+    """Token rewards of outcome-reward PPO: each sequence's reward on its last loss token, 0 elsewhere (AReaL
+    ``PPOActor._compute_advantages``: ``rewards[i, seqlen_i - 2] += reward_score``).
+
+    Args:
+        seq_rewards: [B] one reward per row (one sequence per row, right-padded). loss_mask: [B, T].
+    Returns:
+        [B, T] float32; a row without loss tokens gets nothing.
+    """
+    m = loss_mask.to(torch.bool)
+    t = torch.arange(m.shape[1]).expand_as(m)
+    last = torch.where(m, t, torch.full_like(t, -1)).max(dim=1).values  # [B], -1: no loss token
+    out = torch.zeros(m.shape, dtype=torch.float32)
+    rows = torch.nonzero(last >= 0).flatten()
+    out[rows, last[rows]] = seq_rewards.to(torch.float32)[rows]
+    return out
+
+
+def gae_advantages(rewards: torch.Tensor, values: torch.Tensor, loss_mask: torch.Tensor, discount: float,
+                   gae_lambda: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized advantage estimation over each row's loss tokens (Schulman et al. 2016, "High-Dimensional
+    Continuous Control Using Generalized Advantage Estimation", §3 eq. 16; the recursion of AReaL
+    ``areal/trainer/ppo/actor.py:PPOActor._compute_advantages``)::
+
+        delta_t = r_t + gamma * V_next(t) - V_t
+        A_t     = delta_t + gamma * lambda * A_next(t)
+        R_t     = A_t + V_t                          (the critic's target, "returns")
+
+    ``next(t)`` is the row's next loss position (positions with loss mask 0, e.g. tool output between two
+    assistant turns, are skipped: values and advantages carry over them, as in AReaL); after the last loss token
+    the episode ends (V = 0, A = 0: the reward is given on truncated responses too, so nothing is bootstrapped).
+
+    Args:
+        rewards: [B, T] token rewards (outcome reward on the last loss token, :func:`last_token_rewards`; plus any
+            per-token rewards). values: [B, T] V(s_t) of the critic before the update (detached).
+        loss_mask: [B, T], nonzero on loss tokens. discount: gamma in [0, 1]. gae_lambda: lambda in [0, 1].
+    Returns:
+        ``(advantages, returns)``: [B, T] float32 each, 0 off the mask (computed in float64).
+    Raises:
+        ValueError: shapes differ, or gamma / lambda outside [0, 1].
+    """
+    if rewards.shape != values.shape or rewards.shape != loss_mask.shape or rewards.dim() != 2:
+        raise ValueError(f"rewards {tuple(rewards.shape)}, values {tuple(values.shape)} and loss_mask "
+                         f"{tuple(loss_mask.shape)} must be the same [B, T]")
+    if not (0.0 <= discount <= 1.0 and 0.0 <= gae_lambda <= 1.0):
+        raise ValueError(f"discount and gae_lambda must be in [0, 1], got {discount}, {gae_lambda}")
+    r, v = rewards.to(torch.float64), values.detach().to(torch.float64)
+    m = loss_mask.to(torch.bool)
+    B, T = r.shape
+    adv = torch.zeros(B, T, dtype=torch.float64)
+    last_adv = torch.zeros(B, dtype=torch.float64)
+    next_v = torch.zeros(B, dtype=torch.float64)
+    for t in range(T - 1, -1, -1):
+        delta = r[:, t] + discount * next_v - v[:, t]
+        new = delta + discount * gae_lambda * last_adv
+        mt = m[:, t]
+        last_adv = torch.where(mt, new, last_adv)
+        next_v = torch.where(mt, v[:, t], next_v)
+        adv[:, t] = torch.where(mt, new, torch.zeros_like(new))
+    returns = torch.where(m, adv + v, torch.zeros_like(adv))
+    return adv.to(torch.float32), returns.to(torch.float32)

@@ -23,7 +23,9 @@ from torch import Tensor
 
 __all__ = ["TrainBatch", "build_train_batch"]
 
-_PER_TOKEN = ("loss_mask", "behaviour_logprobs", "versions", "advantages", "proximal_logprobs", "ref_logprobs")
+_PER_TOKEN = ("loss_mask", "behaviour_logprobs", "versions", "advantages", "proximal_logprobs", "ref_logprobs",
+              "values", "returns")
+_OPTIONAL = ("advantages", "proximal_logprobs", "ref_logprobs", "values", "returns")
 
 
 @dataclass
@@ -48,6 +50,8 @@ class TrainBatch:
             sequence per row at positions 0..L-1.
         ref_logprobs: optional FloatTensor[B, L-1] (nats), log pi_ref of the frozen reference
             (``ppo.kl_ctl > 0``, :mod:`areal_cli.trainer.kl`).
+        values, returns: optional FloatTensor[B, L-1], the critic's values before the update and the GAE returns
+            (its regression target) at the loss positions (``critic.enabled``, :mod:`areal_cli.trainer.critic`).
     Raises (from ``__post_init__``/:meth:`validate`):
         ValueError: wrong dtype, shape, padding layout, or a loss mask on padding.
     """
@@ -62,6 +66,8 @@ class TrainBatch:
     position_ids: Tensor | None = None
     segment_ids: Tensor | None = None
     ref_logprobs: Tensor | None = None
+    values: Tensor | None = None
+    returns: Tensor | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -110,9 +116,11 @@ class TrainBatch:
             ("advantages", (torch.float32, torch.float64, torch.float16, torch.bfloat16)),
             ("proximal_logprobs", (torch.float32, torch.float64, torch.float16, torch.bfloat16)),
             ("ref_logprobs", (torch.float32, torch.float64, torch.float16, torch.bfloat16)),
+            ("values", (torch.float32, torch.float64, torch.float16, torch.bfloat16)),
+            ("returns", (torch.float32, torch.float64, torch.float16, torch.bfloat16)),
         ):
             t = getattr(self, name)
-            if t is None and name in ("advantages", "proximal_logprobs", "ref_logprobs"):
+            if t is None and name in _OPTIONAL:
                 continue
             if not isinstance(t, Tensor) or tuple(t.shape) != want or t.dtype not in dtypes:
                 raise ValueError(f"{name} must be a {_kind(dtypes)}{list(want)}, got {_desc(t)}")

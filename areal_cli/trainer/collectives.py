@@ -153,3 +153,21 @@ def gather_pp_state(model, state: dict[str, Tensor], pp: int) -> dict[str, Tenso
             raise RuntimeError(f"pipeline stages share parameters {sorted(out.keys() & p.keys())[:3]}")
         out.update(p)
     return out
+
+
+def sum_over_data_parallel(totals: dict[str, float]) -> None:
+    """Sum the loss-function counters over data-parallel ranks, in place (no-op in one process).
+
+    Each rank counts the rows its ``loss_fn`` saw: its share when the engine splits the batch, all of it when
+    it does not; fractions ``n_x / n_tokens`` are the global ones either way."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return
+    from megatron.core import parallel_state as ps
+
+    if ps.get_data_parallel_world_size() == 1:
+        return
+    keys = sorted(totals)
+    t = torch.tensor([totals[k] for k in keys], dtype=torch.float64)
+    dist.all_reduce(t, group=ps.get_data_parallel_group())
+    for k, v in zip(keys, t.tolist()):
+        totals[k] = v

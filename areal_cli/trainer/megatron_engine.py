@@ -251,16 +251,35 @@ class MegatronEngine(HFWeights):
         # megatron's function works in place on its input: hand it a contiguous copy/own tensor
         return -vocab_parallel_cross_entropy(logits.contiguous(), targets.contiguous())
 
-    def _logprobs(self, batch: TrainBatch, temperature: float) -> Tensor:
+    def _entropy_from_logits(self, logits: Tensor, temperature: float) -> Tensor:
+        """Entropy (nats) of ``softmax(logits[:, t] / T)`` over the whole vocabulary: [B, L, V] -> [B, L-1]
+        float32, with gradient (needs the full vocabulary on this rank: TP = 1)."""
+        if self.tp > 1:
+            raise NotImplementedError("the entropy needs tensor_parallel 1 (the vocabulary split over ranks)")
+        z = logits[:, :-1].float()
+        if temperature > 0 and temperature != 1.0:
+            z = z / temperature
+        logp = torch.log_softmax(z, dim=-1)
+        return -(logp.exp() * logp).sum(dim=-1)
+
+    def _logprobs(self, batch: TrainBatch, temperature: float, entropy: bool = False):
+        """Masked logprobs [B, L-1] of ``batch`` (with grad when grad mode is on); with ``entropy`` also the
+        per-position entropy [B, L-1] (0 where the target is padding)."""
         if not temperature >= 0 or math.isinf(temperature):
             raise ValueError(f"temperature must be finite and >= 0, got {temperature}")
         if self.pp > 1:
             return self._pp_run(batch, temperature, None)
         ids = batch.input_ids.to(self.device)
         pos, mask = self._positions_and_mask(batch)
-        lp = self.token_logprobs(ids, pos, mask, temperature)
         real_target = batch.attention_mask[:, 1:].to(self.device)
-        return torch.where(real_target, lp, torch.zeros_like(lp))
+        if not entropy:
+            lp = self.token_logprobs(ids, pos, mask, temperature)
+            return torch.where(real_target, lp, torch.zeros_like(lp))
+        logits = self.model(ids, pos.to(self.device), mask.to(self.device))
+        lp = self._lp_from_logits(logits, ids, temperature)
+        ent = self._entropy_from_logits(logits, temperature)
+        zero = torch.zeros_like(lp)
+        return torch.where(real_target, lp, zero), torch.where(real_target, ent, zero)
 
     def _positions_and_mask(self, batch: TrainBatch) -> tuple[Tensor, Tensor]:
         """Position ids [B, L] and megatron attention mask of ``batch`` on the engine's device: 0..L-1 and the
@@ -273,10 +292,11 @@ class MegatronEngine(HFWeights):
             return pos, self._causal_mask(length)
         return batch.position_ids.to(self.device), batch.attention_bias_mask().to(self.device)
 
-    def _pp_run(self, batch: TrainBatch, temperature: float, loss_fn) -> Tensor:
+    def _pp_run(self, batch: TrainBatch, temperature: float, loss_fn, entropy: bool = False) -> Tensor:
         """One micro-batch through megatron's pipeline schedule. ``loss_fn is None``: forward only, returns
         the masked logprobs [B, L-1] on every stage (broadcast from the last). Otherwise forward + backward of
-        ``loss_fn(lp, batch)`` (computed on the last stage); returns the loss (scalar, float64) on every stage.
+        ``loss_fn(lp, batch)`` (``loss_fn(lp, batch, entropy=...)`` with ``entropy``; computed on the last stage);
+        returns the loss (scalar, float64) on every stage.
         """
         from megatron.core import parallel_state as ps
         from megatron.core.pipeline_parallel import get_forward_backward_func
@@ -298,7 +318,11 @@ class MegatronEngine(HFWeights):
                 lp = torch.where(real_target, lp, torch.zeros_like(lp))
                 if loss_fn is None:
                     return lp.new_zeros(()), {"lp": lp.detach()}
-                loss = loss_fn(lp, dev_batch)
+                if entropy:
+                    ent = self._entropy_from_logits(logits, temperature)
+                    loss = loss_fn(lp, dev_batch, entropy=torch.where(real_target, ent, torch.zeros_like(ent)))
+                else:
+                    loss = loss_fn(lp, dev_batch)
                 if not isinstance(loss, Tensor) or loss.dim() != 0:
                     raise ValueError("loss_fn must return a scalar tensor")
                 return loss, {"loss": loss.detach().double()}
@@ -364,9 +388,10 @@ class MegatronEngine(HFWeights):
     def train_step(
         self,
         micro_batches: Sequence[TrainBatch],
-        loss_fn: Callable[[Tensor, TrainBatch], Tensor],
+        loss_fn: Callable[..., Tensor],
         *,
         temperature: float = 1.0,
+        entropy: bool = False,
     ) -> dict[str, float]:
         """One optimiser step accumulated over ``micro_batches``: :meth:`forward_backward` then
         :meth:`optimizer_step`.
@@ -374,7 +399,9 @@ class MegatronEngine(HFWeights):
         For each micro-batch: ``lp = logprobs with grad`` [B_i, L_i-1] (on the engine's device, T-scaled as
         in :meth:`logprobs`), ``loss = loss_fn(lp, mb)`` (a scalar; it must already divide by the number of
         valid tokens of the whole global batch and apply ``mb.loss_mask``), ``loss.backward()``. Gradients
-        are therefore summed over micro-batches (and over data-parallel ranks). Then the global L2 norm is
+        are therefore summed over micro-batches (and over data-parallel ranks). With ``entropy`` the call is
+        ``loss_fn(lp, mb, entropy=H)``, H [B_i, L_i-1] the entropy of the whole-vocabulary distribution at each
+        position, with gradient (TP = 1 only). Then the global L2 norm is
         clipped to ``grad_clip``, AdamW steps and gradients are cleared. A non-finite gradient norm skips
         the update (``skipped = 1``), as Megatron does.
 
@@ -388,15 +415,16 @@ class MegatronEngine(HFWeights):
         Raises:
             ValueError: no micro-batches, or ``loss_fn`` returned a non-scalar tensor.
         """
-        loss = self.forward_backward(micro_batches, loss_fn, temperature=temperature)
+        loss = self.forward_backward(micro_batches, loss_fn, temperature=temperature, entropy=entropy)
         return {"loss": loss, **self.optimizer_step()}
 
     def forward_backward(
         self,
         micro_batches: Sequence[TrainBatch],
-        loss_fn: Callable[[Tensor, TrainBatch], Tensor],
+        loss_fn: Callable[..., Tensor],
         *,
         temperature: float = 1.0,
+        entropy: bool = False,
     ) -> float:
         """Clear gradients, then accumulate ``d loss_fn(lp, mb) / d params`` over ``micro_batches`` into
         ``param.grad`` (see :meth:`train_step`; rows split over DP ranks). Returns the summed loss (over
@@ -413,10 +441,14 @@ class MegatronEngine(HFWeights):
             if mb is None:
                 continue
             if self.pp > 1:
-                total += float(self._pp_run(mb, temperature, loss_fn).item())
+                total += float(self._pp_run(mb, temperature, loss_fn, entropy).item())
                 continue
-            lp = self._logprobs(mb, temperature)
-            loss = loss_fn(lp, mb.to(self.device))
+            if entropy:
+                lp, ent = self._logprobs(mb, temperature, entropy=True)
+                loss = loss_fn(lp, mb.to(self.device), entropy=ent)
+            else:
+                lp = self._logprobs(mb, temperature)
+                loss = loss_fn(lp, mb.to(self.device))
             if not isinstance(loss, Tensor) or loss.dim() != 0:
                 raise ValueError("loss_fn must return a scalar tensor")
             loss.backward()

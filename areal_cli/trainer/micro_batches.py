@@ -39,7 +39,8 @@ from areal_cli.foundations.errors import UserError
 if TYPE_CHECKING:  # pragma: no cover - torch is imported where tensors are built (ffd_allocate is pure)
     from areal_cli.trainer.batch import TrainBatch
 
-_PER_TOKEN = ("loss_mask", "behaviour_logprobs", "versions", "advantages", "proximal_logprobs", "ref_logprobs")
+_PER_TOKEN = ("loss_mask", "behaviour_logprobs", "versions", "advantages", "proximal_logprobs", "ref_logprobs",
+              "values", "returns")
 
 
 def ffd_allocate(values: Sequence[int], capacity: int, min_groups: int = 1) -> list[list[int]]:

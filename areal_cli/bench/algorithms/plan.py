@@ -17,7 +17,7 @@ from areal_cli.bench.runs import (PER_RUN, RUN_CHECK_ITEMS, check_out_dir, cpu_o
 from areal_cli.foundations.errors import UserError
 
 #: The presets run by default, in plan order.
-DEFAULT_PRESETS = ["grpo", "dr_grpo", "dapo", "gspo", "rloo", "cispo"]
+DEFAULT_PRESETS = ["grpo", "ppo", "dr_grpo", "dapo", "gspo", "rloo", "cispo"]
 
 #: Recipe fields every run (and the warm start) gets: the success-rate filter off, so that every preset trains on
 #: the same sampled groups and ``zero_std_group_frac`` is the share of dead groups each one trains on; the

@@ -18,13 +18,14 @@ def table_rows(results: dict) -> tuple[list[str], list[list[str]]]:
     """Header and rows of the results table: one row per preset, mean ± sample std over seeds."""
     target = results["target_accuracy"]
     head = ["preset", "runs", "final acc", "best acc", f"RL s to {target:.2f}" if target else "RL s to target",
-            "stale", "iw p50", "lp mismatch", "zero-std", "RL s"]
+            "stale", "iw mean", "iw p50", "lp mismatch", "zero-std", "RL s"]
     rows = []
     for p, c in results["presets"].items():
         tt = c["time_to_target_s"]
         reached = f"{_pm(tt, '{:.1f}')} ({c['runs_reached_target']}/{c['runs']})" if tt else "not reached"
         rows.append([p, str(c["runs"]), _pm(c["final_accuracy"]), _pm(c["max_accuracy"]),
-                     reached if target else "-", _pm(c["staleness_mean"], "{:.2f}"), _pm(c["iw_p50"], "{:.4f}"),
+                     reached if target else "-", _pm(c["staleness_mean"], "{:.2f}"),
+                     _pm(c.get("iw_mean"), "{:.4f}"), _pm(c["iw_p50"], "{:.4f}"),
                      _pm(c["logprob_mismatch_mean"], "{:.1e}"), _pm(c["zero_std_group_frac"], "{:.2f}"),
                      _pm(c["rl_seconds"], "{:.1f}")])
     return head, rows
@@ -37,7 +38,7 @@ def caption(results: dict) -> str:
     line = (f"recipe {sc['recipe']}, eta {','.join(str(e) for e in sorted(eta))}, {sc['steps']} RL steps, "
             f"{sc['seeds']} seed(s); mean ± std over seeds; target {results['target_accuracy']} "
             f"({results['target_source']}); RL s to target: runs that reached it (reached/runs); stale: mean "
-            f"staleness; iw p50: median pi_prox/pi_behav; lp mismatch: engine-vs-trainer |dlogp| (nats); zero-std: "
+            f"staleness; iw mean / p50: mean / median pi_prox/pi_behav; lp mismatch: engine-vs-trainer |dlogp| (nats); zero-std: "
             f"share of dead groups")
     mc = (results.get("machine") or {}).get("during_runs")
     if mc and mc.get("busy"):
