@@ -46,8 +46,8 @@ import torch
 
 from areal_cli.config import TrainConfig
 from areal_cli.foundations.errors import UserError
-from areal_cli.trainer.advantages import gae_advantages, last_token_rewards
-from areal_cli.trainer.critic import critic_rewards, value_loss
+from areal_cli.trainer.advantages import gae_advantages, last_token_rewards, sequence_rewards
+from areal_cli.trainer.critic import value_loss
 
 GAMMA, LAM = 0.9, 0.5
 MASK = torch.tensor([[1, 1, 1, 0], [1, 0, 1, 1]], dtype=torch.float32)
@@ -155,19 +155,19 @@ def test_entropy_and_its_gradient_by_hand():
         _entropy(z, 1.0, tp=2)
 
 
-def test_critic_rewards_follow_reward_norm_then_adv_norm():
+def test_sequence_rewards_follow_reward_norm_then_adv_norm():
     ppo = TrainConfig().ppo
     shaped, gid = torch.tensor([1.0, 0.0, 1.0, 1.0]), torch.tensor([0, 0, 1, 1])
     ppo.adv_norm = "global"  # the ppo preset: raw rewards into GAE
-    assert critic_rewards(shaped, gid, ppo).tolist() == [1.0, 0.0, 1.0, 1.0]
+    assert sequence_rewards(shaped, gid, ppo).tolist() == [1.0, 0.0, 1.0, 1.0]
     ppo.adv_norm = "group"  # unset reward_norm keys follow adv_norm group: GRPO's group normalisation
-    got = critic_rewards(shaped, gid, ppo)
+    got = sequence_rewards(shaped, gid, ppo)
     assert got[0].item() == pytest.approx(0.5 / (0.5 + 1e-5), rel=1e-5) and got[2:].tolist() == [0.0, 0.0]
 
 
 @pytest.mark.parametrize("values,key", [
-    ({"ppo.discount": 0.9}, "ppo.discount"),
-    ({"ppo.gae_lambda": 0.95}, "ppo.gae_lambda"),
+    ({"ppo.discount": 0.9, "ppo.algorithm": "gspo"}, "ppo.discount"),
+    ({"ppo.gae_lambda": -0.1}, "ppo.gae_lambda"),
     ({"ppo.algorithm": "ppo", "ppo.discount": 1.5}, "ppo.discount"),
     ({"ppo.algorithm": "ppo", "critic.n_minibatches": 3}, "critic.n_minibatches"),
     ({"ppo.algorithm": "ppo", "critic.eps_clip": -1.0}, "critic.eps_clip"),
@@ -182,6 +182,26 @@ def test_bad_critic_and_entropy_settings_are_one_line(values, key):
     with pytest.raises(UserError, match=f"field '{key}'") as e:
         TrainConfig().with_values(values).validate()
     assert "\n" not in str(e.value)
+
+
+def test_discounting_without_a_critic_is_gae_with_values_zero():
+    """AReaL without a critic: GAE with V = 0, so A_t = (gamma lambda)^(T-1-t) * the group-normalised reward of
+    the sequence; group rewards (1, 0): normalised (1, -1) (x 0.5 / (0.5 + 1e-5)); gamma 0.9, lambda 1, 3 tokens."""
+    from areal_cli.api.types import Group, Item, Trajectory
+    from areal_cli.trainer.steps import make_train_batch
+
+    g = Group(0, Item("0", [1, 2], ""), [Trajectory([1, 2], [5, 6, 7], [-0.1] * 3, [0] * 3, r, 0, "stop")
+                                         for r in (1.0, 0.0)])
+    cfg = TrainConfig().with_values({"ppo.discount": 0.9})
+    cfg.validate()
+    batch = make_train_batch([g], cfg, pad_id=0)
+    a = 0.5 / (0.5 + 1e-5)
+    m = batch.loss_mask.bool()
+    assert batch.advantages[0][m[0]].tolist() == pytest.approx([0.81 * a, 0.9 * a, a], rel=1e-6)
+    assert batch.advantages[1][m[1]].tolist() == pytest.approx([-0.81 * a, -0.9 * a, -a], rel=1e-6)
+    cfg = TrainConfig()
+    cfg.validate()
+    assert make_train_batch([g], cfg, pad_id=0).advantages[0][m[0]].tolist() == pytest.approx([a] * 3, rel=1e-6)
 
 
 def test_the_ppo_preset_turns_the_critic_on_and_kl_in_the_loss_combines():

@@ -60,7 +60,7 @@ def test_settings_areal_cannot_run_are_refused_in_one_line(tmp_path):
 
     text = (REPO / "recipes" / "boba2-14b-code.yaml").read_text()
     shutil.copy(REPO / "recipes" / "boba2-14b-code.expected.yaml", tmp_path)
-    for key, value in (("kl_ctl", "0.1"), ("c_clip", "3.0"), ("gae_lambda", "0.95"), ("actor_sample_reuse", "2")):
+    for key, value in (("actor_sample_reuse", "2"), ("mask_too_long", "true")):
         path = tmp_path / "boba2-14b-code.yaml"
         path.write_text(re.sub(rf"(?m)^  {key}: \S+", f"  {key}: {value}", text))
         line = next(i for i, x in enumerate(path.read_text().splitlines(), 1) if x.startswith(f"  {key}:"))
@@ -68,6 +68,26 @@ def test_settings_areal_cannot_run_are_refused_in_one_line(tmp_path):
             gpu_train_config(load_recipe(path))
     with pytest.raises(UserError, match="supervised fine-tuning"):
         train_config_from_recipe("boba-sft-32b")
+
+
+def test_kl_gae_and_dual_clip_of_a_recipe_map_onto_the_trainer(tmp_path):
+    """AReaL (realhf) keys the kit now runs: kl_ctl (k1 in the reward, as realhf), discount / gae_lambda (GAE with
+    values 0), c_clip; the config they give passes validation."""
+    import re
+    import shutil
+
+    text = (REPO / "recipes" / "boba2-14b-code.yaml").read_text()
+    shutil.copy(REPO / "recipes" / "boba2-14b-code.expected.yaml", tmp_path)
+    for key, value in (("kl_ctl", "0.1"), ("c_clip", "3.0"), ("gae_lambda", "0.95"), ("discount", "0.99")):
+        text = re.sub(rf"(?m)^  {key}: \S+", f"  {key}: {value}", text)
+    path = tmp_path / "boba2-14b-code.yaml"
+    path.write_text(text)
+    cfg, _ = gpu_train_config(load_recipe(path))
+    p = cfg.ppo
+    assert (p.kl_ctl, p.kl_estimator, p.kl_in, p.c_clip, p.gae_lambda, p.discount) == (0.1, "k1", "reward", 3.0,
+                                                                                      0.95, 0.99)
+    cfg.model.path, cfg.task.dataset = str(tmp_path), str(tmp_path / "d.jsonl")
+    cfg.validate()
 
 
 @pytest.fixture(scope="module")

@@ -116,11 +116,6 @@ def check_algorithm(cfg: Any, bad: Callable[[str, str], Exception]) -> None:
                                        f"ppo.entropy_coeff 0")
     if p.kl_ctl < 0:
         raise bad("ppo.kl_ctl", "must be >= 0 (0: no KL, no reference policy)")
-    par = cfg.parallel
-    if p.kl_ctl > 0 and max(par.data, par.tensor, par.pipeline) > 1:
-        raise bad("ppo.kl_ctl", f"the frozen reference (KL > 0) is kept by the single-process trainer only: needs "
-                                f"parallel.data = parallel.tensor = parallel.pipeline = 1 (they are {par.data}, "
-                                f"{par.tensor}, {par.pipeline}), or ppo.kl_ctl 0")
     if p.overlong_tokens < 0 or p.overlong_tokens > r.max_new_tokens:
         raise bad("ppo.overlong_tokens", f"must be in [0, rollout.max_new_tokens={r.max_new_tokens}] (0: a fifth)")
     if p.overlong_penalty_factor < 0:
@@ -133,9 +128,9 @@ def _check_critic(cfg: Any, bad: Callable[[str, str], Exception], by: str) -> No
     for key, value in (("ppo.discount", p.discount), ("ppo.gae_lambda", p.gae_lambda)):
         if not 0.0 <= value <= 1.0:
             raise bad(key, "must be in [0, 1]")
-        if value != 1.0 and not c.enabled:
-            raise bad(key, f"GAE with {key[4:]} < 1 needs values: set critic.enabled true (or ppo.algorithm ppo); "
-                           f"without a critic the advantage is the outcome reward (discount = gae_lambda = 1)")
+        if value != 1.0 and p.importance_sampling_level == "sequence":
+            raise bad(key, f"discounted advantages differ per token; GSPO's sequence ratio{by} averages them over "
+                           f"the sequence: use 1, or ppo.importance_sampling_level token")
     if not c.enabled:
         return
     if c.lr < 0 or c.weight_decay < 0 or c.eps_clip < 0 or not c.grad_clip > 0:

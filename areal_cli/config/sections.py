@@ -252,10 +252,10 @@ class PPOSection:
     leave unset; ``grpo`` is today's loss and advantages (sets nothing); ``ppo`` turns the critic on."""
     discount: float = 1.0
     """GAE discount gamma (AReaL ``discount``; :func:`areal_cli.trainer.advantages.gae_advantages`): per token of a
-    response; < 1 needs the critic (critic.enabled), without one advantages are the outcome reward (gamma = 1)."""
+    response; without a critic GAE runs with values 0 (AReaL's), so the reward is discounted back from the last
+    token by (discount * gae_lambda)^k."""
     gae_lambda: float = 1.0
-    """GAE lambda (AReaL ``gae_lambda``): 1 = Monte-Carlo return minus the value, 0 = one-step TD; < 1 needs the
-    critic."""
+    """GAE lambda (AReaL ``gae_lambda``): 1 = Monte-Carlo return minus the value, 0 = one-step TD."""
     entropy_coeff: float = 0.0
     """Entropy bonus (verl ``entropy_coeff``): the loss minus entropy_coeff times the policy's entropy over the
     whole vocabulary at each loss token (at rollout.temperature), aggregated as the loss; 0: not computed."""

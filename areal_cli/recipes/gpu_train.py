@@ -17,6 +17,10 @@ recipe key                TrainConfig
 ``top_k``                 >= 10^6 -> -1 (off: larger than any vocabulary)
 ``epochs``                ``loop.epochs`` (steps = epochs x records / batch_size) when ``loop.max_steps`` is null
 ``save_freq_steps``       ``loop.checkpoint_every``
+``kl_ctl``                ``ppo.kl_ctl`` with realhf's estimator and place: ``kl_estimator: k1`` (log pi - log pi_ref),
+                          ``kl_in: reward`` (per-token reward -kl_ctl * k1); the reference is the initial policy
+``discount, gae_lambda``  ``ppo.discount``, ``ppo.gae_lambda`` (GAE with values 0: realhf without a critic)
+``c_clip``                ``ppo.c_clip`` (dual clip)
 ``sglang_*``              ``rollout.sglang_mem_fraction_static``, ``rollout.sglang_dtype``,
                           ``rollout.sglang_context_length``; attention backend and schedule policy as SGLang
                           flags (``rollout.sglang_extra_args``)
@@ -24,8 +28,8 @@ recipe key                TrainConfig
 
 Not reproduced (listed by :func:`gpu_train_config` as deviations, recorded in the manifest): fp16 training with
 dynamic loss scaling (the trainer keeps float32 weights), gradient checkpointing, ``early_stop_imp_ratio``,
-checkpoints by epoch or by wall time. Settings the kit cannot run at all (a KL term, GAE discounting, a dual
-clip, sample reuse, masking truncated samples) are refused in one line.
+checkpoints by epoch or by wall time. Settings the kit cannot run at all (sample reuse, masking truncated samples)
+are refused in one line.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ def gpu_train_config(recipe: Any, variant: str | None = None, *, placement: Any 
         the config with ``model.path`` None and ``task.dataset`` empty (the caller sets the downloaded paths),
         and one line per setting areal runs differently.
     Raises:
-        UserError: an SFT recipe, a setting the kit cannot run (KL, GAE, dual clip, sample reuse, ...).
+        UserError: an SFT recipe, a setting the kit cannot run (sample reuse, masking truncated samples, ...).
     """
     if recipe.kind == "sft":
         raise UserError(f"{recipe.path}: recipe '{recipe.name}' is supervised fine-tuning (areal_cli.sft.job), "
@@ -65,13 +69,6 @@ def gpu_train_config(recipe: Any, variant: str | None = None, *, placement: Any 
         return UserError(f"{file}:{lines.get(name, line)}: field 'train.{name}': {why} (got {getattr(spec, name)!r}); "
                          f"areal cannot run this recipe as published")
 
-    if spec.kl_ctl != 0:
-        raise refuse("kl_ctl", "a KL penalty needs a reference model, which the trainer does not keep")
-    for name in ("discount", "gae_lambda"):
-        if getattr(spec, name) != 1.0:
-            raise refuse(name, "discounted / GAE advantages are not implemented (outcome rewards, discount 1)")
-    if spec.c_clip is not None:
-        raise refuse("c_clip", "the dual clip is not implemented")
     if spec.actor_sample_reuse != 1:
         raise refuse("actor_sample_reuse", "each sample is trained once")
     if spec.mask_too_long:
@@ -105,7 +102,8 @@ def gpu_train_config(recipe: Any, variant: str | None = None, *, placement: Any 
         max_reward_clip=spec.max_reward_clip, lr=spec.lr, lr_scheduler=spec.lr_scheduler,
         warmup_proportion=spec.warmup_proportion, weight_decay=spec.weight_decay, adam_beta1=spec.adam_beta1,
         adam_beta2=spec.adam_beta2, adam_eps=spec.adam_eps, grad_clip=spec.grad_clip,
-        max_tokens_per_mb=spec.max_tokens_per_mb)
+        max_tokens_per_mb=spec.max_tokens_per_mb, c_clip=spec.c_clip, discount=spec.discount,
+        gae_lambda=spec.gae_lambda, kl_ctl=spec.kl_ctl, kl_estimator="k1", kl_in="reward")
     cfg.loop = LoopSection(
         target_accuracy=0.0, eval_every=0, eval_n_prompts=0, max_steps=spec.max_steps or 0,
         epochs=0 if spec.max_steps else int(spec.epochs or 0), checkpoint_every=spec.save_freq_steps or 0)

@@ -254,3 +254,15 @@ def gae_advantages(rewards: torch.Tensor, values: torch.Tensor, loss_mask: torch
         adv[:, t] = torch.where(mt, new, torch.zeros_like(new))
     returns = torch.where(m, adv + v, torch.zeros_like(adv))
     return adv.to(torch.float32), returns.to(torch.float32)
+
+
+def sequence_rewards(shaped: torch.Tensor, group_ids: torch.Tensor, ppo) -> torch.Tensor:
+    """The sequence rewards GAE starts from (:func:`gae_advantages`, with a critic or with ``ppo.discount`` /
+    ``ppo.gae_lambda`` < 1): the shaped rewards [N], normalised by the ``ppo.reward_norm_*`` rule when one is set
+    (AReaL's ``reward_norm`` applies before GAE); keys left "" follow ``ppo.adv_norm`` (group: group mean and std;
+    global: none, the batch normalisation then applies to the GAE advantages). Returns [N] float32."""
+    default = "group" if ppo.adv_norm == "group" else "none"
+    mean, std = ppo.reward_norm_mean_level or default, ppo.reward_norm_std_level or default
+    if (mean, std, ppo.reward_norm_mean_leave1out) == ("none", "none", False):
+        return shaped.to(torch.float32)
+    return reward_norm_advantages(shaped, group_ids, mean, std, ppo.reward_norm_mean_leave1out).to(torch.float32)

@@ -159,25 +159,12 @@ def load_critic_state(engine, state: dict) -> None:
     c.steps = int(state.get("steps", 0))
 
 
-def critic_rewards(shaped: Tensor, group_ids: Tensor, ppo) -> Tensor:
-    """The sequence rewards GAE starts from: the shaped rewards [N], normalised by the ``ppo.reward_norm_*`` rule
-    when one is set (AReaL's ``reward_norm`` applies before GAE); keys left "" follow ``ppo.adv_norm`` (group:
-    group mean and std, global: none, as the ``ppo`` preset). Returns [N] float32."""
-    from areal_cli.trainer.advantages import reward_norm_advantages
-
-    default = "group" if ppo.adv_norm == "group" else "none"
-    mean, std = ppo.reward_norm_mean_level or default, ppo.reward_norm_std_level or default
-    if (mean, std, ppo.reward_norm_mean_leave1out) == ("none", "none", False):
-        return shaped.to(torch.float32)
-    return reward_norm_advantages(shaped, group_ids, mean, std, ppo.reward_norm_mean_leave1out).to(torch.float32)
-
-
 def critic_advantages(engine, batch: TrainBatch, seq_rewards: Tensor, cfg) -> dict[str, float]:
     """Steps 1-2 of the module docstring: set ``batch.values``, ``batch.returns`` and ``batch.advantages``.
 
     Args:
         engine: with ``engine.critic`` (:func:`attach_critic`). batch: one sequence per row, right-padded.
-        seq_rewards: [B] (:func:`critic_rewards`). cfg: the run's config (``ppo.discount``, ``ppo.gae_lambda``,
+        seq_rewards: [B] (:func:`~areal_cli.trainer.advantages.sequence_rewards`). cfg: the run's config (``ppo.discount``, ``ppo.gae_lambda``,
             ``ppo.adv_norm``, ``ppo.max_tokens_per_mb``).
     Returns:
         ``value_mean`` and ``return_mean`` over the loss tokens, and ``explained_variance`` =

@@ -127,7 +127,9 @@ def kl_sum(old_logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.T
 # The frozen reference on the engine
 # --------------------------------------------------------------------------------------------------
 def freeze_reference(engine, hf_dir: str | Path | None = None, save_to: str | Path | None = None) -> None:
-    """Keep a frozen copy of the reference parameters on ``engine`` (``engine.stage_state["reference"]``).
+    """Keep a frozen copy of the reference parameters on ``engine`` (``engine.stage_state["reference"]``). Under
+    data / tensor / pipeline parallelism every rank keeps a copy of its own parameters (its shard, its stage);
+    ``load_hf`` / ``save_hf`` are the engine's collective ones, so every rank calls this.
 
     Args:
         engine: the trainer engine (``engine.model``: torch module; ``load_hf`` / ``save_hf``).

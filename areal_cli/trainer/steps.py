@@ -18,10 +18,13 @@ import torch
 from areal_cli.api.types import Group
 from areal_cli.trainer.advantages import (
     broadcast_to_tokens,
+    gae_advantages,
     global_normalized_token_advantages,
     group_normalized_advantages,
+    last_token_rewards,
     overlong_penalty,
     reward_norm_advantages,
+    sequence_rewards,
     zero_std_group_fraction,
 )
 from areal_cli.trainer.batch import TrainBatch, build_train_batch
@@ -119,7 +122,10 @@ def _batch_and_rewards(groups: list[Group], cfg, pad_id: int) -> tuple[TrainBatc
     Advantages: group normalisation (GRPO) of the shaped rewards (:func:`shaped_rewards`), or rewards
     broadcast to tokens and normalised over all valid tokens of the batch (``ppo.adv_norm = global``), or the
     ``ppo.reward_norm_*`` rule (:func:`reward_norm_levels`, :func:`~areal_cli.trainer.advantages.reward_norm_advantages`:
-    Dr.GRPO, RLOO, LitePPO). With ``ppo.overlong_reward_penalty`` DAPO's length penalty is added to the raw
+    Dr.GRPO, RLOO, LitePPO). With ``ppo.discount`` or ``ppo.gae_lambda`` < 1 and no critic, GAE with values 0 (as
+    AReaL without a critic): the :func:`~areal_cli.trainer.advantages.sequence_rewards` on each sequence's last
+    loss token, discounted back by (gamma lambda)^k, then ``ppo.adv_norm: global``'s batch normalisation. With
+    ``ppo.overlong_reward_penalty`` DAPO's length penalty is added to the raw
     rewards first (:func:`~areal_cli.trainer.advantages.overlong_penalty`, AReaL's order: before bias and scaling).
     Groups may differ in size (a workflow decides how many samples an episode has); group normalisation
     is then per group. A sample's own ``loss_mask`` (the concatenated multi-turn / agent layout) is written
@@ -154,6 +160,11 @@ def _batch_and_rewards(groups: list[Group], cfg, pad_id: int) -> tuple[TrainBatc
     else:
         batch.advantages = global_normalized_token_advantages(
             broadcast_to_tokens(shaped_rewards(raw, cfg), batch.loss_mask), batch.loss_mask)
+    if (p.discount, p.gae_lambda) != (1.0, 1.0) and not cfg.critic.enabled:  # GAE with values 0 (AReaL, no critic)
+        seq = sequence_rewards(shaped_rewards(raw, cfg), group_ids, p)
+        adv, _ = gae_advantages(last_token_rewards(seq, batch.loss_mask), torch.zeros_like(batch.loss_mask),
+                                batch.loss_mask, p.discount, p.gae_lambda)
+        batch.advantages = global_normalized_token_advantages(adv, batch.loss_mask) if p.adv_norm == "global" else adv
     return batch, shaped_rewards(raw, cfg), group_ids
 
 
@@ -172,9 +183,9 @@ def train_on_groups(engine, groups: list[Group], cfg, pad_id: int, trainer_versi
     batch_s = time.monotonic() - t0
     critic: dict = {}
     if cfg.critic.enabled:  # advantages from GAE over the critic's values (areal_cli.trainer.critic)
-        from areal_cli.trainer.critic import critic_advantages, critic_rewards, critic_update
+        from areal_cli.trainer.critic import critic_advantages, critic_update
 
-        critic = critic_advantages(engine, batch, critic_rewards(rewards, group_ids, cfg.ppo), cfg)
+        critic = critic_advantages(engine, batch, sequence_rewards(rewards, group_ids, cfg.ppo), cfg)
     stats = ppo_update(engine, batch, cfg, trainer_version=trainer_version)
     if cfg.critic.enabled:
         critic.update(critic_update(engine, batch, cfg))

@@ -33,6 +33,7 @@ def run_parity(model_dir: str | Path, *, tp: int = 1, pp: int = 1, steps: int = 
                save_dir: str | Path | None = None) -> dict:
     """Build the engine, record logprobs / PPO-like train steps / HF weights; optionally ``save_hf``."""
     from areal_cli.trainer.decoupled_ppo import decoupled_ppo_loss
+    from areal_cli.trainer.kl import freeze_reference, reference_logprobs
     from areal_cli.trainer.megatron_engine import MegatronEngine
 
     eng = MegatronEngine(model_dir, lr=lr, weight_decay=0.1, grad_clip=grad_clip, seed=0, tensor_parallel=tp,
@@ -40,6 +41,7 @@ def run_parity(model_dir: str | Path, *, tp: int = 1, pp: int = 1, steps: int = 
     hf_loaded = eng.hf_state_dict()  # load_hf sharded, then gathered back
     batch = parity_batch(eng.vocab_size)
     lp0 = eng.logprobs(batch)
+    freeze_reference(eng)  # the KL reference (ppo.kl_ctl > 0): the weights before training, kept on every rank
     batch.proximal_logprobs = lp0 * batch.loss_mask
     n_global = batch.n_loss_tokens
 
@@ -55,9 +57,34 @@ def run_parity(model_dir: str | Path, *, tp: int = 1, pp: int = 1, steps: int = 
         norms.append(out["grad_norm"])
     res = {"hf_loaded": hf_loaded, "logprobs0": lp0, "logprobs": eng.logprobs(batch, n_micro=2), "losses": losses,
            "grad_norms": norms, "hf": eng.hf_state_dict(), "tp": eng.tp, "pp": eng.pp, "dp": eng.dp, "world": eng.world_size}
+    res["ref_logprobs"] = reference_logprobs(eng, batch, 1.0)  # the frozen weights swapped in ...
+    res["logprobs_after_ref"] = eng.logprobs(batch, n_micro=2)  # ... and back
+    if pp == 1:  # the critic (critic.enabled) beside the policy: values, 3 value-loss steps, values after
+        res.update(critic_parity(eng, batch, n_global, steps, grad_clip))
     if save_dir is not None:
         eng.save_hf(save_dir)
     return res
+
+
+def critic_parity(eng, batch, n_global: int, steps: int, grad_clip: float) -> dict:
+    """The critic on ``eng`` (areal_cli.trainer.critic): its values (0: the zero head), ``steps`` optimiser steps of
+    the clipped value loss towards fixed returns, the values after."""
+    from areal_cli.trainer.critic import attach_critic, value_loss
+
+    attach_critic(eng, lr=1e-3, weight_decay=0.1, grad_clip=grad_clip, seed=0)
+    v0 = eng.critic.values(batch)
+    batch.values, batch.returns = v0 * batch.loss_mask, (batch.advantages + 0.3) * batch.loss_mask
+
+    def loss_fn(v, mb):
+        return value_loss(v, mb.values, mb.returns, mb.loss_mask.bool(), 0.2, n_global)[0]
+
+    losses, norms = [], []
+    for _ in range(steps):
+        out = eng.critic.train_step(batch.split(3), loss_fn)
+        losses.append(out["loss"])
+        norms.append(out["grad_norm"])
+    return {"critic_values0": v0, "critic_values": eng.critic.values(batch, n_micro=2), "critic_losses": losses,
+            "critic_norms": norms}
 
 
 def main() -> None:

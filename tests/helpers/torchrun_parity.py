@@ -62,6 +62,16 @@ def check_parity(ranks: list[dict], ref: dict, out: Path, model_dir: Path) -> No
         moved = max((ref["hf"][k] - initial[k]).abs().max().item() for k in initial)
         assert moved > 10 * W_ATOL
         assert max((res["hf"][k] - ref["hf"][k]).abs().max().item() for k in ref["hf"]) <= W_ATOL
+        # the KL reference: the initial weights' logprobs after training, the trained weights back after it
+        assert (res["ref_logprobs"] - ref["logprobs0"]).abs().max().item() <= LP_ATOL
+        assert torch.equal(res["logprobs_after_ref"], res["logprobs"])
+        if "critic_values" in res:  # the critic (not under pipeline parallelism)
+            assert float(res["critic_values0"].abs().max()) == 0.0  # the zero value head
+            assert (res["critic_values"] - ref["critic_values"]).abs().max().item() <= LP_ATOL
+            assert res["critic_losses"] == pytest.approx(ref["critic_losses"], rel=NORM_RTOL, abs=LOSS_ATOL)
+            assert res["critic_norms"] == pytest.approx(ref["critic_norms"], rel=NORM_RTOL)
+    if "critic_values" in ref:
+        assert ref["critic_losses"][-1] < ref["critic_losses"][0] and float(ref["critic_values"].abs().max()) > 1e-3
     a, b = ranks
     assert torch.equal(a["logprobs"], b["logprobs"]) and a["losses"] == b["losses"]
     assert a["grad_norms"] == b["grad_norms"]
