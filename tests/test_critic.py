@@ -168,6 +168,7 @@ def test_sequence_rewards_follow_reward_norm_then_adv_norm():
 @pytest.mark.parametrize("values,key", [
     ({"ppo.discount": 0.9, "ppo.algorithm": "gspo"}, "ppo.discount"),
     ({"ppo.gae_lambda": -0.1}, "ppo.gae_lambda"),
+    ({"ppo.gae_lambda": 0.9, "ppo.kl_ctl": 0.1}, "ppo.gae_lambda"),
     ({"ppo.algorithm": "ppo", "ppo.discount": 1.5}, "ppo.discount"),
     ({"ppo.algorithm": "ppo", "critic.n_minibatches": 3}, "critic.n_minibatches"),
     ({"ppo.algorithm": "ppo", "critic.eps_clip": -1.0}, "critic.eps_clip"),

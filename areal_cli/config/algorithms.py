@@ -128,6 +128,9 @@ def _check_critic(cfg: Any, bad: Callable[[str, str], Exception], by: str) -> No
     for key, value in (("ppo.discount", p.discount), ("ppo.gae_lambda", p.gae_lambda)):
         if not 0.0 <= value <= 1.0:
             raise bad(key, "must be in [0, 1]")
+        if value != 1.0 and p.kl_ctl > 0 and p.kl_in == "reward" and not c.enabled:
+            raise bad(key, f"the KL rewards (ppo.kl_in reward) are summed to the end of the sequence undiscounted: "
+                           f"with {key} < 1 use ppo.kl_in loss, or {key} 1")
         if value != 1.0 and p.importance_sampling_level == "sequence":
             raise bad(key, f"discounted advantages differ per token; GSPO's sequence ratio{by} averages them over "
                            f"the sequence: use 1, or ppo.importance_sampling_level token")
