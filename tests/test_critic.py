@@ -300,13 +300,13 @@ def _lines(run: Path) -> list[dict]:
 
 @pytest.mark.multiproc
 def test_ppo_preset_run_trains_the_critic_checkpoints_it_and_resumes_with_it(tmp_path):
-    """tiny-arith with ``ppo.algorithm ppo`` and the entropy term, 3 steps, a checkpoint every step. The first
-    step's values are exactly 0 (the zero value head); resumed from the step-2 checkpoint, the critic is the
-    checkpoint's (its values at step 3 are not 0, as a fresh critic's would be)."""
+    """tiny-arith with ``ppo.algorithm ppo`` and the entropy term on the data-parallel trainer (2 ranks), 3 steps, a
+    checkpoint every step. The first step's values are exactly 0 (the zero value head); resumed from the step-2
+    checkpoint, the critic is the checkpoint's (its values at step 3 are not 0, as a fresh critic's would be)."""
     run = tmp_path / "run"
     r = _areal("train", "tiny-arith", "--no-live", "--out", str(run), "-o", "ppo.algorithm=ppo",
                "-o", "ppo.entropy_coeff=0.01", "-o", "loop.max_steps=3", "-o", "loop.checkpoint_every=1",
-               "-o", "loop.keep_checkpoints=3")
+               "-o", "loop.keep_checkpoints=3", "-o", "parallel.data=2")
     assert r.returncode == 0, r.stderr[-3000:]
     lines = {x["step"]: x for x in _lines(run) if x["step"] > 0}
     assert sorted(lines) == [1, 2, 3]
@@ -315,7 +315,7 @@ def test_ppo_preset_run_trains_the_critic_checkpoints_it_and_resumes_with_it(tmp
         for k in ("value_loss", "critic_grad_norm", "value_clip_frac", "explained_variance", "entropy_mean",
                   "iw_mean"):
             assert isinstance(x[k], float) and math.isfinite(x[k]), k
-        assert x["entropy_mean"] > 0
+        assert x["entropy_mean"] > 0 and x["critic_grad_norm"] > 0
     assert lines[3]["value_mean"] != 0.0
     assert (run / "checkpoints" / "step-000002" / "critic.pt").is_file()
     # resume from step 2: the run is made unfinished again, as a kill after the step-2 checkpoint leaves it
@@ -326,14 +326,3 @@ def test_ppo_preset_run_trains_the_critic_checkpoints_it_and_resumes_with_it(tmp
     resumed = {x["step"]: x for x in _lines(run) if x["step"] > 0}
     assert sorted(resumed) == [1, 2, 3] and resumed[3].get("resumed_from") is not None
     assert resumed[3]["value_mean"] != 0.0 and math.isfinite(resumed[3]["value_loss"])
-
-
-@pytest.mark.multiproc
-def test_ppo_preset_with_the_data_parallel_trainer(tmp_path):
-    run = tmp_path / "run"
-    r = _areal("train", "tiny-arith", "--no-live", "--out", str(run), "-o", "ppo.algorithm=ppo",
-               "-o", "loop.max_steps=2", "-o", "parallel.data=2")
-    assert r.returncode == 0, r.stderr[-3000:]
-    lines = {x["step"]: x for x in _lines(run) if x["step"] > 0}
-    assert sorted(lines) == [1, 2] and lines[1]["value_mean"] == 0.0
-    assert all(math.isfinite(x["value_loss"]) and x["critic_grad_norm"] > 0 for x in lines.values())
