@@ -76,3 +76,15 @@ def test_tiny_grid_writes_table_results_and_png(tmp_path):
         assert set(FIGURES) <= set(cell) and cell["final_accuracy"]["n"] == 1
     assert (out / "algorithms.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| grpo |" in (out / "table.md").read_text()
+
+
+def test_the_help_names_the_default_presets():
+    """``--help`` is written without importing the bench (a fast CLI): it must name DEFAULT_PRESETS as they are."""
+    from click.testing import CliRunner
+
+    from areal_cli.bench.algorithms.plan import DEFAULT_PRESETS
+    from areal_cli.commands.main import main
+
+    out = CliRunner().invoke(main, ["bench", "algorithms", "--help"], terminal_width=200).output
+    assert f"(default: {','.join(DEFAULT_PRESETS)})" in " ".join(out.split())
+    assert ", ".join(DEFAULT_PRESETS) in " ".join(out.split())

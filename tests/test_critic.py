@@ -168,7 +168,6 @@ def test_sequence_rewards_follow_reward_norm_then_adv_norm():
 @pytest.mark.parametrize("values,key", [
     ({"ppo.discount": 0.9, "ppo.algorithm": "gspo"}, "ppo.discount"),
     ({"ppo.gae_lambda": -0.1}, "ppo.gae_lambda"),
-    ({"ppo.gae_lambda": 0.9, "ppo.kl_ctl": 0.1}, "ppo.gae_lambda"),
     ({"ppo.algorithm": "ppo", "ppo.discount": 1.5}, "ppo.discount"),
     ({"ppo.algorithm": "ppo", "critic.n_minibatches": 3}, "critic.n_minibatches"),
     ({"ppo.algorithm": "ppo", "critic.eps_clip": -1.0}, "critic.eps_clip"),
@@ -203,6 +202,39 @@ def test_discounting_without_a_critic_is_gae_with_values_zero():
     cfg = TrainConfig()
     cfg.validate()
     assert make_train_batch([g], cfg, pad_id=0).advantages[0][m[0]].tolist() == pytest.approx([a] * 3, rel=1e-6)
+
+
+@pytest.mark.parametrize("key,value", [("critic.lr", float("nan")), ("critic.lr", float("inf")),
+                                       ("ppo.entropy_coeff", float("nan")), ("ppo.kl_ctl", float("inf")),
+                                       ("critic.eps_clip", float("nan")), ("ppo.grad_clip", float("nan"))])
+def test_nan_and_inf_are_refused_in_one_line(key, value):
+    """Found by a stranger's review: range checks like ``x < 0`` let nan through (critic.lr=nan crashed in AdamW
+    after the warm start; critic.lr=inf trained to nan metrics)."""
+    with pytest.raises(UserError, match=f"field '{key}': must be a finite number") as e:
+        TrainConfig().with_values({"critic.enabled": True, key: value}).validate()
+    assert "\n" not in str(e.value)
+
+
+def test_inf_means_no_limit_where_documented():
+    cfg = TrainConfig().with_values({"ppo.grad_clip": float("inf"), "ppo.behav_imp_weight_cap": float("inf")})
+    cfg.validate()
+
+
+def test_a_preset_chosen_with_o_replaces_the_recipes_values_of_its_keys():
+    """tiny-arith's recipe sets ``ppo.adv_norm: group`` (for its grpo); ``-o ppo.algorithm=ppo`` gets the ppo preset's
+    ``global``, unless ``-o`` also sets the key; keys the preset does not set keep the recipe's values."""
+    from areal_cli.config import apply_overrides
+    from areal_cli.recipes.train_config import load_train_config
+
+    recipe, _ = load_train_config("tiny-arith")
+    assert recipe.ppo.adv_norm == "group"
+    cfg = apply_overrides(recipe, ["ppo.algorithm=ppo"])
+    assert (cfg.critic.enabled, cfg.ppo.adv_norm, cfg.ppo.gae_lambda) == (True, "global", 0.95)
+    assert cfg.ppo.lr == recipe.ppo.lr and cfg.ppo.eps_clip == recipe.ppo.eps_clip
+    cfg = apply_overrides(recipe, ["ppo.algorithm=ppo", "ppo.adv_norm=group"])
+    assert (cfg.critic.enabled, cfg.ppo.adv_norm) == (True, "group")
+    cfg = apply_overrides(cfg, ["ppo.algorithm=grpo"])  # and back: the preset's keys return to their defaults
+    assert (cfg.critic.enabled, cfg.ppo.gae_lambda) == (False, 1.0)
 
 
 def test_the_ppo_preset_turns_the_critic_on_and_kl_in_the_loss_combines():

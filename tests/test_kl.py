@@ -156,6 +156,23 @@ def test_reward_kl_stays_within_each_packed_sequence():
     assert kl_reward_to_go(lp, ref, mask, 0.1, "k1", None)[0].tolist() != pytest.approx(want, abs=1e-4)
 
 
+def test_discounted_reward_kl_by_hand():
+    """GAE with values 0 and discount * gae_lambda = 0.5 (``ppo.discount`` < 1 without a critic): per-token KL rewards
+    r = -0.1 k1 = (-0.1 ln2, 0.1 ln2, -0.2 ln2 | -0.1 ln2, 0.1 ln2): row 0 from the end -0.2 ln2, 0.1 ln2 - 0.1 ln2 = 0,
+    -0.1 ln2 + 0 = -0.1 ln2; row 1: 0.1 ln2, -0.1 ln2 + 0.05 ln2 = -0.05 ln2. Packed (row 1 then row 0 in one row) the
+    carry restarts at the segment boundary; the mutant without segments carries row 0's first reward into row 1."""
+    want = [[-0.1 * LN2, 0.0, -0.2 * LN2], [-0.05 * LN2, 0.1 * LN2, 0.0]]
+    got = kl_reward_to_go(PI.log(), REF.log(), MASK, 0.1, "k1", discount=0.5)
+    assert got.tolist()[0] == pytest.approx(want[0], abs=1e-9) and got.tolist()[1] == pytest.approx(want[1], abs=1e-9)
+    lp = torch.tensor([[0.4, 0.4, 0.5, 0.25, 0.8, 1.0]], dtype=torch.float64).log()
+    ref = torch.tensor([[0.2, 0.8, 0.25, 0.5, 0.2, 1.0]], dtype=torch.float64).log()
+    mask = torch.tensor([[1, 1, 1, 1, 1, 0]], dtype=torch.bool)
+    seg = torch.tensor([[0, 0, 1, 1, 1, -1]])
+    packed = [want[1][0], want[1][1], *want[0], 0.0]
+    assert kl_reward_to_go(lp, ref, mask, 0.1, "k1", seg, 0.5)[0].tolist() == pytest.approx(packed, abs=1e-9)
+    assert kl_reward_to_go(lp, ref, mask, 0.1, "k1", None, 0.5)[0].tolist() != pytest.approx(packed, abs=1e-4)
+
+
 class _Engine:
     """A trainer double: one parameter, ``logprobs`` = that parameter; ``load_hf`` sets it from a dict."""
 

@@ -8,6 +8,7 @@ one folder per run under ``DIR/runs/``.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -19,7 +20,7 @@ from areal_cli.commands.error_contract import one_line_errors
 @click.option("--recipe", default="tiny-arith", show_default=True, metavar="NAME|FILE",
               help="The recipe every preset trains on (its eta, rollout.max_head_offpolicyness, is used).")
 @click.option("--presets", default=None, metavar="NAME,...",
-              help="ppo.algorithm presets, in plan order (default: grpo,dr_grpo,dapo,gspo,rloo,cispo).")
+              help="ppo.algorithm presets, in plan order (default: grpo,ppo,dr_grpo,dapo,gspo,rloo,cispo).")
 @click.option("--seeds", type=int, default=3, show_default=True,
               help="Runs per preset; repeat r uses seed 'recipe seed + r'.")
 @click.option("--steps", type=int, default=60, show_default=True, help="RL steps per run (no early stop).")
@@ -39,11 +40,11 @@ from areal_cli.commands.error_contract import one_line_errors
 @one_line_errors
 def algorithms(recipe: str, presets: str | None, seeds: int, steps: int, accuracy_every: int, target: float | None,
                out_dir: Path | None, dry_run: bool, overrides: tuple[str, ...]) -> None:
-    """The algorithm presets side by side: grpo, dr_grpo, dapo, gspo, rloo, cispo on one task, at eta > 0.
+    """The algorithm presets side by side: grpo, ppo, dr_grpo, dapo, gspo, rloo, cispo on one task, at eta > 0.
 
     Every preset trains from one shared warm start for the same RL steps, once per seed, the runs interleaved
     seed-major. Reports per preset (mean ± std over seeds) final held-out accuracy, RL time to a target accuracy,
-    staleness, the median importance weight, the engine-vs-trainer logprob mismatch and the share of zero-std
+    staleness, the mean and median importance weight, the engine-vs-trainer logprob mismatch and the share of zero-std
     groups (table, results.json, table.md, algorithms.png).
     """
     import time
@@ -60,7 +61,7 @@ def algorithms(recipe: str, presets: str | None, seeds: int, steps: int, accurac
     s = Settings(recipe=recipe, presets=list(names), seeds=seeds, steps=steps, accuracy_every=accuracy_every,
                  target_accuracy=target)
     check_settings(s)
-    console = Console()
+    console = Console() if sys.stdout.isatty() else Console(width=160)  # a log file gets whole cells
     if dry_run:
         from areal_cli.bench.algorithms.plan import run_label, run_plan, target_of
         from areal_cli.bench.estimate import cores_busy_now, duration

@@ -7,6 +7,7 @@ one folder per run under ``DIR/runs/``.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -73,7 +74,7 @@ def staleness(scenario_path: str | None, out_dir: Path | None, etas: list[int] |
         sc.steps = steps
     if seeds is not None:
         sc.seeds = seeds
-    console = Console()
+    console = Console() if sys.stdout.isatty() else Console(width=160)  # a log file gets whole cells
     plan = run_plan(sc)
     if dry_run:
         from areal_cli.bench.staleness.benchmark import check_configs

@@ -8,6 +8,7 @@ the overlap x straggler split of the ratio) and one folder per run under ``DIR/r
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -75,7 +76,7 @@ def _run(recipe, out_dir, scenario_path, steps, repeats, no_interruptible, no_ge
         sc.compare_in_place = in_place
     if no_generate:
         sc.generate_compare = None
-    console = Console()
+    console = Console() if sys.stdout.isatty() else Console(width=160)  # a log file gets whole cells
     if dry_run:
         base = check_configs(sc, overrides, out_dir)
         plan = describe_plan(sc, base.seed)

@@ -1,7 +1,8 @@
 """Algorithm presets (``ppo.algorithm``) and the checks of the algorithm keys of the ``ppo`` section.
 
 A preset is only defaults, like a task preset: it fills the keys of :data:`ALGORITHMS` that the recipe and the
-``-o`` overrides leave unset (a key is *set* once a recipe, an override or :meth:`TrainConfig.with_values` wrote
+``-o`` overrides leave unset (a preset chosen with ``-o ppo.algorithm=...`` over a recipe also replaces the values the
+recipe set for its keys, :func:`prefer_preset`: they were the recipe's algorithm's) (a key is *set* once a recipe, an override or :meth:`TrainConfig.with_values` wrote
 it, whatever the value; :func:`fill_algorithm` runs when a config is validated, so ``config.json`` and
 ``--list-settings`` show the values a run trains with). ``grpo`` sets nothing: today's loss and advantages.
 
@@ -67,6 +68,19 @@ def fill_algorithm(cfg: Any) -> None:
         filled.add(key)
 
 
+def prefer_preset(cfg: Any, same_layer: set[str]) -> None:
+    """``ppo.algorithm`` set by a later layer than the recipe (``-o ppo.algorithm=ppo`` over a recipe): the keys of
+    its preset win over the values the recipe set for them (a recipe's ``adv_norm: group`` was written for the
+    recipe's algorithm), not over keys set in the same layer (``same_layer``: ``-o ppo.adv_norm=group`` stays).
+    A recipe that names its algorithm itself keeps its values: the preset fills only the keys it leaves unset."""
+    state = vars(cfg)
+    explicit, filled = state.setdefault("_set_keys", set()), state.setdefault("_filled_keys", set())
+    for key in ALGORITHMS.get(cfg.ppo.algorithm, {}):
+        if key not in same_layer:
+            explicit.discard(key)
+            filled.add(key)
+
+
 def describe_presets() -> list[str]:
     """One line per preset: ``name: key=value, ...`` (``--list-settings``)."""
     return [f"{name}: " + (", ".join(f"{k}={v}" for k, v in values.items()) or "nothing (today's defaults)")
@@ -128,9 +142,6 @@ def _check_critic(cfg: Any, bad: Callable[[str, str], Exception], by: str) -> No
     for key, value in (("ppo.discount", p.discount), ("ppo.gae_lambda", p.gae_lambda)):
         if not 0.0 <= value <= 1.0:
             raise bad(key, "must be in [0, 1]")
-        if value != 1.0 and p.kl_ctl > 0 and p.kl_in == "reward" and not c.enabled:
-            raise bad(key, f"the KL rewards (ppo.kl_in reward) are summed to the end of the sequence undiscounted: "
-                           f"with {key} < 1 use ppo.kl_in loss, or {key} 1")
         if value != 1.0 and p.importance_sampling_level == "sequence":
             raise bad(key, f"discounted advantages differ per token; GSPO's sequence ratio{by} averages them over "
                            f"the sequence: use 1, or ppo.importance_sampling_level token")
@@ -143,13 +154,10 @@ def _check_critic(cfg: Any, bad: Callable[[str, str], Exception], by: str) -> No
         raise bad(name, "must be >= 0" if name != "critic.grad_clip" else "must be > 0")
     if c.n_minibatches < 1 or cfg.rollout.batch_size % c.n_minibatches:
         raise bad("critic.n_minibatches", f"must be >= 1 and divide rollout.batch_size ({cfg.rollout.batch_size})")
-    par = cfg.parallel
-    if par.pipeline > 1:
-        raise bad("critic.enabled", f"the critic{by} runs with tensor and data parallelism, not the pipeline-parallel "
-                                    f"trainer: needs parallel.pipeline 1 (it is {par.pipeline})")
     if p.kl_ctl > 0 and p.kl_in == "reward":
-        raise bad("ppo.kl_in", f"with the critic{by} the KL would enter GAE as per-token rewards before the update, "
-                               f"where the proximal logprobs are not computed yet: use ppo.kl_in loss")
+        raise bad("ppo.kl_in", f"ppo.kl_ctl={p.kl_ctl} puts the KL in the reward (ppo.kl_in reward, the default); "
+                               f"with the critic{by} it would enter GAE as per-token rewards before the update, "
+                               f"where the proximal logprobs are not computed yet: set ppo.kl_in loss")
     if p.importance_sampling_level == "sequence":
         raise bad("ppo.importance_sampling_level", f"sequence (GSPO) averages the advantage over the sequence; with "
                                                    f"the critic{by} GAE gives each token its own: use token")

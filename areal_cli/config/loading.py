@@ -7,6 +7,7 @@ import typing
 from pathlib import Path
 from typing import Any, Sequence
 
+from areal_cli.config.algorithms import prefer_preset
 from areal_cli.config.keys import FLAT_NAMES, KEYS, coerce_value, get_value, note_flat_names, read_mapping, resolve_key, set_value
 from areal_cli.config.train import TrainConfig
 from areal_cli.foundations.errors import UserError
@@ -212,6 +213,8 @@ def apply_overrides(cfg: TrainConfig, overrides: list[str], source: str = "-o") 
         where_of[dotted] = where
         if dotted in PATH_FIELDS or dotted == "loop.eval_benchmarks":
             resolve_paths(cfg, Path.cwd(), {dotted}, set_code_dir=False)
+    if "ppo.algorithm" in where_of:  # chosen here, after the recipe: its preset's keys win over the recipe's
+        prefer_preset(cfg, set(where_of))
     cfg.validate("overrides", where=where_of)
     note_flat_names(source, written)
     return cfg

@@ -3,6 +3,7 @@ each other, each reported as ``source:line: field 'section.key': why (got value)
 
 from __future__ import annotations
 
+import math
 import typing
 from typing import Any
 
@@ -29,6 +30,11 @@ _NO_LIMIT_ZERO = ("task.max_prompt_len", "ppo.max_tokens_per_mb", "loop.epochs",
                   "rollout.filter_patience_batches")
 
 
+#: Float settings where +inf means "no limit" (any other float must be finite: nan and +-inf are refused).
+_MAY_BE_INF = ("ppo.grad_clip", "critic.grad_clip", "ppo.behav_imp_weight_cap", "ppo.max_reward_clip",
+               "loop.time_limit_s")
+
+
 def validate(cfg: Any, source: str = "config", lines: dict[str, int] | None = None,
              where: dict[str, str] | None = None) -> None:
     """Check ``cfg``: every ``Literal`` setting holds one of its values, ranges, and combinations.
@@ -51,6 +57,9 @@ def validate(cfg: Any, source: str = "config", lines: dict[str, int] | None = No
     for name, key in KEYS.items():
         if typing.get_origin(key.type) is typing.Literal and v(name) not in typing.get_args(key.type):
             raise bad(name, f"must be one of {', '.join(typing.get_args(key.type))}")
+        value = v(name)
+        if isinstance(value, float) and not math.isfinite(value) and not (name in _MAY_BE_INF and value > 0):
+            raise bad(name, "must be a finite number" + (" (inf: no limit)" if name in _MAY_BE_INF else ""))
     for name in _POSITIVE:
         if v(name) <= 0:
             raise bad(name, "must be > 0")
@@ -119,6 +128,9 @@ def validate(cfg: Any, source: str = "config", lines: dict[str, int] | None = No
     if loop.checkpoint_every and par.tensor * par.pipeline > 1:
         raise bad("loop.checkpoint_every", "checkpoints need parallel.tensor = parallel.pipeline = 1 "
                                            "(the optimizer state of model-parallel ranks is sharded)")
+    if cfg.critic.enabled and par.pipeline > 1:  # impossible whatever the warm start: say it first
+        raise bad("critic.enabled", "the critic runs with tensor and data parallelism, not the pipeline-parallel "
+                                    f"trainer: needs parallel.pipeline 1 (it is {par.pipeline})")
     if s.max_steps and par.pipeline > 1:
         raise bad("sft.max_steps", "the warm start (packed SFT) needs parallel.pipeline = 1; "
                                    "use sft.max_steps=0 with a warm model.path")

@@ -117,7 +117,9 @@ async def rl_loop(ctx: RunContext, warm: dict, resume: Checkpoint | None = None)
         ctx.t0 = ctx.status.t0 = now - rs["elapsed_s"]
         t_rl = now - rs["rl_elapsed_s"]
         restore_rng(resume.load_rng())
-        ctx.status.log(f"resumed at step {first_step}: {len(rs['data']['pending'])} pending prompt(s) re-issued")
+        ctx.status.log(f"resumed at step {first_step}: {len(rs['data']['pending'])} pending prompt(s) re-issued "
+                       f"(the run's clock goes on from the checkpoint's {rs['elapsed_s']:.1f} s; the downtime is not "
+                       f"counted)")
     await setup_reference(ctx, resumed=rs is not None)  # ppo.kl_ctl > 0: the frozen reference
     await setup_critic(ctx, resume)  # critic.enabled: the value model
     if tl is not None:

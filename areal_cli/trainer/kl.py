@@ -23,7 +23,8 @@ Where the KL goes (``ppo.kl_in``):
 * ``reward`` (AReaL ``PPOActor.compute_advantages``; verl ``algorithm.use_kl_in_reward``): each loss token gets the
   reward ``-kl_ctl * k(pi_prox, pi_ref)`` (pi_prox: the policy before this step, detached), and with no critic and
   discount 1 (AReaL's GAE with gamma = lambda = 1, values 0) token t's advantage gains the sum of those rewards
-  over its sequence's loss tokens s >= t (:func:`kl_reward_to_go`), added to the sample-level advantage.
+  over its sequence's loss tokens s >= t (:func:`kl_reward_to_go`), added to the sample-level advantage; with
+  ``ppo.discount * ppo.gae_lambda`` < 1 (GAE with values 0) each reward discounted by that factor per token.
 * ``loss`` (verl ``actor.use_kl_loss`` / ``kl_loss_coef`` / ``kl_loss_type``): ``kl_ctl * k(pi_theta, pi_ref)``
   per loss token, aggregated as the policy loss (``ppo.loss_agg_mode``), not weighted by the behaviour weight
   (as verl), and added to the loss (:func:`kl_loss`).
@@ -70,8 +71,11 @@ def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: s
 
 
 def kl_reward_to_go(old_logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor, kl_ctl: float,
-                    estimator: str, sequence_ids: torch.Tensor | None = None) -> torch.Tensor:
-    """The advantage shaping of ``ppo.kl_in: reward``: ``sum_{s >= t, s in seq(t)} -kl_ctl * k_s`` per loss token.
+                    estimator: str, sequence_ids: torch.Tensor | None = None, discount: float = 1.0) -> torch.Tensor:
+    """The advantage shaping of ``ppo.kl_in: reward``: ``sum_{s >= t, s in seq(t)} discount^n(t,s) * -kl_ctl * k_s``
+    per loss token, ``n(t, s)`` the loss tokens from t to s (GAE with values 0, as AReaL without a critic: discount =
+    ``ppo.discount * ppo.gae_lambda``; tokens off the mask are skipped, as in
+    :func:`~areal_cli.trainer.advantages.gae_advantages`).
 
     Args:
         old_logprobs: [B, T] log pi_prox (the policy before the update; detached).
@@ -79,12 +83,15 @@ def kl_reward_to_go(old_logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask
         kl_ctl: the coefficient (>= 0). estimator: as :func:`kl_estimate`.
         sequence_ids: [B, T] sequence of each token in its row (packed rows: contiguous segments 0, 1, ..., -1 on
             padding); None: one sequence per row.
+        discount: in [0, 1]; 1: the plain return-to-go.
     Returns:
-        [B, T] float, 0 off the mask: the return-to-go (discount 1) of the per-token KL rewards within the sequence.
+        [B, T] float, 0 off the mask: the (discounted) return-to-go of the per-token KL rewards within the sequence.
     """
     m = mask.to(torch.bool)
     r = torch.where(m, -float(kl_ctl) * kl_estimate(old_logprobs.detach(), ref_logprobs, estimator),
                     torch.zeros_like(old_logprobs))
+    if discount != 1.0:
+        return _discounted_to_go(r, m, float(discount), sequence_ids)
     rev = r.flip(1).cumsum(1).flip(1)  # sum over the row's tokens s >= t
     if sequence_ids is None:
         return torch.where(m, rev, torch.zeros_like(rev))
@@ -94,6 +101,22 @@ def kl_reward_to_go(old_logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask
     per_seg = torch.zeros(r.shape[0], n_seg, dtype=r.dtype, device=r.device).scatter_add_(1, seg, r)
     after = r.sum(1, keepdim=True) - per_seg.cumsum(1).gather(1, seg)
     return torch.where(m, rev - after, torch.zeros_like(rev))
+
+
+def _discounted_to_go(r: torch.Tensor, m: torch.Tensor, discount: float,
+                      sequence_ids: torch.Tensor | None) -> torch.Tensor:
+    """``sum_{s >= t} discount^n(t,s) r_s`` over each sequence's loss tokens (the carry restarts where the segment
+    changes), [B, T] each."""
+    B, T = r.shape
+    out = torch.zeros_like(r)
+    carry = torch.zeros(B, dtype=r.dtype, device=r.device)
+    for t in range(T - 1, -1, -1):
+        if sequence_ids is not None and t + 1 < T:
+            carry = torch.where(sequence_ids[:, t] != sequence_ids[:, t + 1], torch.zeros_like(carry), carry)
+        new = r[:, t] + discount * carry
+        carry = torch.where(m[:, t], new, carry)
+        out[:, t] = torch.where(m[:, t], new, torch.zeros_like(new))
+    return out
 
 
 def kl_loss(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor, kl_ctl: float, estimator: str,

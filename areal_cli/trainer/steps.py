@@ -355,7 +355,7 @@ def ppo_update(engine, batch: TrainBatch, cfg, trainer_version: int | None = Non
                 st_kl = kl_sum(m.proximal_logprobs, m.ref_logprobs, mask, p.kl_estimator)
                 if p.kl_in == "reward":
                     adv = adv + kl_reward_to_go(m.proximal_logprobs, m.ref_logprobs, mask, p.kl_ctl, p.kl_estimator,
-                                                seq_ids).to(adv.dtype)
+                                                seq_ids, p.discount * p.gae_lambda).to(adv.dtype)
             loss, st = decoupled_ppo_loss(lp, m.proximal_logprobs, m.behaviour_logprobs, adv,
                                           m.loss_mask, n_valid, loss_cfg, sequence_ids=seq_ids,
                                           n_sequences_global=n_seqs)
