@@ -33,6 +33,7 @@ from torch import Tensor
 from areal_cli.trainer.batch import TrainBatch
 from areal_cli.trainer.megatron_engine import MegatronEngine
 
+
 class ValueHead(torch.nn.Module):
     """Stands in for GPTModel's ``output_layer``: hidden states [S, B, H] -> values [S, B, 1] (``Linear(H, 1)``,
     zero-initialised). Called as megatron calls its output layer (``weight=``, ``runtime_gather_output=`` are
