@@ -212,7 +212,7 @@ def last_token_rewards(seq_rewards: torch.Tensor, loss_mask: torch.Tensor) -> to
 
 
 def gae_advantages(rewards: torch.Tensor, values: torch.Tensor, loss_mask: torch.Tensor, discount: float,
-                   gae_lambda: float) -> tuple[torch.Tensor, torch.Tensor]:
+                   gae_lambda: float, sequence_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalized advantage estimation over each row's loss tokens (Schulman et al. 2016, "High-Dimensional
     Continuous Control Using Generalized Advantage Estimation", §3 eq. 16; the recursion of AReaL
     ``areal/trainer/ppo/actor.py:PPOActor._compute_advantages``)::
@@ -221,16 +221,20 @@ def gae_advantages(rewards: torch.Tensor, values: torch.Tensor, loss_mask: torch
         A_t     = delta_t + gamma * lambda * A_next(t)
         R_t     = A_t + V_t                          (the critic's target, "returns")
 
-    ``next(t)`` is the row's next loss position (positions with loss mask 0, e.g. tool output between two
+    ``next(t)`` is the sequence's next loss position (positions with loss mask 0, e.g. tool output between two
     assistant turns, are skipped: values and advantages carry over them, as in AReaL); after the last loss token
     the episode ends (V = 0, A = 0: the reward is given on truncated responses too, so nothing is bootstrapped).
+    With values 0 and lambda 1 this is the discounted return-to-go of the rewards (the KL rewards of
+    :func:`areal_cli.trainer.kl.kl_reward_to_go`).
 
     Args:
         rewards: [B, T] token rewards (outcome reward on the last loss token, :func:`last_token_rewards`; plus any
             per-token rewards). values: [B, T] V(s_t) of the critic before the update (detached).
         loss_mask: [B, T], nonzero on loss tokens. discount: gamma in [0, 1]. gae_lambda: lambda in [0, 1].
+        sequence_ids: [B, T] sequence of each token within its row for packed rows (the recursion restarts where
+            it changes); None: one sequence per row.
     Returns:
-        ``(advantages, returns)``: [B, T] float32 each, 0 off the mask (computed in float64).
+        ``(advantages, returns)``: [B, T] each in ``rewards``' dtype and device, 0 off the mask (computed in float64).
     Raises:
         ValueError: shapes differ, or gamma / lambda outside [0, 1].
     """
@@ -239,13 +243,17 @@ def gae_advantages(rewards: torch.Tensor, values: torch.Tensor, loss_mask: torch
                          f"{tuple(loss_mask.shape)} must be the same [B, T]")
     if not (0.0 <= discount <= 1.0 and 0.0 <= gae_lambda <= 1.0):
         raise ValueError(f"discount and gae_lambda must be in [0, 1], got {discount}, {gae_lambda}")
-    r, v = rewards.to(torch.float64), values.detach().to(torch.float64)
-    m = loss_mask.to(torch.bool)
+    r, v = rewards.to(torch.float64), values.detach().to(device=rewards.device, dtype=torch.float64)
+    m = loss_mask.to(device=rewards.device, dtype=torch.bool)
     B, T = r.shape
-    adv = torch.zeros(B, T, dtype=torch.float64)
-    last_adv = torch.zeros(B, dtype=torch.float64)
-    next_v = torch.zeros(B, dtype=torch.float64)
+    adv = torch.zeros_like(r)
+    last_adv = torch.zeros(B, dtype=torch.float64, device=r.device)
+    next_v = torch.zeros_like(last_adv)
     for t in range(T - 1, -1, -1):
+        if sequence_ids is not None and t + 1 < T:  # a new sequence starts at t + 1: nothing carries back
+            cut = sequence_ids[:, t] != sequence_ids[:, t + 1]
+            last_adv = torch.where(cut, torch.zeros_like(last_adv), last_adv)
+            next_v = torch.where(cut, torch.zeros_like(next_v), next_v)
         delta = r[:, t] + discount * next_v - v[:, t]
         new = delta + discount * gae_lambda * last_adv
         mt = m[:, t]
@@ -253,7 +261,7 @@ def gae_advantages(rewards: torch.Tensor, values: torch.Tensor, loss_mask: torch
         next_v = torch.where(mt, v[:, t], next_v)
         adv[:, t] = torch.where(mt, new, torch.zeros_like(new))
     returns = torch.where(m, adv + v, torch.zeros_like(adv))
-    return adv.to(torch.float32), returns.to(torch.float32)
+    return adv.to(rewards.dtype), returns.to(rewards.dtype)
 
 
 def sequence_rewards(shaped: torch.Tensor, group_ids: torch.Tensor, ppo) -> torch.Tensor:

@@ -65,12 +65,8 @@ class CriticEngine(MegatronEngine):
         super().__init__(hf_model_dir, **kwargs)
         p = next(self.model.parameters())
         self.model.output_layer = ValueHead(int(self.hf_config.hidden_size), p.dtype, p.device)
-        group = self.optimizer.param_groups[0]
-        decay = [q for q in self.model.parameters() if q.dim() >= 2]
-        no_decay = [q for q in self.model.parameters() if q.dim() < 2]
-        self.optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": group["weight_decay"]},
-                                            {"params": no_decay, "weight_decay": 0.0}],
-                                           lr=group["lr"], betas=group["betas"], eps=group["eps"])
+        g = self.optimizer.param_groups[0]  # the settings the engine was built with; the head is new
+        self.optimizer = self.build_optimizer(g["lr"], g["weight_decay"], g["betas"], g["eps"])
 
     def _lp_from_logits(self, logits: Tensor, ids: Tensor, temperature: float) -> Tensor:
         """The value head's output [B, L, 1] -> V [B, L-1] (float32): position t is the state before token t+1."""

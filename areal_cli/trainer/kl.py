@@ -41,6 +41,7 @@ from pathlib import Path
 
 import torch
 
+from areal_cli.trainer.advantages import gae_advantages
 from areal_cli.trainer.loss_terms import aggregate
 
 KL_ESTIMATORS = ("k1", "k2", "k3")
@@ -90,8 +91,8 @@ def kl_reward_to_go(old_logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask
     m = mask.to(torch.bool)
     r = torch.where(m, -float(kl_ctl) * kl_estimate(old_logprobs.detach(), ref_logprobs, estimator),
                     torch.zeros_like(old_logprobs))
-    if discount != 1.0:
-        return _discounted_to_go(r, m, float(discount), sequence_ids)
+    if discount != 1.0:  # GAE with values 0 and lambda 1: the discounted return-to-go, within each sequence
+        return gae_advantages(r, torch.zeros_like(r), m, float(discount), 1.0, sequence_ids)[0]
     rev = r.flip(1).cumsum(1).flip(1)  # sum over the row's tokens s >= t
     if sequence_ids is None:
         return torch.where(m, rev, torch.zeros_like(rev))
@@ -101,22 +102,6 @@ def kl_reward_to_go(old_logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask
     per_seg = torch.zeros(r.shape[0], n_seg, dtype=r.dtype, device=r.device).scatter_add_(1, seg, r)
     after = r.sum(1, keepdim=True) - per_seg.cumsum(1).gather(1, seg)
     return torch.where(m, rev - after, torch.zeros_like(rev))
-
-
-def _discounted_to_go(r: torch.Tensor, m: torch.Tensor, discount: float,
-                      sequence_ids: torch.Tensor | None) -> torch.Tensor:
-    """``sum_{s >= t} discount^n(t,s) r_s`` over each sequence's loss tokens (the carry restarts where the segment
-    changes), [B, T] each."""
-    B, T = r.shape
-    out = torch.zeros_like(r)
-    carry = torch.zeros(B, dtype=r.dtype, device=r.device)
-    for t in range(T - 1, -1, -1):
-        if sequence_ids is not None and t + 1 < T:
-            carry = torch.where(sequence_ids[:, t] != sequence_ids[:, t + 1], torch.zeros_like(carry), carry)
-        new = r[:, t] + discount * carry
-        carry = torch.where(m[:, t], new, carry)
-        out[:, t] = torch.where(m[:, t], new, torch.zeros_like(new))
-    return out
 
 
 def kl_loss(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor, kl_ctl: float, estimator: str,

@@ -160,19 +160,19 @@ class MegatronEngine(HFWeights):
                                               vocab_size=self.padded_vocab_size, pre_process=self.is_first_stage,
                                               post_process=self.is_last_stage, **pp_kw).to(self.device)
         self.load_hf(self.model_dir)
-        decay = [p for p in self.model.parameters() if p.dim() >= 2]
-        no_decay = [p for p in self.model.parameters() if p.dim() < 2]
-        self.optimizer = torch.optim.AdamW(
-            [
-                {"params": decay, "weight_decay": float(weight_decay)},
-                {"params": no_decay, "weight_decay": 0.0},
-            ],
-            lr=float(lr),
-            betas=tuple(betas),
-            eps=float(eps),
-        )
+        self.optimizer = self.build_optimizer(lr, weight_decay, betas, eps)
         self.steps = 0
         self._mask_cache: dict[tuple[int, torch.device], Tensor] = {}
+
+    def build_optimizer(self, lr: float, weight_decay: float, betas: tuple[float, float],
+                        eps: float) -> torch.optim.AdamW:
+        """AdamW over ``self.model``'s parameters now: weight decay on matrices (``dim >= 2``) only, none on norm
+        weights and biases (Megatron's default grouping)."""
+        decay = [p for p in self.model.parameters() if p.dim() >= 2]
+        no_decay = [p for p in self.model.parameters() if p.dim() < 2]
+        return torch.optim.AdamW([{"params": decay, "weight_decay": float(weight_decay)},
+                                  {"params": no_decay, "weight_decay": 0.0}],
+                                 lr=float(lr), betas=tuple(betas), eps=float(eps))
 
     # ------------------------------------------------------------------ properties
     @property

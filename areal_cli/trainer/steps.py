@@ -146,26 +146,25 @@ def _batch_and_rewards(groups: list[Group], cfg, pad_id: int) -> tuple[TrainBatc
         tail = p.overlong_tokens or max(1, cfg.rollout.max_new_tokens // 5)
         raw = raw + overlong_penalty(batch.loss_mask.sum(dim=1), cfg.rollout.max_new_tokens, tail,
                                      p.overlong_penalty_factor)
+    shaped = shaped_rewards(raw, cfg)
     levels = reward_norm_levels(p)
-    if levels is not None and levels != ("group", "group", False):
-        adv = reward_norm_advantages(shaped_rewards(raw, cfg), group_ids, *levels)
-        batch.advantages = broadcast_to_tokens(adv, batch.loss_mask)
+    if (p.discount, p.gae_lambda) != (1.0, 1.0) and not cfg.critic.enabled:  # GAE with values 0 (AReaL, no critic)
+        adv, _ = gae_advantages(last_token_rewards(sequence_rewards(shaped, group_ids, p), batch.loss_mask),
+                                torch.zeros_like(batch.loss_mask), batch.loss_mask, p.discount, p.gae_lambda)
+        batch.advantages = global_normalized_token_advantages(adv, batch.loss_mask) if p.adv_norm == "global" else adv
+    elif levels is not None and levels != ("group", "group", False):
+        batch.advantages = broadcast_to_tokens(reward_norm_advantages(shaped, group_ids, *levels), batch.loss_mask)
     elif levels is not None:  # GRPO: today's group normalisation
         if len(sizes) == 1:
-            adv = group_normalized_advantages(shaped_rewards(raw.view(len(groups), -1), cfg)).flatten()
+            adv = group_normalized_advantages(shaped.view(len(groups), -1)).flatten()
         else:
-            adv = torch.cat([group_normalized_advantages(shaped_rewards(raw[group_ids == i][None], cfg)).flatten()
+            adv = torch.cat([group_normalized_advantages(shaped[group_ids == i][None]).flatten()
                              for i in range(len(groups))])
         batch.advantages = broadcast_to_tokens(adv, batch.loss_mask)
     else:
-        batch.advantages = global_normalized_token_advantages(
-            broadcast_to_tokens(shaped_rewards(raw, cfg), batch.loss_mask), batch.loss_mask)
-    if (p.discount, p.gae_lambda) != (1.0, 1.0) and not cfg.critic.enabled:  # GAE with values 0 (AReaL, no critic)
-        seq = sequence_rewards(shaped_rewards(raw, cfg), group_ids, p)
-        adv, _ = gae_advantages(last_token_rewards(seq, batch.loss_mask), torch.zeros_like(batch.loss_mask),
-                                batch.loss_mask, p.discount, p.gae_lambda)
-        batch.advantages = global_normalized_token_advantages(adv, batch.loss_mask) if p.adv_norm == "global" else adv
-    return batch, shaped_rewards(raw, cfg), group_ids
+        batch.advantages = global_normalized_token_advantages(broadcast_to_tokens(shaped, batch.loss_mask),
+                                                              batch.loss_mask)
+    return batch, shaped, group_ids
 
 
 def train_on_groups(engine, groups: list[Group], cfg, pad_id: int, trainer_version: int | None = None) -> dict:
